@@ -1,0 +1,79 @@
+// Kernel registry lookups and backend selection.
+#include "backends/backend.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "backends/cpu/cpu_backend.h"
+#include "base/status_macros.h"
+
+namespace mpc {
+
+bool Capabilities::Native(DType d) const {
+  return std::find(native_compute.begin(), native_compute.end(), d) != native_compute.end();
+}
+
+int Capabilities::PadMultiple(DType d) const {
+  auto it = pad_multiple.find(d);
+  return it == pad_multiple.end() ? 1 : it->second;
+}
+
+DType KernelDType(const Node& node) {
+  for (const Value* in : node.inputs) {
+    if (in) return in->dtype;
+  }
+  return node.outputs.empty() ? DType::kF32 : node.outputs[0]->dtype;
+}
+
+static std::string Key(const std::string& op, const std::string& backend, DType dtype) {
+  return absl::StrCat(op, "|", backend, "|", DTypeName(dtype));
+}
+
+void KernelRegistry::Register(const std::string& op, const std::string& backend, DType dtype,
+                              KernelFactory factory) {
+  factories_[Key(op, backend, dtype)] = std::move(factory);
+}
+
+absl::StatusOr<const KernelFactory*> KernelRegistry::Find(const std::string& op, const std::string& backend,
+                                                          DType dtype) const {
+  auto it = factories_.find(Key(op, backend, dtype));
+  if (it != factories_.end()) return &it->second;
+  std::vector<std::string> available;
+  const std::string prefix = absl::StrCat(op, "|", backend, "|");
+  for (const auto& [key, factory] : factories_) {
+    if (key.rfind(prefix, 0) == 0) available.push_back(key.substr(prefix.size()));
+  }
+  std::sort(available.begin(), available.end());
+  return absl::UnimplementedError(absl::StrCat(
+      "no kernel for op '", op, "' on backend '", backend, "' with dtype ", DTypeName(dtype),
+      available.empty() ? std::string("; this backend has no kernel for the op at all")
+                        : absl::StrCat("; available dtypes: ", absl::StrJoin(available, " "))));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> Backend::CreateKernel(const Node& node) {
+  MPC_ASSIGN_OR_RETURN(const KernelFactory* factory, kernels().Find(node.op, name(), KernelDType(node)));
+  auto kernel = (*factory)(node, *this);
+  if (!kernel.ok()) {
+    return absl::Status(kernel.status().code(), absl::StrCat("node '", node.name, "' (", node.op, ", ",
+                                                             name(), "): ", kernel.status().message()));
+  }
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device) {
+  if (device == "cpu") return CreateCpuBackend();
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+#ifdef MPC_WITH_CUDA
+    return absl::UnavailableError(
+        "device 'cuda': the CUDA backend is not part of this build yet; use --device cpu");
+#else
+    return absl::UnavailableError(
+        "device 'cuda': this build has no CUDA backend (configure with -DMPC_WITH_CUDA=ON on a "
+        "machine with the CUDA toolkit); use --device cpu");
+#endif
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown device '", device, "'; expected cpu or cuda"));
+}
+
+}  // namespace mpc

@@ -1,0 +1,93 @@
+// The Backend interface: what a device can do (Capabilities), its memory, and the
+// kernels it runs, looked up by (op, backend, dtype) in a KernelRegistry the way ONNX
+// Runtime's kernel registry works. Passes only ever see Capabilities, so every pass is
+// testable on the CPU with a fake capability set.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+
+namespace mpc {
+
+struct Capabilities {
+  std::string device;                // "cpu", "cuda:0 (NVIDIA H100 ...)"
+  std::vector<DType> native_compute;  // dtypes whose GEMMs run natively
+  bool fp8 = false;
+  bool tf32 = false;
+  std::map<DType, int> pad_multiple;  // preferred GEMM dim multiple per compute dtype
+  bool Native(DType d) const;
+  int PadMultiple(DType d) const;
+};
+
+// A tensor as a kernel sees it: where it lives on the device, what it is.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  Shape shape;
+  int64_t num_elements() const { return NumElements(shape); }
+  template <typename T> T* as() const { return static_cast<T*>(data); }
+};
+
+// Everything a kernel call needs besides its node: its operands, and the per-step
+// values stochastic kernels derive their random streams from.
+struct KernelContext {
+  std::vector<TensorView> inputs;  // an absent optional input has data == nullptr
+  std::vector<TensorView> outputs;
+  uint64_t seed = 0;
+  int64_t step = 0;
+};
+
+// A kernel is created once per node when a program is loaded (so primitives, plans
+// and descriptors are built outside the step) and run once per step.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual absl::Status Run(KernelContext& ctx) = 0;
+};
+
+class Backend;
+using KernelFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Kernel>>(const Node& node, Backend& backend)>;
+
+// The dtype a node's kernel is selected by: its first present input's dtype, or its
+// first output's for nodes without inputs.
+DType KernelDType(const Node& node);
+
+class KernelRegistry {
+ public:
+  void Register(const std::string& op, const std::string& backend, DType dtype, KernelFactory factory);
+  // Error naming the op, the backend and the dtype, and listing the dtypes that exist.
+  absl::StatusOr<const KernelFactory*> Find(const std::string& op, const std::string& backend,
+                                            DType dtype) const;
+
+ private:
+  absl::flat_hash_map<std::string, KernelFactory> factories_;  // key: op|backend|dtype
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual const Capabilities& capabilities() const = 0;
+
+  virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
+  virtual void Free(void* ptr) = 0;
+  virtual absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status Synchronize() = 0;
+
+  virtual const KernelRegistry& kernels() const = 0;
+  absl::StatusOr<std::unique_ptr<Kernel>> CreateKernel(const Node& node);
+};
+
+// "cpu" or "cuda" (the latter only when built with CUDA and a device is present).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device);
+
+}  // namespace mpc

@@ -1,0 +1,59 @@
+// Small building blocks for CPU kernels: wrapping a lambda as a Kernel, registering a
+// templated kernel for several dtypes, and walking broadcast operands row by row.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace mpc::cpu {
+
+template <typename F>
+class LambdaKernel : public Kernel {
+ public:
+  explicit LambdaKernel(F fn) : fn_(std::move(fn)) {}
+  absl::Status Run(KernelContext& ctx) override { return fn_(ctx); }
+
+ private:
+  F fn_;
+};
+
+template <typename F>
+std::unique_ptr<Kernel> MakeKernel(F fn) {
+  return std::make_unique<LambdaKernel<F>>(std::move(fn));
+}
+
+// Registers Factory<float> and Factory<double> (the reference dtype) for an op.
+template <template <typename> class Factory>
+void RegisterFloatKernels(KernelRegistry& r, const std::string& op) {
+  r.Register(op, "cpu", DType::kF32, Factory<float>::Create);
+  r.Register(op, "cpu", DType::kF64, Factory<double>::Create);
+}
+
+// Per-operand element strides aligned to the output's rank, 0 along broadcast axes.
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
+
+// Calls row(out_offset, a_offset, b_offset) for each innermost row of `out`, in
+// parallel; inner strides are a_strides.back()/b_strides.back().
+template <typename RowFn>
+void ForEachBroadcastRow(const Shape& out, const std::vector<int64_t>& a_strides,
+                         const std::vector<int64_t>& b_strides, RowFn row) {
+  const int rank = static_cast<int>(out.size());
+  const int64_t inner = rank == 0 ? 1 : out.back();
+  const int64_t rows = inner == 0 ? 0 : NumElements(out) / inner;
+#pragma omp parallel for if (rows > 64)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, a_off = 0, b_off = 0;
+    for (int d = rank - 2; d >= 0; --d) {
+      const int64_t idx = rem % out[d];
+      rem /= out[d];
+      a_off += idx * a_strides[d];
+      b_off += idx * b_strides[d];
+    }
+    row(r * inner, a_off, b_off);
+  }
+}
+
+}  // namespace mpc::cpu

@@ -1,0 +1,189 @@
+// CPU data-movement kernels: Reshape/Flatten/Identity (copies: buffers are planned
+// separately), Transpose, Cast, and the broadcast pair ReduceSumTo/BroadcastTo.
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_kernel_util.h"
+#include "graph/float_convert.h"
+
+namespace mpc {
+namespace {
+
+using cpu::MakeKernel;
+
+constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kF8E4M3,
+                                DType::kF8E5M2, DType::kI64, DType::kI32, DType::kU8, DType::kBool};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateCopy(const Node&, Backend&) {
+  return MakeKernel([](KernelContext& ctx) {
+    const size_t bytes = ctx.outputs[0].num_elements() * DTypeSize(ctx.outputs[0].dtype);
+    if (ctx.outputs[0].data != ctx.inputs[0].data) std::memcpy(ctx.outputs[0].data, ctx.inputs[0].data, bytes);
+    return absl::OkStatus();
+  });
+}
+
+// Transpose on element-size-typed words: out[j] = in[perm-mapped index].
+template <typename Word>
+void TransposeWords(const TensorView& in, const TensorView& out, const std::vector<int64_t>& perm) {
+  const int rank = static_cast<int>(out.shape.size());
+  const auto in_strides = RowMajorStrides(in.shape);
+  std::vector<int64_t> strides(rank);  // input stride for each output axis
+  for (int i = 0; i < rank; ++i) strides[i] = in_strides[perm[i]];
+  const Word* src = static_cast<const Word*>(in.data);
+  Word* dst = static_cast<Word*>(out.data);
+  const std::vector<int64_t> zero(rank, 0);
+  const int64_t inner = rank ? out.shape.back() : 1;
+  const int64_t inner_stride = rank ? strides.back() : 0;
+  cpu::ForEachBroadcastRow(out.shape, strides, zero, [&](int64_t yo, int64_t xo, int64_t) {
+    for (int64_t i = 0; i < inner; ++i) dst[yo + i] = src[xo + i * inner_stride];
+  });
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateTranspose(const Node& node, Backend&) {
+  std::vector<int64_t> perm = node.attrs.GetInts("perm", {});
+  const int rank = static_cast<int>(node.inputs[0]->shape.size());
+  if (perm.empty()) {
+    for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
+  }
+  return MakeKernel([perm](KernelContext& ctx) {
+    switch (DTypeSize(ctx.inputs[0].dtype)) {
+      case 8: TransposeWords<uint64_t>(ctx.inputs[0], ctx.outputs[0], perm); break;
+      case 4: TransposeWords<uint32_t>(ctx.inputs[0], ctx.outputs[0], perm); break;
+      case 2: TransposeWords<uint16_t>(ctx.inputs[0], ctx.outputs[0], perm); break;
+      default: TransposeWords<uint8_t>(ctx.inputs[0], ctx.outputs[0], perm); break;
+    }
+    return absl::OkStatus();
+  });
+}
+
+// Element read/write through double, with round-to-nearest-even for 16-bit floats.
+double Load(const TensorView& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kF32: return t.as<float>()[i];
+    case DType::kF64: return t.as<double>()[i];
+    case DType::kF16: return HalfToFloat(t.as<uint16_t>()[i]);
+    case DType::kBF16: return Bf16ToFloat(t.as<uint16_t>()[i]);
+    case DType::kI64: return static_cast<double>(t.as<int64_t>()[i]);
+    case DType::kI32: return t.as<int32_t>()[i];
+    case DType::kU8:
+    case DType::kBool: return t.as<uint8_t>()[i];
+    default: return 0;
+  }
+}
+
+void Store(const TensorView& t, int64_t i, double v) {
+  switch (t.dtype) {
+    case DType::kF32: t.as<float>()[i] = static_cast<float>(v); break;
+    case DType::kF64: t.as<double>()[i] = v; break;
+    case DType::kF16: t.as<uint16_t>()[i] = FloatToHalf(static_cast<float>(v)); break;
+    case DType::kBF16: t.as<uint16_t>()[i] = FloatToBf16(static_cast<float>(v)); break;
+    case DType::kI64: t.as<int64_t>()[i] = static_cast<int64_t>(v); break;
+    case DType::kI32: t.as<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DType::kU8: t.as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DType::kBool: t.as<uint8_t>()[i] = v != 0; break;
+    default: break;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateCast(const Node& node, Backend&) {
+  const DType from = node.inputs[0]->dtype, to = node.outputs[0]->dtype;
+  if (from == DType::kF8E4M3 || from == DType::kF8E5M2 || to == DType::kF8E4M3 || to == DType::kF8E5M2) {
+    return absl::UnimplementedError("Cast to or from FP8 runs through the fp8 pass's quantize ops");
+  }
+  return MakeKernel([](KernelContext& ctx) {
+    const int64_t n = ctx.outputs[0].num_elements();
+    const TensorView& in = ctx.inputs[0];
+    const TensorView& out = ctx.outputs[0];
+    if (in.dtype == DType::kF32 && out.dtype == DType::kF64) {
+      for (int64_t i = 0; i < n; ++i) out.as<double>()[i] = in.as<float>()[i];
+    } else {
+#pragma omp parallel for if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) Store(out, i, Load(in, i));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// out[target index] += in[i] over all i: the sum over broadcast axes. Rows of the input
+// are visited in order, so the result is deterministic.
+template <typename T>
+struct ReduceSumToKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    return MakeKernel([](KernelContext& ctx) {
+      const TensorView& in = ctx.inputs[0];
+      const TensorView& out = ctx.outputs[0];
+      using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      const auto os = cpu::BroadcastStrides(out.shape, in.shape);
+      const int64_t n_out = out.num_elements();
+      T* y = out.as<T>();
+      const T* x = in.as<T>();
+      const int rank = static_cast<int>(in.shape.size());
+      const int64_t inner = rank ? in.shape.back() : 1;
+      const int64_t rows = inner ? in.num_elements() / inner : 0;
+      const int64_t inner_stride = rank ? os.back() : 0;
+      if (inner_stride == 1 && rows > 1) {
+        // Common case (bias gradients): [rows, C] -> [C]; accumulate columns in parallel.
+        std::vector<Acc> acc(n_out, Acc(0));
+        const auto zero = std::vector<int64_t>(rank, 0);
+#pragma omp parallel for if (n_out > 256)
+        for (int64_t j = 0; j < inner; ++j) {
+          for (int64_t r = 0; r < rows; ++r) {
+            int64_t rem = r, off = 0;
+            for (int d = rank - 2; d >= 0; --d) {
+              off += (rem % in.shape[d]) * os[d];
+              rem /= in.shape[d];
+            }
+            acc[off + j] += x[r * inner + j];
+          }
+        }
+        for (int64_t i = 0; i < n_out; ++i) y[i] = static_cast<T>(acc[i]);
+        return absl::OkStatus();
+      }
+      std::vector<Acc> acc(n_out, Acc(0));
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t rem = r, off = 0;
+        for (int d = rank - 2; d >= 0; --d) {
+          off += (rem % in.shape[d]) * os[d];
+          rem /= in.shape[d];
+        }
+        for (int64_t i = 0; i < inner; ++i) acc[off + i * inner_stride] += x[r * inner + i];
+      }
+      for (int64_t i = 0; i < n_out; ++i) y[i] = static_cast<T>(acc[i]);
+      return absl::OkStatus();
+    });
+  }
+};
+
+template <typename T>
+struct BroadcastToKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    return MakeKernel([](KernelContext& ctx) {
+      const TensorView& in = ctx.inputs[0];
+      const TensorView& out = ctx.outputs[0];
+      const auto is = cpu::BroadcastStrides(in.shape, out.shape);
+      const std::vector<int64_t> zero(out.shape.size(), 0);
+      const int64_t inner = out.shape.empty() ? 1 : out.shape.back();
+      const int64_t stride = is.empty() ? 0 : is.back();
+      const T* x = in.as<T>();
+      T* y = out.as<T>();
+      cpu::ForEachBroadcastRow(out.shape, is, zero, [&](int64_t yo, int64_t xo, int64_t) {
+        for (int64_t i = 0; i < inner; ++i) y[yo + i] = x[xo + i * stride];
+      });
+      return absl::OkStatus();
+    });
+  }
+};
+
+}  // namespace
+
+void RegisterCpuShapeKernels(KernelRegistry& r) {
+  for (DType d : kAllDTypes) {
+    for (const char* op : {"Reshape", "Flatten", "Identity"}) r.Register(op, "cpu", d, CreateCopy);
+    r.Register("Transpose", "cpu", d, CreateTranspose);
+    r.Register("Cast", "cpu", d, CreateCast);
+  }
+  cpu::RegisterFloatKernels<ReduceSumToKernel>(r, "ReduceSumTo");
+  cpu::RegisterFloatKernels<BroadcastToKernel>(r, "BroadcastTo");
+}
+
+}  // namespace mpc

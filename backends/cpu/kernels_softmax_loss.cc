@@ -1,0 +1,291 @@
+// CPU softmax-family and loss kernels: Softmax/LogSoftmax on any axis and their
+// gradients, SoftmaxCrossEntropyLoss (+ fused gradient), MeanSquaredError (+ gradient),
+// and Dropout (+ gradient). Every reduction accumulates in at least f32 (f64 for the
+// f64 reference kernels), per DESIGN.md.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_kernel_util.h"
+#include "graph/ops_common.h"
+
+namespace mpc {
+namespace {
+
+using cpu::MakeKernel;
+
+// Accumulator type: at least f32.
+template <typename T> using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Softmax-like ops see the tensor as [outer, axis, inner].
+struct AxisSplit {
+  int64_t outer = 1, dim = 1, inner = 1;
+};
+
+AxisSplit SplitAt(const Shape& shape, int64_t axis_attr) {
+  AxisSplit s;
+  const int rank = static_cast<int>(shape.size());
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  for (int i = 0; i < rank; ++i) {
+    if (i < axis) s.outer *= shape[i];
+    else if (i == axis) s.dim = shape[i];
+    else s.inner *= shape[i];
+  }
+  return s;
+}
+
+template <typename T, bool kLog>
+struct SoftmaxKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const AxisSplit s = SplitAt(node.inputs[0]->shape, node.attrs.GetInt("axis", -1));
+    return MakeKernel([s](KernelContext& ctx) {
+      const T* x = ctx.inputs[0].as<T>();
+      T* y = ctx.outputs[0].as<T>();
+#pragma omp parallel for collapse(2) if (s.outer * s.inner > 64)
+      for (int64_t o = 0; o < s.outer; ++o) {
+        for (int64_t i = 0; i < s.inner; ++i) {
+          const int64_t base = o * s.dim * s.inner + i;
+          Acc<T> mx = -INFINITY;
+          for (int64_t d = 0; d < s.dim; ++d) mx = std::max<Acc<T>>(mx, x[base + d * s.inner]);
+          Acc<T> sum = 0;
+          for (int64_t d = 0; d < s.dim; ++d) sum += std::exp(Acc<T>(x[base + d * s.inner]) - mx);
+          const Acc<T> log_sum = std::log(sum);
+          for (int64_t d = 0; d < s.dim; ++d) {
+            const Acc<T> z = Acc<T>(x[base + d * s.inner]) - mx;
+            y[base + d * s.inner] = static_cast<T>(kLog ? z - log_sum : std::exp(z) / sum);
+          }
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+template <typename T> using SoftmaxFwd = SoftmaxKernel<T, false>;
+template <typename T> using LogSoftmaxFwd = SoftmaxKernel<T, true>;
+
+// Softmax: dx = y * (dy - sum(dy * y));  LogSoftmax: dx = dy - exp(y) * sum(dy).
+template <typename T, bool kLog>
+struct SoftmaxGradKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const AxisSplit s = SplitAt(node.inputs[0]->shape, node.attrs.GetInt("axis", -1));
+    return MakeKernel([s](KernelContext& ctx) {
+      const T* dy = ctx.inputs[0].as<T>();
+      const T* y = ctx.inputs[1].as<T>();
+      T* dx = ctx.outputs[0].as<T>();
+#pragma omp parallel for collapse(2) if (s.outer * s.inner > 64)
+      for (int64_t o = 0; o < s.outer; ++o) {
+        for (int64_t i = 0; i < s.inner; ++i) {
+          const int64_t base = o * s.dim * s.inner + i;
+          Acc<T> dot = 0;
+          for (int64_t d = 0; d < s.dim; ++d) {
+            const int64_t k = base + d * s.inner;
+            dot += kLog ? Acc<T>(dy[k]) : Acc<T>(dy[k]) * Acc<T>(y[k]);
+          }
+          for (int64_t d = 0; d < s.dim; ++d) {
+            const int64_t k = base + d * s.inner;
+            dx[k] = static_cast<T>(kLog ? Acc<T>(dy[k]) - std::exp(Acc<T>(y[k])) * dot
+                                        : Acc<T>(y[k]) * (Acc<T>(dy[k]) - dot));
+          }
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+template <typename T> using SoftmaxBwd = SoftmaxGradKernel<T, false>;
+template <typename T> using LogSoftmaxBwd = SoftmaxGradKernel<T, true>;
+
+int64_t LabelAt(const TensorView& labels, int64_t i) {
+  return labels.dtype == DType::kI32 ? labels.as<int32_t>()[i] : labels.as<int64_t>()[i];
+}
+
+// loss = reduce_i(-log_softmax(scores_i)[label_i]); rows with label == ignore_index
+// are skipped and not counted in the mean. A label outside [0, C) is an error.
+template <typename T>
+struct SoftmaxCrossEntropyKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const bool mean = node.attrs.GetString("reduction", "mean") == "mean";
+    const bool has_ignore = node.attrs.Has("ignore_index");
+    const int64_t ignore = node.attrs.GetInt("ignore_index", -1);
+    return MakeKernel([=](KernelContext& ctx) -> absl::Status {
+      const TensorView& scores = ctx.inputs[0];
+      const int64_t n = scores.shape[0], c = scores.shape[1];
+      const T* x = scores.as<T>();
+      T* log_prob = ctx.outputs.size() > 1 ? ctx.outputs[1].as<T>() : nullptr;
+      double total = 0;
+      int64_t counted = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t label = LabelAt(ctx.inputs[1], i);
+        const T* row = x + i * c;
+        Acc<T> mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < c; ++j) mx = std::max<Acc<T>>(mx, row[j]);
+        for (int64_t j = 0; j < c; ++j) sum += std::exp(Acc<T>(row[j]) - mx);
+        const Acc<T> lse = mx + std::log(sum);
+        if (log_prob) {
+          for (int64_t j = 0; j < c; ++j) log_prob[i * c + j] = static_cast<T>(Acc<T>(row[j]) - lse);
+        }
+        if (has_ignore && label == ignore) continue;
+        if (label < 0 || label >= c) {
+          return absl::InvalidArgumentError(absl::StrCat("label ", label, " at batch row ", i,
+                                                         " is outside [0, ", c, "); check the labels data"));
+        }
+        total += static_cast<double>(lse - Acc<T>(row[label]));
+        ++counted;
+      }
+      const double loss = mean ? (counted ? total / counted : 0.0) : total;
+      ctx.outputs[0].as<T>()[0] = static_cast<T>(loss);
+      return absl::OkStatus();
+    });
+  }
+};
+
+// dScores = dLoss * (softmax(scores) - onehot(label)) / count.
+template <typename T>
+struct SoftmaxCrossEntropyGradKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const bool mean = node.attrs.GetString("reduction", "mean") == "mean";
+    const bool has_ignore = node.attrs.Has("ignore_index");
+    const int64_t ignore = node.attrs.GetInt("ignore_index", -1);
+    return MakeKernel([=](KernelContext& ctx) -> absl::Status {
+      const Acc<T> dloss = ctx.inputs[0].as<T>()[0];
+      const TensorView& scores = ctx.inputs[1];
+      const int64_t n = scores.shape[0], c = scores.shape[1];
+      int64_t counted = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        if (!(has_ignore && LabelAt(ctx.inputs[2], i) == ignore)) ++counted;
+      }
+      const Acc<T> scale = mean ? (counted ? dloss / counted : 0) : dloss;
+      const T* x = scores.as<T>();
+      T* dx = ctx.outputs[0].as<T>();
+#pragma omp parallel for if (n * c > 32768)
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t label = LabelAt(ctx.inputs[2], i);
+        T* drow = dx + i * c;
+        if (has_ignore && label == ignore) {
+          for (int64_t j = 0; j < c; ++j) drow[j] = 0;
+          continue;
+        }
+        const T* row = x + i * c;
+        Acc<T> mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < c; ++j) mx = std::max<Acc<T>>(mx, row[j]);
+        for (int64_t j = 0; j < c; ++j) sum += std::exp(Acc<T>(row[j]) - mx);
+        for (int64_t j = 0; j < c; ++j) {
+          const Acc<T> p = std::exp(Acc<T>(row[j]) - mx) / sum;
+          drow[j] = static_cast<T>(scale * (p - (j == label ? Acc<T>(1) : Acc<T>(0))));
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+
+template <typename T>
+struct MseKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {
+    return MakeKernel([](KernelContext& ctx) {
+      const T* p = ctx.inputs[0].as<T>();
+      const T* t = ctx.inputs[1].as<T>();
+      const int64_t n = ctx.inputs[0].num_elements();
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(p[i]) - static_cast<double>(t[i]);
+        sum += d * d;
+      }
+      ctx.outputs[0].as<T>()[0] = static_cast<T>(n ? sum / n : 0.0);
+      return absl::OkStatus();
+    });
+  }
+};
+
+template <typename T>
+struct MseGradKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {
+    return MakeKernel([](KernelContext& ctx) {
+      const Acc<T> dloss = ctx.inputs[0].as<T>()[0];
+      const T* p = ctx.inputs[1].as<T>();
+      const T* t = ctx.inputs[2].as<T>();
+      T* dx = ctx.outputs[0].as<T>();
+      const int64_t n = ctx.inputs[1].num_elements();
+      const Acc<T> scale = n ? Acc<T>(2) * dloss / n : 0;
+      for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(scale * (Acc<T>(p[i]) - Acc<T>(t[i])));
+      return absl::OkStatus();
+    });
+  }
+};
+
+// Counter-based uniform draw in [0, 1): a SplitMix64 hash of (seed, node, step,
+// element), so every element's draw is independent of thread scheduling and a resumed
+// run draws exactly what the uninterrupted run drew.
+inline double UniformAt(uint64_t seed, uint64_t node_id, int64_t step, int64_t i) {
+  uint64_t z = seed ^ (node_id * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull) ^
+               (static_cast<uint64_t>(i) * 0x94D049BB133111EBull);
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Dropout in training: keep with probability 1 - ratio, scale kept values by
+// 1/(1 - ratio). In evaluation (or ratio 0) the output is the input and the mask all
+// true. `mpc_training` (set by the compiler) overrides ONNX's training_mode input.
+template <typename T>
+struct DropoutKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    auto ratio = ops::ConstantScalar(node, 1, 0.5);
+    auto mode = ops::ConstantScalar(node, 2, 0.0);
+    if (!ratio.ok()) return ratio.status();
+    if (!mode.ok()) return mode.status();
+    const bool training = node.attrs.GetInt("mpc_training", *mode != 0.0 ? 1 : 0) != 0;
+    const double r = *ratio;
+    const uint64_t node_id = static_cast<uint64_t>(node.id);
+    return MakeKernel([=](KernelContext& ctx) {
+      const T* x = ctx.inputs[0].as<T>();
+      T* y = ctx.outputs[0].as<T>();
+      uint8_t* mask = ctx.outputs.size() > 1 ? ctx.outputs[1].as<uint8_t>() : nullptr;
+      const int64_t n = ctx.inputs[0].num_elements();
+      const T scale = static_cast<T>(1.0 / (1.0 - r));
+      const bool active = training && r > 0;
+#pragma omp parallel for if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) {
+        const bool keep = !active || UniformAt(ctx.seed, node_id, ctx.step, i) >= r;
+        y[i] = keep ? (active ? x[i] * scale : x[i]) : T(0);
+        if (mask) mask[i] = keep;
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+
+template <typename T>
+struct DropoutGradKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const T scale = static_cast<T>(1.0 / (1.0 - node.attrs.GetFloat("ratio", 0.5f)));
+    return MakeKernel([scale](KernelContext& ctx) {
+      const T* dy = ctx.inputs[0].as<T>();
+      const uint8_t* mask = ctx.inputs[1].as<uint8_t>();
+      T* dx = ctx.outputs[0].as<T>();
+      const int64_t n = ctx.outputs[0].num_elements();
+      for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] * scale : T(0);
+      return absl::OkStatus();
+    });
+  }
+};
+
+}  // namespace
+
+void RegisterCpuSoftmaxLossKernels(KernelRegistry& r) {
+  using cpu::RegisterFloatKernels;
+  RegisterFloatKernels<SoftmaxFwd>(r, "Softmax");
+  RegisterFloatKernels<LogSoftmaxFwd>(r, "LogSoftmax");
+  RegisterFloatKernels<SoftmaxBwd>(r, "SoftmaxGrad");
+  RegisterFloatKernels<LogSoftmaxBwd>(r, "LogSoftmaxGrad");
+  RegisterFloatKernels<SoftmaxCrossEntropyKernel>(r, "SoftmaxCrossEntropyLoss");
+  RegisterFloatKernels<SoftmaxCrossEntropyGradKernel>(r, "SoftmaxCrossEntropyGrad");
+  RegisterFloatKernels<MseKernel>(r, "MeanSquaredError");
+  RegisterFloatKernels<MseGradKernel>(r, "MeanSquaredErrorGrad");
+  RegisterFloatKernels<DropoutKernel>(r, "Dropout");
+  RegisterFloatKernels<DropoutGradKernel>(r, "DropoutGrad");
+}
+
+}  // namespace mpc

@@ -1,0 +1,190 @@
+// LoadDataSource: turns a spec's DataSource into a Dataset. It dispatches on the
+// source kind, resolves relative paths against the spec's directory, validates the
+// fields the loaders cannot (synthetic sizes, limit, scale/shift), and prefixes every
+// error with the spec field path so a user knows which line of the spec to fix.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "engine/dataset.h"
+
+namespace mpc {
+namespace {
+
+// Synthetic data lives in host memory; refuse sizes that are surely a typo rather
+// than failing inside an allocation.
+constexpr int64_t kMaxSyntheticElements = int64_t{1} << 32;
+
+absl::Status WithPrefix(const absl::Status& status, const std::string& prefix) {
+  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
+}
+
+std::string Resolve(const std::string& path, const std::string& base_dir) {
+  const std::filesystem::path p(path);
+  if (p.is_absolute() || base_dir.empty()) return path;
+  return (std::filesystem::path(base_dir) / p).string();
+}
+
+// The file loaders start every message about one file with that file's path; this maps
+// such a message to the spec field that named the file. Errors about both files (count
+// mismatches) belong to the parent message.
+std::string FieldForError(const absl::Status& status, const std::string& first_path,
+                          const std::string& first_field, const std::string& second_path,
+                          const std::string& second_field, const std::string& parent) {
+  if (absl::StartsWith(status.message(), first_path + ":")) return first_field;
+  if (absl::StartsWith(status.message(), second_path + ":")) return second_field;
+  return parent;
+}
+
+// Resolves a pair of file fields (images/labels or features/labels) and checks both are set.
+absl::Status ResolvePair(const std::string& first, const std::string& first_name,
+                         const std::string& second, const std::string& second_name,
+                         const std::string& base_dir, const std::string& parent,
+                         std::string* first_path, std::string* second_path) {
+  if (first.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(parent, ".", first_name,
+                                                   ": not set; give the path of the ", first_name,
+                                                   " file"));
+  }
+  if (second.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(parent, ".", second_name,
+                                                   ": not set; give the path of the ", second_name,
+                                                   " file"));
+  }
+  *first_path = Resolve(first, base_dir);
+  *second_path = Resolve(second, base_dir);
+  if (*first_path == *second_path) {
+    return absl::InvalidArgumentError(absl::StrCat(parent, ": ", first_name, " and ", second_name,
+                                                   " name the same file ", *first_path,
+                                                   "; they must be two different files"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Dataset> LoadIdxSource(const IdxData& idx, const std::string& base_dir,
+                                      const std::string& field) {
+  std::string images, labels;
+  MPC_RETURN_IF_ERROR(
+      ResolvePair(idx.images(), "images", idx.labels(), "labels", base_dir, field, &images, &labels));
+  absl::StatusOr<Dataset> data = LoadIdx(images, labels);
+  if (!data.ok()) {
+    return WithPrefix(data.status(), FieldForError(data.status(), images, field + ".images", labels,
+                                                   field + ".labels", field));
+  }
+  return data;
+}
+
+absl::StatusOr<Dataset> LoadNpySource(const NpyData& npy, const std::string& base_dir,
+                                      const std::string& field) {
+  std::string features, labels;
+  MPC_RETURN_IF_ERROR(ResolvePair(npy.features(), "features", npy.labels(), "labels", base_dir,
+                                  field, &features, &labels));
+  absl::StatusOr<Dataset> data = LoadNpy(features, labels);
+  if (!data.ok()) {
+    return WithPrefix(data.status(), FieldForError(data.status(), features, field + ".features",
+                                                   labels, field + ".labels", field));
+  }
+  return data;
+}
+
+absl::StatusOr<Dataset> MakeSyntheticSource(const SyntheticData& spec, const std::string& field) {
+  if (spec.num_examples() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".num_examples: must be positive, got ",
+                                                   spec.num_examples()));
+  }
+  if (spec.num_classes() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".num_classes: must be positive, got ", spec.num_classes()));
+  }
+  int64_t per_example = 1;
+  for (int i = 0; i < spec.feature_shape_size(); ++i) {
+    const int64_t d = spec.feature_shape(i);
+    if (d <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".feature_shape[", i,
+                                                     "]: dimensions must be positive, got ", d));
+    }
+    if (per_example > kMaxSyntheticElements / d) per_example = kMaxSyntheticElements + 1;
+    else per_example *= d;
+  }
+  if (spec.feature_shape_size() == 0) per_example = 16;
+  if (per_example > kMaxSyntheticElements / spec.num_examples() ||
+      per_example > kMaxSyntheticElements / spec.num_classes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", spec.num_examples(), " examples of ", per_example,
+        " features is too large for synthetic data (limit ", kMaxSyntheticElements,
+        " values); reduce num_examples or feature_shape"));
+  }
+  return MakeSynthetic(spec);
+}
+
+// Keeps the first `n` examples.
+Tensor FirstRows(const Tensor& t, int64_t n) {
+  Shape shape = t.shape();
+  const size_t row_bytes = shape[0] == 0 ? 0 : t.bytes() / static_cast<size_t>(shape[0]);
+  shape[0] = n;
+  Tensor out(t.dtype(), shape);
+  std::memcpy(out.raw(), t.raw(), row_bytes * static_cast<size_t>(n));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> LoadDataSource(const DataSource& source, const std::string& base_dir,
+                                       const std::string& field_path) {
+  // Check the cheap scalar fields before reading possibly large files.
+  if (source.limit() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field_path, ".limit: must be >= 0 (0 = use all examples), got ", source.limit()));
+  }
+  if (!std::isfinite(source.scale())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field_path, ".scale: must be a finite number, got ", source.scale()));
+  }
+  if (!std::isfinite(source.shift())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field_path, ".shift: must be a finite number, got ", source.shift()));
+  }
+
+  Dataset data;
+  switch (source.source_case()) {
+    case DataSource::kIdx: {
+      MPC_ASSIGN_OR_RETURN(data, LoadIdxSource(source.idx(), base_dir, field_path + ".idx"));
+      break;
+    }
+    case DataSource::kNpy: {
+      MPC_ASSIGN_OR_RETURN(data, LoadNpySource(source.npy(), base_dir, field_path + ".npy"));
+      break;
+    }
+    case DataSource::kSynthetic: {
+      MPC_ASSIGN_OR_RETURN(data, MakeSyntheticSource(source.synthetic(), field_path + ".synthetic"));
+      break;
+    }
+    case DataSource::SOURCE_NOT_SET:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field_path, ": no data source set; set one of idx, npy, synthetic"));
+  }
+  if (data.size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field_path, ": the data source has no examples"));
+  }
+
+  // A limit beyond the data size means "all of it", so one spec works on subsets too.
+  if (source.limit() > 0 && source.limit() < data.size()) {
+    data.features = FirstRows(data.features, source.limit());
+    data.labels = FirstRows(data.labels, source.limit());
+  }
+  // The loaders already return f32 features; this keeps the promise if one ever does not.
+  if (data.features.dtype() != DType::kF32) data.features = data.features.CastTo(DType::kF32);
+  const float scale = source.scale(), shift = source.shift();
+  if (scale != 1.0f || shift != 0.0f) {
+    float* x = data.features.data<float>();
+    for (int64_t i = 0; i < data.features.num_elements(); ++i) x[i] = x[i] * scale + shift;
+  }
+  return data;
+}
+
+}  // namespace mpc

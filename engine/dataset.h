@@ -1,0 +1,72 @@
+// Training and evaluation data: loaders for IDX (MNIST-style, gzip or plain), NumPy
+// .npy files and synthetic data, all producing a Dataset held in host memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "graph/tensor.h"
+#include "proto/train_spec.pb.h"
+
+namespace mpc {
+
+struct Dataset {
+  Tensor features;  // [N, ...] f32
+  Tensor labels;    // [N] i64 class indices, or [N, ...] f32 regression targets
+  int64_t size() const { return features.shape().empty() ? 0 : features.shape()[0]; }
+};
+
+// IDX files (http://yann.lecun.com/exdb/mnist/ format), .gz decompressed with zlib.
+// Images become f32 [N, rows, cols] with raw byte values 0..255; labels i64 [N].
+absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path);
+
+// .npy (format versions 1.0/2.0/3.0, C order, little-endian): f32, f64, f16, i64, i32,
+// u8, bool. Errors name the file and what is wrong with it.
+absl::StatusOr<Tensor> ReadNpy(const std::string& path);
+absl::Status WriteNpy(const std::string& path, const Tensor& tensor);
+
+// Features from one .npy (converted to f32); labels from another: integer arrays become
+// i64 class indices, float arrays f32 targets. The first dimensions must agree.
+absl::StatusOr<Dataset> LoadNpy(const std::string& features_path, const std::string& labels_path);
+
+// Normal(0,1) features of the given shape; labels = argmax of a fixed random linear
+// teacher applied to the features, so the task is learnable. Deterministic in the seed.
+Dataset MakeSynthetic(const SyntheticData& spec);
+
+// Loads whatever the DataSource names (relative paths against base_dir), then applies
+// `limit`, and `scale`/`shift` to the features. Errors name the spec field and file.
+absl::StatusOr<Dataset> LoadDataSource(const DataSource& source, const std::string& base_dir,
+                                       const std::string& field_path);
+
+// Walks a dataset in batches of a fixed size (the last partial batch of an epoch is
+// dropped, since compiled programs have static shapes). With shuffling, each epoch's
+// order is a permutation seeded by (seed, epoch), so a position (epoch, batch) can be
+// restored exactly from a checkpoint.
+class BatchIterator {
+ public:
+  BatchIterator(const Dataset* data, int64_t batch_size, bool shuffle, uint64_t seed);
+
+  int64_t batches_per_epoch() const;
+  int64_t epoch() const { return epoch_; }
+  int64_t batch_in_epoch() const { return batch_; }
+  // Moves to a position (e.g. restored from a checkpoint).
+  void Seek(int64_t epoch, int64_t batch_in_epoch);
+
+  // Copies the next batch into preallocated tensors shaped [B, ...features] and
+  // [B, ...labels], then advances (rolling over to the next epoch).
+  void Next(Tensor* features, Tensor* labels);
+
+ private:
+  void BuildOrder();
+
+  const Dataset* data_;
+  int64_t batch_size_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t epoch_ = 0;
+  int64_t batch_ = 0;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace mpc

@@ -1,0 +1,349 @@
+// Engine: the implementation behind mpc.h. It owns the training state for a run: the
+// compiled training and evaluation programs and their executors (sharing parameter
+// buffers), the data, the position in the run, metrics and checkpoints.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
+#include "engine/checkpoint.h"
+#include "engine/dataset.h"
+#include "engine/executor.h"
+#include "engine/lr_schedule.h"
+#include "engine/metrics.h"
+#include "engine/mpc.h"
+#include "engine/program.h"
+#include "engine/spec.h"
+#include "graph/onnx_export.h"
+#include "graph/onnx_import.h"
+
+namespace mpc {
+
+struct Engine::Impl {
+  EngineOptions options;
+  TrainSpec spec;
+  std::string spec_dir;
+  std::string model_path;
+  std::string checkpoint_dir;
+  std::unique_ptr<Backend> backend;
+  Program train_program, eval_program;
+  std::unique_ptr<Executor> train_exec, eval_exec;
+  Dataset train_data, eval_data;
+  bool has_eval_data = false;
+  std::unique_ptr<BatchIterator> batches;
+  Tensor feature_batch, label_batch;
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  int64_t eval_batch_size = 0;
+  std::string fingerprint;
+  std::unique_ptr<MetricsWriter> metrics;
+
+  absl::Status CheckDataMatchesModel(const Dataset& data, const Program& program, const std::string& what) const;
+  absl::StatusOr<EvalMetrics> RunEval();
+};
+
+namespace {
+
+Shape RowShape(const Tensor& t) { return Shape(t.shape().begin() + 1, t.shape().end()); }
+
+std::string Fingerprint(const Program& program, const TrainSpec& spec) {
+  std::string key = spec.optimizer().has_adamw() ? "adamw" : absl::StrCat("sgd", spec.optimizer().sgd().momentum() != 0);
+  std::vector<const Value*> persistent;
+  for (const auto& v : program.graph->values()) {
+    if (v->persistent()) key += absl::StrCat("|", v->name, ":", DTypeName(v->dtype), ShapeToString(v->shape));
+  }
+  return absl::StrFormat("%016x", std::hash<std::string>()(key));
+}
+
+}  // namespace
+
+absl::Status Engine::Impl::CheckDataMatchesModel(const Dataset& data, const Program& program,
+                                                 const std::string& what) const {
+  const Value* features = program.graph->FindValue(program.features_input);
+  const Shape model_row(features->shape.begin() + 1, features->shape.end());
+  const Shape data_row = RowShape(data.features);
+  if (NumElements(model_row) != NumElements(data_row)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shape mismatch: the ", what, " has examples of shape ", ShapeToString(data_row), " (", NumElements(data_row),
+        " values) but model input '", features->name, "' takes ", ShapeToString(model_row), " (",
+        NumElements(model_row), " values) per example; check the data files and the model"));
+  }
+  const Value* logits = program.graph->FindValue(program.logits_output);
+  if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
+    if (data.labels.dtype() != DType::kI64 || data.labels.shape().size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("the ", what, " labels are ", DTypeName(data.labels.dtype()),
+                                                     ShapeToString(data.labels.shape()),
+                                                     "; softmax cross-entropy needs integer class indices [N]"));
+    }
+    const int64_t classes = logits->shape.back();
+    for (int64_t i = 0; i < data.labels.num_elements(); ++i) {
+      const int64_t label = data.labels.data<int64_t>()[i];
+      if (label < 0 || label >= classes) {
+        return absl::InvalidArgumentError(absl::StrCat("the ", what, " label at example ", i, " is ", label,
+                                                       ", outside the model's ", classes, " classes (output '",
+                                                       logits->name, "' ", ShapeToString(logits->shape), ")"));
+      }
+    }
+  } else {
+    const Shape logit_row(logits->shape.begin() + 1, logits->shape.end());
+    if (data.labels.dtype() != DType::kF32 || NumElements(RowShape(data.labels)) != NumElements(logit_row)) {
+      return absl::InvalidArgumentError(absl::StrCat("the ", what, " targets are ", DTypeName(data.labels.dtype()),
+                                                     ShapeToString(data.labels.shape()), "; mean squared error needs f32 ",
+                                                     "targets with ", NumElements(logit_row), " values per example"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (options.spec_path.empty()) return absl::InvalidArgumentError("no training spec given (--spec FILE)");
+  MPC_ASSIGN_OR_RETURN(impl->spec, LoadTrainSpec(options.spec_path));
+  TrainSpec& spec = impl->spec;
+  impl->spec_dir = std::filesystem::path(options.spec_path).parent_path().string();
+  impl->model_path = !options.model_path.empty() ? options.model_path : ResolvePath(impl->spec_dir, spec.model());
+  if (impl->model_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(options.spec_path, ": no model: set `model` in the spec or pass --model"));
+  }
+  impl->checkpoint_dir = !options.checkpoint_dir.empty() ? options.checkpoint_dir
+                                                         : ResolvePath(impl->spec_dir, spec.checkpoint().dir());
+  MPC_ASSIGN_OR_RETURN(impl->backend, CreateBackend(options.device.empty() ? spec.device() : options.device));
+
+  MPC_ASSIGN_OR_RETURN(impl->train_data, LoadDataSource(spec.train_data(), impl->spec_dir, "train_data"));
+  if (spec.has_eval() && spec.eval().has_data()) {
+    MPC_ASSIGN_OR_RETURN(impl->eval_data, LoadDataSource(spec.eval().data(), impl->spec_dir, "eval.data"));
+    impl->has_eval_data = true;
+  }
+  const int64_t batch = spec.batch_size();
+  if (impl->train_data.size() < batch) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field batch_size: ", batch, " is larger than the ",
+                                                   impl->train_data.size(), " training examples"));
+  }
+  impl->eval_batch_size = spec.eval().has_batch_size() ? spec.eval().batch_size() : batch;
+
+  ProgramOptions popts;
+  popts.model_path = impl->model_path;
+  popts.batch_size = batch;
+  popts.training = true;
+  MPC_ASSIGN_OR_RETURN(impl->train_program, CompileProgram(spec, impl->backend->capabilities(), popts));
+  popts.batch_size = impl->eval_batch_size;
+  popts.training = false;
+  MPC_ASSIGN_OR_RETURN(impl->eval_program, CompileProgram(spec, impl->backend->capabilities(), popts));
+  MPC_RETURN_IF_ERROR(impl->CheckDataMatchesModel(impl->train_data, impl->train_program, "training data"));
+  if (impl->has_eval_data) {
+    MPC_RETURN_IF_ERROR(impl->CheckDataMatchesModel(impl->eval_data, impl->train_program, "evaluation data"));
+  }
+
+  MPC_ASSIGN_OR_RETURN(impl->train_exec, Executor::Create(*impl->train_program.graph, impl->train_program.info,
+                                                          *impl->backend));
+  MPC_ASSIGN_OR_RETURN(impl->eval_exec, Executor::Create(*impl->eval_program.graph, impl->eval_program.info,
+                                                         *impl->backend, impl->train_exec.get()));
+  impl->train_exec->EnableProfiling(options.profile);
+  impl->eval_exec->EnableProfiling(options.profile);
+
+  impl->batches = std::make_unique<BatchIterator>(&impl->train_data, batch, spec.train_data().shuffle(), spec.seed());
+  const int64_t per_epoch = impl->batches->batches_per_epoch();
+  impl->total_steps = spec.has_steps() ? spec.steps() : per_epoch * (spec.has_epochs() ? spec.epochs() : 1);
+  Shape fshape{batch};
+  for (int64_t d : RowShape(impl->train_data.features)) fshape.push_back(d);
+  Shape lshape{batch};
+  for (int64_t d : RowShape(impl->train_data.labels)) lshape.push_back(d);
+  impl->feature_batch = Tensor(impl->train_data.features.dtype(), fshape);
+  impl->label_batch = Tensor(impl->train_data.labels.dtype(), lshape);
+  impl->fingerprint = Fingerprint(impl->train_program, spec);
+
+  bool resumed = false;
+  if (options.resume && !impl->checkpoint_dir.empty() && CheckpointExists(impl->checkpoint_dir)) {
+    MPC_ASSIGN_OR_RETURN(TrainingPosition pos,
+                         mpc::LoadCheckpoint(impl->checkpoint_dir, *impl->train_exec, impl->fingerprint));
+    impl->step = pos.step;
+    impl->batches->Seek(pos.epoch, pos.batch_in_epoch);
+    resumed = true;
+  }
+  MPC_ASSIGN_OR_RETURN(impl->metrics, MetricsWriter::Open(options.metrics_path, resumed));
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+absl::StatusOr<StepMetrics> Engine::Step() {
+  Impl& m = *impl_;
+  StepMetrics out;
+  out.epoch = m.batches->epoch();
+  m.batches->Next(&m.feature_batch, &m.label_batch);
+  out.lr = LearningRateAt(m.spec, m.step, m.total_steps);
+  const Program& p = m.train_program;
+  MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.features_input, m.feature_batch));
+  MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.labels_input, m.label_batch));
+  MPC_RETURN_IF_ERROR(m.train_exec->SetInput("lr", Tensor::Scalar(static_cast<float>(out.lr))));
+  MPC_RETURN_IF_ERROR(m.train_exec->Run(m.spec.seed(), m.step));
+  MPC_ASSIGN_OR_RETURN(Tensor loss, m.train_exec->Fetch(p.loss_output));
+  out.loss = loss.GetAsDouble(0);
+  out.step = ++m.step;
+  return out;
+}
+
+absl::StatusOr<EvalMetrics> Engine::Impl::RunEval() {
+  const Dataset& data = has_eval_data ? eval_data : train_data;
+  const int64_t n = data.size(), b = eval_batch_size;
+  const Shape row = RowShape(data.features);
+  const int64_t row_elems = NumElements(row);
+  Tensor features(DType::kF32, {b, row_elems});
+  double loss_sum = 0;
+  int64_t correct = 0;
+  const bool classify = spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY;
+  for (int64_t start = 0; start < n; start += b) {
+    const int64_t valid = std::min(b, n - start);
+    // A last partial batch is padded with its first row; only `valid` rows count.
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t src = start + (i < valid ? i : 0);
+      std::memcpy(features.data<float>() + i * row_elems, data.features.data<float>() + src * row_elems,
+                  row_elems * sizeof(float));
+    }
+    MPC_RETURN_IF_ERROR(eval_exec->SetInput(eval_program.features_input, features));
+    MPC_RETURN_IF_ERROR(eval_exec->Run(spec.seed(), step));
+    MPC_ASSIGN_OR_RETURN(Tensor logits, eval_exec->Fetch(eval_program.logits_output));
+    const int64_t width = logits.num_elements() / b;
+    for (int64_t i = 0; i < valid; ++i) {
+      if (classify) {
+        const int64_t label = data.labels.data<int64_t>()[start + i];
+        double mx = -INFINITY;
+        int64_t arg = 0;
+        for (int64_t j = 0; j < width; ++j) {
+          const double v = logits.GetAsDouble(i * width + j);
+          if (v > mx) {
+            mx = v;
+            arg = j;
+          }
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < width; ++j) sum += std::exp(logits.GetAsDouble(i * width + j) - mx);
+        loss_sum += mx + std::log(sum) - logits.GetAsDouble(i * width + label);
+        correct += arg == label;
+      } else {
+        const float* target = data.labels.data<float>() + (start + i) * width;
+        for (int64_t j = 0; j < width; ++j) {
+          const double d = logits.GetAsDouble(i * width + j) - target[j];
+          loss_sum += d * d / width;
+        }
+      }
+    }
+  }
+  EvalMetrics out;
+  out.step = step;
+  out.epoch = batches->epoch();
+  out.examples = n;
+  out.loss = loss_sum / n;
+  out.accuracy = classify ? static_cast<double>(correct) / n : 0.0;
+  return out;
+}
+
+absl::StatusOr<EvalMetrics> Engine::Evaluate() { return impl_->RunEval(); }
+
+absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
+  Impl& m = *impl_;
+  const auto start = std::chrono::steady_clock::now();
+  TrainSummary summary;
+  summary.planned_peak_bytes = planned_peak_bytes();
+  const EvalSpec& eval = m.spec.eval();
+  const bool eval_enabled = m.spec.has_eval();
+  auto evaluate = [&]() -> absl::Status {
+    MPC_ASSIGN_OR_RETURN(EvalMetrics e, m.RunEval());
+    summary.last_eval = e;
+    summary.evaluated = true;
+    m.metrics->WriteEval(e);
+    if (callbacks.on_eval) callbacks.on_eval(e);
+    return absl::OkStatus();
+  };
+  const int64_t per_epoch = m.batches->batches_per_epoch();
+  const int64_t total_epochs = per_epoch ? (m.total_steps + per_epoch - 1) / per_epoch : 0;
+  while (m.step < m.total_steps) {
+    MPC_ASSIGN_OR_RETURN(StepMetrics s, Step());
+    m.metrics->WriteTrain(s);
+    if (callbacks.on_step) callbacks.on_step(s);
+    const bool epoch_end = m.batches->batch_in_epoch() == 0;
+    if (eval_enabled && eval.every_n_steps() > 0 && m.step % eval.every_n_steps() == 0) {
+      MPC_RETURN_IF_ERROR(evaluate());
+    } else if (eval_enabled && epoch_end && eval.at_epoch_end()) {
+      MPC_RETURN_IF_ERROR(evaluate());
+    }
+    if (epoch_end && callbacks.on_epoch_end) callbacks.on_epoch_end(s.epoch, total_epochs);
+    if (!m.checkpoint_dir.empty() && m.spec.checkpoint().every_n_steps() > 0 &&
+        m.step % m.spec.checkpoint().every_n_steps() == 0 && m.step < m.total_steps) {
+      MPC_RETURN_IF_ERROR(SaveCheckpoint(m.checkpoint_dir));
+    }
+  }
+  if (!m.checkpoint_dir.empty() && m.spec.checkpoint().at_end()) MPC_RETURN_IF_ERROR(SaveCheckpoint(m.checkpoint_dir));
+  summary.steps = m.step;
+  summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.metrics->WriteSummary(summary);
+  return summary;
+}
+
+absl::Status Engine::SaveCheckpoint(const std::string& dir) {
+  Impl& m = *impl_;
+  TrainingPosition pos{m.step, m.batches->epoch(), m.batches->batch_in_epoch(), m.spec.seed()};
+  return mpc::SaveCheckpoint(dir, *m.train_exec, pos, m.fingerprint);
+}
+
+absl::Status Engine::LoadCheckpoint(const std::string& dir) {
+  Impl& m = *impl_;
+  MPC_ASSIGN_OR_RETURN(TrainingPosition pos, mpc::LoadCheckpoint(dir, *m.train_exec, m.fingerprint));
+  m.step = pos.step;
+  m.batches->Seek(pos.epoch, pos.batch_in_epoch);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ExportOnnx(const std::string& path) {
+  Impl& m = *impl_;
+  // A fresh forward graph from the model file, with the trained weights swapped in.
+  ImportOptions import;
+  import.batch_size = m.spec.batch_size();
+  MPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxFile(m.model_path, import));
+  for (Value* p : graph->ValuesOfKind(ValueKind::kParameter)) {
+    MPC_ASSIGN_OR_RETURN(p->data, m.train_exec->ReadPersistent(p->name));
+  }
+  ExportOptions options;
+  options.metadata["mpc.trained_steps"] = absl::StrCat(m.step);
+  return ExportOnnxFile(*graph, options, path);
+}
+
+std::vector<std::string> Engine::ParameterNames() const {
+  std::vector<std::string> names;
+  for (const Value* v : impl_->train_exec->PersistentValues()) {
+    if (v->kind == ValueKind::kParameter) names.push_back(v->name);
+  }
+  return names;
+}
+
+absl::StatusOr<std::vector<float>> Engine::GetParameter(const std::string& name) const {
+  MPC_ASSIGN_OR_RETURN(Tensor t, impl_->train_exec->ReadPersistent(name));
+  const Tensor f = t.dtype() == DType::kF32 ? t : t.CastTo(DType::kF32);
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.num_elements());
+}
+
+int64_t Engine::step() const { return impl_->step; }
+int64_t Engine::total_steps() const { return impl_->total_steps; }
+int64_t Engine::planned_peak_bytes() const { return impl_->train_program.info.plan.peak_bytes; }
+
+std::vector<OpProfile> Engine::Profile() const {
+  std::map<std::string, OpTiming> merged = impl_->train_exec->profile();
+  for (const auto& [op, t] : impl_->eval_exec->profile()) {
+    merged[op].calls += t.calls;
+    merged[op].total_ms += t.total_ms;
+  }
+  std::vector<OpProfile> out;
+  for (const auto& [op, t] : merged) out.push_back({op, t.calls, t.total_ms});
+  std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) { return a.total_ms > b.total_ms; });
+  return out;
+}
+
+}  // namespace mpc

@@ -1,0 +1,158 @@
+// Executor: binding values to memory, creating kernels, running steps.
+#include "engine/executor.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace mpc {
+
+Executor::~Executor() {
+  steps_.clear();  // kernels may reference buffers; destroy them first
+  for (void* p : owned_) backend_.Free(p);
+}
+
+absl::StatusOr<void*> Executor::OwnBuffer(size_t bytes) {
+  MPC_ASSIGN_OR_RETURN(void* p, backend_.Allocate(std::max<size_t>(bytes, 1)));
+  owned_.push_back(p);
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const CompileInfo& info,
+                                                           Backend& backend, Executor* share) {
+  std::unique_ptr<Executor> ex(new Executor(backend));
+  if (info.order.size() != graph.nodes().size()) {
+    return absl::FailedPreconditionError("the program has no execution order; run the memory-plan pass");
+  }
+  ex->arena_bytes_ = info.plan.peak_bytes;
+  MPC_ASSIGN_OR_RETURN(ex->arena_, ex->OwnBuffer(static_cast<size_t>(info.plan.peak_bytes)));
+  for (const auto& v : graph.values()) {
+    const Value* value = v.get();
+    ex->by_name_[value->name] = value;
+    switch (value->kind) {
+      case ValueKind::kActivation: {
+        auto it = info.plan.offsets.find(value);
+        if (it == info.plan.offsets.end()) continue;  // produced by no node: unused
+        ex->location_[value] = static_cast<char*>(ex->arena_) + it->second;
+        break;
+      }
+      case ValueKind::kParameter:
+      case ValueKind::kState: {
+        ex->persistent_.push_back(value);
+        if (share) {
+          const Value* twin = share->FindValue(value->name);
+          if (twin && twin->persistent() && twin->dtype == value->dtype && twin->shape == value->shape) {
+            ex->location_[value] = share->location_.at(twin);
+            break;
+          }
+        }
+        MPC_ASSIGN_OR_RETURN(void* p, ex->OwnBuffer(value->bytes()));
+        MPC_RETURN_IF_ERROR(backend.CopyToDevice(p, value->data.raw(), value->bytes()));
+        ex->location_[value] = p;
+        break;
+      }
+      case ValueKind::kConstant: {
+        MPC_ASSIGN_OR_RETURN(void* p, ex->OwnBuffer(value->bytes()));
+        MPC_RETURN_IF_ERROR(backend.CopyToDevice(p, value->data.raw(), value->bytes()));
+        ex->location_[value] = p;
+        break;
+      }
+      case ValueKind::kInput: {
+        MPC_ASSIGN_OR_RETURN(void* p, ex->OwnBuffer(value->bytes()));
+        ex->location_[value] = p;
+        break;
+      }
+    }
+  }
+  for (Node* node : info.order) {
+    Step step;
+    step.node = node;
+    MPC_ASSIGN_OR_RETURN(step.kernel, backend.CreateKernel(*node));
+    for (const Value* in : node->inputs) {
+      step.ctx.inputs.push_back(in ? TensorView{ex->location_.at(in), in->dtype, in->shape} : TensorView{});
+    }
+    for (const Value* out : node->outputs) {
+      auto it = ex->location_.find(out);
+      if (it == ex->location_.end()) {
+        return absl::InternalError(absl::StrCat("output '", out->name, "' of node '", node->name,
+                                                "' has no planned buffer"));
+      }
+      step.ctx.outputs.push_back(TensorView{it->second, out->dtype, out->shape});
+    }
+    ex->steps_.push_back(std::move(step));
+  }
+  return ex;
+}
+
+const Value* Executor::FindValue(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+absl::Status Executor::SetInput(const std::string& name, const Tensor& value) {
+  const Value* v = FindValue(name);
+  if (!v || v->kind != ValueKind::kInput) {
+    return absl::NotFoundError(absl::StrCat("the program has no input named '", name, "'"));
+  }
+  // Same element count suffices: a [B,28,28] batch feeds a [B,1,28,28] input unchanged.
+  if (v->dtype != value.dtype() || NumElements(v->shape) != value.num_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' expects ", DTypeName(v->dtype),
+                                                   ShapeToString(v->shape), " but was given ",
+                                                   DTypeName(value.dtype()), ShapeToString(value.shape())));
+  }
+  return backend_.CopyToDevice(location_.at(v), value.raw(), value.bytes());
+}
+
+absl::Status Executor::Run(uint64_t seed, int64_t step_index) {
+  for (Step& step : steps_) {
+    step.ctx.seed = seed;
+    step.ctx.step = step_index;
+    absl::Status st;
+    if (profiling_) {
+      MPC_RETURN_IF_ERROR(backend_.Synchronize());
+      const auto start = std::chrono::steady_clock::now();
+      st = step.kernel->Run(step.ctx);
+      MPC_RETURN_IF_ERROR(backend_.Synchronize());
+      OpTiming& t = profile_[step.node->op];
+      t.calls++;
+      t.total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    } else {
+      st = step.kernel->Run(step.ctx);
+    }
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("node '", step.node->name, "' (", step.node->op, "): ",
+                                                  st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Executor::Fetch(const std::string& value_name) const {
+  const Value* v = FindValue(value_name);
+  if (!v || !location_.contains(v)) {
+    return absl::NotFoundError(absl::StrCat("the program has no value named '", value_name, "'"));
+  }
+  Tensor out(v->dtype, v->shape);
+  MPC_RETURN_IF_ERROR(backend_.CopyToHost(out.raw(), location_.at(v), out.bytes()));
+  return out;
+}
+
+std::vector<const Value*> Executor::PersistentValues() const { return persistent_; }
+
+absl::StatusOr<Tensor> Executor::ReadPersistent(const std::string& name) const {
+  const Value* v = FindValue(name);
+  if (!v || !v->persistent()) return absl::NotFoundError(absl::StrCat("no parameter or state named '", name, "'"));
+  return Fetch(name);
+}
+
+absl::Status Executor::WritePersistent(const std::string& name, const Tensor& value) {
+  const Value* v = FindValue(name);
+  if (!v || !v->persistent()) return absl::NotFoundError(absl::StrCat("no parameter or state named '", name, "'"));
+  if (v->dtype != value.dtype() || v->shape != value.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is ", DTypeName(v->dtype), ShapeToString(v->shape),
+                                                   " but the value given is ", DTypeName(value.dtype()),
+                                                   ShapeToString(value.shape())));
+  }
+  return backend_.CopyToDevice(location_.at(v), value.raw(), value.bytes());
+}
+
+}  // namespace mpc

@@ -1,0 +1,42 @@
+// Building a program from a model and a spec: import the ONNX model with the batch
+// size bound, attach the loss (training) or keep the model outputs (evaluation), then
+// run the pass pipeline. `mpc compile` and the engine share this path.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "passes/pass_pipeline.h"
+
+namespace mpc {
+
+struct Program {
+  std::unique_ptr<Graph> graph;
+  CompileInfo info;
+  std::vector<PassReport> report;
+  std::string features_input;
+  std::string labels_input;   // training programs only
+  std::string logits_output;  // the model output the loss reads
+  std::string loss_output;    // training programs only
+  int64_t batch_size = 0;
+  int64_t forward_nodes = 0;    // nodes of the imported model
+  int64_t parameter_count = 0;  // trainable elements
+};
+
+struct ProgramOptions {
+  std::string model_path;
+  int64_t batch_size = 1;
+  bool training = true;
+  PipelineOptions pipeline;
+};
+
+absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities& caps,
+                                       const ProgramOptions& options);
+
+// The passes of a training / evaluation pipeline, in order.
+PassPipeline MakeTrainingPipeline(const PipelineOptions& options);
+PassPipeline MakeEvalPipeline(const PipelineOptions& options);
+
+}  // namespace mpc

@@ -1,0 +1,111 @@
+// TrainSpec text parsing with located errors, and value validation by field path.
+#include "engine/spec.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace mpc {
+namespace {
+
+// Keeps the first parse error with its location.
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (message_.empty()) message_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+  }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
+};
+
+absl::Status FieldError(const std::string& path, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("spec field ", path, ": ", what));
+}
+
+absl::Status ValidateData(const DataSource& d, const std::string& path) {
+  if (d.source_case() == DataSource::SOURCE_NOT_SET) {
+    return FieldError(path, "no data source set; set one of idx, npy, synthetic");
+  }
+  if (d.limit() < 0) return FieldError(path + ".limit", absl::StrCat(d.limit(), " must be >= 0"));
+  if (d.has_idx() && (d.idx().images().empty() || d.idx().labels().empty())) {
+    return FieldError(path + ".idx", "both images and labels must be set");
+  }
+  if (d.has_npy() && (d.npy().features().empty() || d.npy().labels().empty())) {
+    return FieldError(path + ".npy", "both features and labels must be set");
+  }
+  if (d.has_synthetic()) {
+    if (d.synthetic().num_examples() <= 0) return FieldError(path + ".synthetic.num_examples", "must be > 0");
+    if (d.synthetic().num_classes() < 2) return FieldError(path + ".synthetic.num_classes", "must be >= 2");
+    for (int64_t dim : d.synthetic().feature_shape()) {
+      if (dim <= 0) return FieldError(path + ".synthetic.feature_shape", "dimensions must be > 0");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateTrainSpec(const TrainSpec& spec) {
+  if (spec.batch_size() <= 0) return FieldError("batch_size", absl::StrCat(spec.batch_size(), " must be > 0"));
+  if (spec.has_epochs() && spec.has_steps()) return FieldError("epochs", "set either epochs or steps, not both");
+  if (spec.has_epochs() && spec.epochs() <= 0) return FieldError("epochs", absl::StrCat(spec.epochs(), " must be > 0"));
+  if (spec.has_steps() && spec.steps() <= 0) return FieldError("steps", absl::StrCat(spec.steps(), " must be > 0"));
+  if (!spec.has_train_data()) return FieldError("train_data", "is required");
+  MPC_RETURN_IF_ERROR(ValidateData(spec.train_data(), "train_data"));
+  if (spec.has_eval()) {
+    if (spec.eval().has_data()) MPC_RETURN_IF_ERROR(ValidateData(spec.eval().data(), "eval.data"));
+    if (spec.eval().every_n_steps() < 0) return FieldError("eval.every_n_steps", "must be >= 0");
+    if (spec.eval().has_batch_size() && spec.eval().batch_size() <= 0) return FieldError("eval.batch_size", "must be > 0");
+  }
+  if (spec.optimizer().has_sgd()) {
+    const SgdSpec& s = spec.optimizer().sgd();
+    if (!(s.lr() > 0)) return FieldError("optimizer.sgd.lr", absl::StrCat(s.lr(), " must be > 0"));
+    if (s.momentum() < 0 || s.momentum() >= 1) return FieldError("optimizer.sgd.momentum", "must be in [0, 1)");
+    if (s.nesterov() && s.momentum() == 0) return FieldError("optimizer.sgd.nesterov", "needs momentum > 0");
+    if (s.weight_decay() < 0) return FieldError("optimizer.sgd.weight_decay", "must be >= 0");
+  }
+  if (spec.optimizer().has_adamw()) {
+    const AdamWSpec& a = spec.optimizer().adamw();
+    if (!(a.lr() > 0)) return FieldError("optimizer.adamw.lr", absl::StrCat(a.lr(), " must be > 0"));
+    if (a.beta1() < 0 || a.beta1() >= 1) return FieldError("optimizer.adamw.beta1", "must be in [0, 1)");
+    if (a.beta2() < 0 || a.beta2() >= 1) return FieldError("optimizer.adamw.beta2", "must be in [0, 1)");
+    if (!(a.eps() > 0)) return FieldError("optimizer.adamw.eps", "must be > 0");
+    if (a.weight_decay() < 0) return FieldError("optimizer.adamw.weight_decay", "must be >= 0");
+  }
+  if (spec.schedule().has_warmup_cosine()) {
+    const auto& w = spec.schedule().warmup_cosine();
+    if (w.warmup_steps() < 0) return FieldError("schedule.warmup_cosine.warmup_steps", "must be >= 0");
+    if (w.min_lr() < 0) return FieldError("schedule.warmup_cosine.min_lr", "must be >= 0");
+  }
+  if (spec.device() != "cpu" && spec.device() != "cuda" && spec.device().rfind("cuda:", 0) != 0) {
+    return FieldError("device", absl::StrCat("'", spec.device(), "' is not a device; use cpu or cuda"));
+  }
+  if (spec.checkpoint().every_n_steps() < 0) return FieldError("checkpoint.every_n_steps", "must be >= 0");
+  if (spec.log_every_n_steps() < 0) return FieldError("log_every_n_steps", "must be >= 0");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainSpec> ParseTrainSpec(const std::string& text, const std::string& source_name) {
+  TrainSpec spec;
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &spec)) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": invalid training spec: ", errors.message()));
+  }
+  if (absl::Status st = ValidateTrainSpec(spec); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": ", st.message()));
+  }
+  return spec;
+}
+
+absl::StatusOr<TrainSpec> LoadTrainSpec(const std::string& path) {
+  MPC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseTrainSpec(text, path);
+}
+
+}  // namespace mpc

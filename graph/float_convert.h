@@ -1,0 +1,37 @@
+// Conversions between f32 and the 16-bit float formats, bit-exact: round to nearest
+// even, subnormals kept, ±inf and NaN preserved (NaN stays a quiet NaN). These are the
+// semantics of a tensor core's operand rounding, so the CPU backend can reproduce it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace mpc {
+
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float BitsToFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t FloatToBf16(float f) {
+  uint32_t u = FloatBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even; overflow carries into inf
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float Bf16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
+
+uint16_t FloatToHalf(float f);
+float HalfToFloat(uint16_t h);
+
+// Rounds an f32 value to the nearest representable value of the format, kept in f32.
+inline float RoundToBf16(float f) { return Bf16ToFloat(FloatToBf16(f)); }
+inline float RoundToHalf(float f) { return HalfToFloat(FloatToHalf(f)); }
+
+}  // namespace mpc

@@ -1,0 +1,168 @@
+// Graph -> ONNX ModelProto (see onnx_export.h). Persistent values and constants become
+// initializers (raw little-endian data), nodes are written in the graph's deterministic
+// topological order so two exports of the same graph are byte-identical, and every
+// activation gets a value_info entry so viewers such as Netron show its type and shape.
+#include "graph/onnx_export.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
+#include "graph/op_registry.h"
+
+// raw_data is little endian by the ONNX spec; host buffers are written byte for byte.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "mpc assumes a little-endian host");
+
+namespace mpc {
+namespace {
+
+void SetTensorType(DType dtype, const Shape& shape, onnx::TypeProto* type) {
+  auto* tt = type->mutable_tensor_type();
+  tt->set_elem_type(DTypeToOnnx(dtype));
+  auto* s = tt->mutable_shape();  // present even for scalars: rank 0 is known
+  for (int64_t d : shape) s->add_dim()->set_dim_value(d);
+}
+
+void AddValueInfo(const Value& v, google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list) {
+  onnx::ValueInfoProto* info = list->Add();
+  info->set_name(v.name);
+  SetTensorType(v.dtype, v.shape, info->mutable_type());
+}
+
+absl::Status AddInitializer(const Value& v, onnx::GraphProto* g) {
+  const Tensor* data = &v.data;
+  Tensor converted;  // only filled when the stored data needs a change of form
+  if (data->empty()) {
+    if (NumElements(v.shape) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot export ", ValueKindName(v.kind), " '", v.name, "': it has no data"));
+    }
+    converted = Tensor(v.dtype, v.shape);
+    data = &converted;
+  }
+  if (data->num_elements() != NumElements(v.shape)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot export ", ValueKindName(v.kind), " '", v.name, "': its data has shape ",
+        ShapeToString(data->shape()), " but the value is ", DTypeName(v.dtype),
+        ShapeToString(v.shape)));
+  }
+  // The value's declared type is what consumers see; data kept in another dtype is
+  // converted on the way out.
+  if (data->dtype() != v.dtype) {
+    converted = data->CastTo(v.dtype);
+    data = &converted;
+  }
+  onnx::TensorProto* t = g->add_initializer();
+  t->set_name(v.name);
+  t->set_data_type(DTypeToOnnx(v.dtype));
+  for (int64_t d : v.shape) t->add_dims(d);
+  t->set_raw_data(static_cast<const char*>(data->raw()), data->bytes());
+  return absl::OkStatus();
+}
+
+void SetAttribute(const std::string& name, const AttrValue& value, onnx::AttributeProto* a) {
+  a->set_name(name);
+  std::visit(
+      [a](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          a->set_type(onnx::AttributeProto::INT);
+          a->set_i(v);
+        } else if constexpr (std::is_same_v<T, float>) {
+          a->set_type(onnx::AttributeProto::FLOAT);
+          a->set_f(v);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          a->set_type(onnx::AttributeProto::STRING);
+          a->set_s(v);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          a->set_type(onnx::AttributeProto::INTS);
+          for (int64_t x : v) a->add_ints(x);
+        } else {
+          a->set_type(onnx::AttributeProto::FLOATS);
+          for (float x : v) a->add_floats(x);
+        }
+      },
+      value);
+}
+
+}  // namespace
+
+absl::StatusOr<onnx::ModelProto> ExportOnnxModel(const Graph& graph, const ExportOptions& options) {
+  MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.set_producer_name(options.producer);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("mpc");
+
+  for (const Value* v : graph.inputs()) AddValueInfo(*v, g->mutable_input());
+  for (const auto& v : graph.values()) {
+    if (v->kind == ValueKind::kParameter || v->kind == ValueKind::kState ||
+        v->kind == ValueKind::kConstant) {
+      MPC_RETURN_IF_ERROR(AddInitializer(*v, g));
+    }
+  }
+
+  bool uses_mpc_domain = false;
+  for (const Node* node : order) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_name(node->name);
+    n->set_op_type(node->op);
+    // Ops the registry does not know yet are written as plain ONNX ops.
+    const OpDef* def = OpRegistry::Global().Find(node->op);
+    if (def != nullptr && def->domain == "mpc") {
+      n->set_domain("mpc");
+      uses_mpc_domain = true;
+    }
+    for (const Value* in : node->inputs) n->add_input(in ? in->name : "");
+    for (const Value* out : node->outputs) n->add_output(out->name);
+    for (const auto& [name, value] : node->attrs.all()) SetAttribute(name, value, n->add_attribute());
+    // ONNX has no control edges; keep the ordering constraint visible to readers.
+    if (!node->control_deps.empty()) {
+      std::vector<std::string> deps;
+      for (const Node* dep : node->control_deps) deps.push_back(dep->name);
+      n->set_doc_string(absl::StrCat("runs after: ", absl::StrJoin(deps, ", ")));
+    }
+    for (const Value* out : node->outputs) {
+      if (!graph.IsOutput(out)) AddValueInfo(*out, g->mutable_value_info());
+    }
+  }
+  for (const Value* v : graph.outputs()) AddValueInfo(*v, g->mutable_output());
+
+  auto* onnx_opset = model.add_opset_import();
+  onnx_opset->set_domain("");
+  onnx_opset->set_version(options.opset);
+  if (uses_mpc_domain) {
+    auto* mpc_opset = model.add_opset_import();
+    mpc_opset->set_domain("mpc");
+    mpc_opset->set_version(1);
+  }
+  for (const auto& [key, value] : options.metadata) {
+    auto* prop = model.add_metadata_props();
+    prop->set_key(key);
+    prop->set_value(value);
+  }
+  return model;
+}
+
+absl::Status ExportOnnxFile(const Graph& graph, const ExportOptions& options, const std::string& path) {
+  auto model = ExportOnnxModel(graph, options);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
+  }
+  std::string bytes;
+  if (!model->SerializeToString(&bytes)) {
+    return absl::InternalError(absl::StrCat(
+        path, ": the model cannot be serialized (protobuf limits a model to 2 GiB; ",
+        "this one has larger initializers)"));
+  }
+  return WriteFileAtomically(path, bytes);
+}
+
+}  // namespace mpc

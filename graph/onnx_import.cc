@@ -1,0 +1,568 @@
+// ONNX ModelProto -> Graph (see onnx_import.h). Reading a file tries binary protobuf,
+// then protobuf text, then runs ONNX's own checker. Import validates what mpc relies on
+// (opsets, domains, static shapes, in-model initializer data) with messages that name
+// the file, the node and the op, converts attributes to AttrMap verbatim, and lets the
+// op registry's inference give every produced value its dtype and shape.
+#include "graph/onnx_import.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
+#include "graph/op_registry.h"
+
+// Initializer raw_data is little endian by the ONNX spec; it is copied byte for byte.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "mpc assumes a little-endian host");
+
+namespace mpc {
+namespace {
+
+constexpr int64_t kMinOpset = 13;
+constexpr int64_t kMaxOpset = 17;
+constexpr int64_t kMpcOpsetVersion = 1;
+
+bool IsOnnxDomain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+
+absl::Status WithPrefix(const absl::Status& status, const std::string& prefix) {
+  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+// Text-format parse errors are collected (the first one is reported in our message)
+// instead of protobuf's default of printing every error to stderr.
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+// A binary ModelProto starts with a field tag such as 0x08 (ir_version), which is not
+// printable; a text model is printable throughout. Text that happens to parse as binary
+// would yield garbage unknown fields, so printable files are parsed as text first.
+bool LooksLikeText(const std::string& data) {
+  const size_t n = std::min<size_t>(data.size(), 4096);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<unsigned char>(data[i]);
+    if (c < 0x20 && c != '\n' && c != '\r' && c != '\t') return false;
+    if (c == 0x7f) return false;
+  }
+  return true;
+}
+
+// Inputs that ONNX passes as tensors but that configure the op rather than carry
+// learnable data (target shapes, dropout ratio, loss class weights). A float initializer
+// used only in such slots becomes a constant, never a trainable parameter, so that shape
+// inference can read it and the optimizer leaves it alone.
+struct ConfigSlot {
+  const char* op;
+  int index;
+};
+constexpr ConfigSlot kConfigInputSlots[] = {
+    {"Reshape", 1}, {"Dropout", 1}, {"Dropout", 2}, {"SoftmaxCrossEntropyLoss", 2},
+    {"Expand", 1},  {"Tile", 1},    {"Squeeze", 1}, {"Unsqueeze", 1},
+    {"Slice", 1},   {"Slice", 2},   {"Slice", 3},   {"Slice", 4},
+    {"Clip", 1},    {"Clip", 2},    {"Pad", 1},     {"Pad", 2},
+};
+
+bool IsConfigSlot(const std::string& op, int index) {
+  for (const ConfigSlot& slot : kConfigInputSlots) {
+    if (op == slot.op && index == slot.index) return true;
+  }
+  return false;
+}
+
+// Copies `count` typed values into the tensor buffer, narrowing each element to `Dst`
+// (the ONNX typed fields widen small types: f16/bf16 bits and bytes live in int32_data).
+template <typename Dst, typename Field>
+void CopyTyped(const Field& field, Tensor& out) {
+  Dst* dst = out.data<Dst>();
+  for (int i = 0; i < field.size(); ++i) dst[i] = static_cast<Dst>(field.Get(i));
+}
+
+absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& what) {
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL || proto.external_data_size() > 0) {
+    std::string location;
+    for (const auto& entry : proto.external_data()) {
+      if (entry.key() == "location") location = entry.value();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " stores its data outside the model file",
+        location.empty() ? "" : absl::StrCat(" ('", location, "')"),
+        "; mpc reads only self-contained models. Re-save it with the data inside, e.g. in "
+        "Python: m = onnx.load(path); onnx.save_model(m, out_path, save_as_external_data=False)"));
+  }
+  if (proto.has_segment()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is a segment of a larger tensor, which mpc does not support"));
+  }
+  auto dtype = DTypeFromOnnx(proto.data_type());
+  if (!dtype.ok()) return WithPrefix(dtype.status(), absl::StrCat(what, ": "));
+  Shape shape;
+  int64_t n = 1;
+  for (int64_t d : proto.dims()) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has a negative dimension ", d));
+    }
+    // The element count is checked against the stored data before anything is
+    // allocated, so a corrupt dimension cannot request an absurd buffer.
+    if (d > 0 && n > (int64_t{1} << 48) / d) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has dimensions ",
+                                                     absl::StrJoin(proto.dims(), "x"),
+                                                     ", too large for a tensor"));
+    }
+    n *= d;
+    shape.push_back(d);
+  }
+  const size_t bytes = static_cast<size_t>(n) * DTypeSize(*dtype);
+  if (proto.has_raw_data()) {
+    if (proto.raw_data().size() != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " has ", proto.raw_data().size(), " bytes of raw_data; its type ",
+          DTypeName(*dtype), ShapeToString(shape), " needs ", bytes));
+    }
+    Tensor out(*dtype, shape);
+    if (n > 0) std::memcpy(out.raw(), proto.raw_data().data(), bytes);
+    return out;
+  }
+  // Typed storage: which repeated field holds the values depends on the element type.
+  int have = 0;
+  const char* field = "int32_data";
+  switch (*dtype) {
+    case DType::kF32: field = "float_data", have = proto.float_data_size(); break;
+    case DType::kF64: field = "double_data", have = proto.double_data_size(); break;
+    case DType::kI64: field = "int64_data", have = proto.int64_data_size(); break;
+    default: have = proto.int32_data_size(); break;  // i32, and the narrower types widened
+  }
+  if (have != n) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", have, " values in ", field,
+                                                   " (and no raw_data); its shape ",
+                                                   ShapeToString(shape), " needs ", n));
+  }
+  Tensor out(*dtype, shape);
+  switch (*dtype) {
+    case DType::kF32: CopyTyped<float>(proto.float_data(), out); break;
+    case DType::kF64: CopyTyped<double>(proto.double_data(), out); break;
+    case DType::kI64: CopyTyped<int64_t>(proto.int64_data(), out); break;
+    case DType::kI32: CopyTyped<int32_t>(proto.int32_data(), out); break;
+    case DType::kF16:
+    case DType::kBF16: CopyTyped<uint16_t>(proto.int32_data(), out); break;  // the bit patterns
+    case DType::kU8:
+    case DType::kBool:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2: CopyTyped<uint8_t>(proto.int32_data(), out); break;
+  }
+  return out;
+}
+
+std::string DimsToString(const onnx::TensorShapeProto& shape) {
+  std::vector<std::string> dims;
+  for (const auto& d : shape.dim()) {
+    dims.push_back(d.has_dim_value() ? absl::StrCat(d.dim_value())
+                                     : (d.dim_param().empty() ? "?" : d.dim_param()));
+  }
+  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+}
+
+// Checks the declared operator sets and returns the default-domain opset. Imports of
+// other domains are checked where a node uses them: an unused import is harmless.
+absl::StatusOr<int64_t> CheckOpsets(const onnx::ModelProto& model, const std::string& source) {
+  int64_t opset = -1;
+  for (const auto& import : model.opset_import()) {
+    if (IsOnnxDomain(import.domain())) {
+      opset = import.version();
+    } else if (import.domain() == "mpc" && import.version() != kMpcOpsetVersion) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": the model imports the 'mpc' operator set version ", import.version(),
+          "; this build of mpc provides version ", kMpcOpsetVersion,
+          ". Re-export the program with this version of mpc"));
+    }
+  }
+  if (opset < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the model declares no operator set for the default ONNX domain (opset_import); "
+                "mpc needs opset ", kMinOpset, " to ", kMaxOpset,
+        ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset));
+  }
+  if (opset < kMinOpset || opset > kMaxOpset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the model uses ONNX opset ", opset, "; mpc supports opsets ", kMinOpset, " to ",
+        kMaxOpset, ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset,
+        " (e.g. torch.onnx.export(..., opset_version=17)) or convert it with "
+        "onnx.version_converter.convert_version(model, 17)"));
+  }
+  return opset;
+}
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, const ImportOptions& options, std::string source)
+      : model_(model), options_(options), source_(std::move(source)), graph_(new Graph()) {}
+
+  absl::StatusOr<std::unique_ptr<Graph>> Run() {
+    MPC_ASSIGN_OR_RETURN(opset_, CheckOpsets(model_, source_));
+    if (!model_.has_graph()) return Error("the model has no graph");
+    const onnx::GraphProto& g = model_.graph();
+    MPC_RETURN_IF_ERROR(ImportInitializers(g));
+    MPC_RETURN_IF_ERROR(ImportInputs(g));
+    for (int i = 0; i < g.node_size(); ++i) MPC_RETURN_IF_ERROR(ImportNode(g.node(i), i));
+    MPC_RETURN_IF_ERROR(ImportOutputs(g));
+    return std::move(graph_);
+  }
+
+ private:
+  absl::Status Error(const std::string& message) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", message));
+  }
+
+  absl::Status Define(const std::string& name, Value* value, const std::string& where) {
+    if (!values_.emplace(name, value).second) {
+      return Error(absl::StrCat(where, " defines '", name,
+                                "', which is already defined; ONNX value names must be unique"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportInitializers(const onnx::GraphProto& g) {
+    // A float initializer is trainable unless every use is a configuration input.
+    absl::flat_hash_set<std::string> data_uses, config_uses;
+    for (const auto& node : g.node()) {
+      for (int i = 0; i < node.input_size(); ++i) {
+        (IsConfigSlot(node.op_type(), i) ? config_uses : data_uses).insert(node.input(i));
+      }
+    }
+    for (const auto& init : g.initializer()) {
+      const std::string what = absl::StrCat("initializer '", init.name(), "'");
+      if (init.name().empty()) return Error("an initializer has no name");
+      auto tensor = TensorFromProto(init, what);
+      if (!tensor.ok()) return WithPrefix(tensor.status(), absl::StrCat(source_, ": "));
+      const bool trainable = IsFloating(tensor->dtype()) &&
+                             !(config_uses.contains(init.name()) && !data_uses.contains(init.name()));
+      Value* v = trainable ? graph_->AddParameter(init.name(), *std::move(tensor))
+                           : graph_->AddConstant(init.name(), *std::move(tensor));
+      MPC_RETURN_IF_ERROR(Define(init.name(), v, what));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportInputs(const onnx::GraphProto& g) {
+    for (const auto& input : g.input()) {
+      // Old exporters (IR < 4) list initializers as inputs too; those are weights.
+      if (values_.contains(input.name())) continue;
+      const std::string what = absl::StrCat("graph input '", input.name(), "'");
+      if (!input.type().has_tensor_type()) {
+        return Error(absl::StrCat(what, " is not a tensor; mpc supports tensor inputs only"));
+      }
+      const auto& tt = input.type().tensor_type();
+      auto dtype = DTypeFromOnnx(tt.elem_type());
+      if (!dtype.ok()) return WithPrefix(dtype.status(), absl::StrCat(source_, ": ", what, ": "));
+      if (!tt.has_shape()) {
+        return Error(absl::StrCat(what, " has no shape; mpc needs the rank and static sizes of "
+                                        "every input. Re-export with an example input of the real shape"));
+      }
+      Shape shape;
+      for (int axis = 0; axis < tt.shape().dim_size(); ++axis) {
+        const auto& dim = tt.shape().dim(axis);
+        if (dim.has_dim_value() && dim.dim_value() < 0) {
+          return Error(absl::StrCat(what, " has a negative size ", dim.dim_value(), " at axis ", axis));
+        }
+        if (dim.has_dim_value()) {
+          shape.push_back(dim.dim_value());
+        } else if (axis == 0) {
+          if (options_.batch_size < 1) {
+            return Error(absl::StrCat(what, " has a dynamic batch axis 0 and the batch size is ",
+                                      options_.batch_size, "; set a batch size of at least 1"));
+          }
+          shape.push_back(options_.batch_size);
+        } else {
+          return Error(absl::StrCat(
+              what, " has a dynamic dimension",
+              dim.dim_param().empty() ? "" : absl::StrCat(" '", dim.dim_param(), "'"), " at axis ",
+              axis, " (shape ", DimsToString(tt.shape()),
+              "); mpc binds only axis 0 to the batch size and needs every other dimension static. "
+              "Re-export with a fixed size for that axis (remove it from dynamic_axes)"));
+        }
+      }
+      // Every later size computation multiplies these extents; refuse corrupt ones here.
+      int64_t elements = 1;
+      for (int64_t d : shape) {
+        if (d > 0 && elements > (int64_t{1} << 48) / d) {
+          return Error(absl::StrCat(what, " has shape ", ShapeToString(shape),
+                                    ", too large for a tensor"));
+        }
+        elements *= d;
+      }
+      MPC_RETURN_IF_ERROR(Define(input.name(), graph_->AddInput(input.name(), *dtype, shape), what));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<AttrValue> ConvertAttribute(const onnx::AttributeProto& a,
+                                             const std::string& where) const {
+    auto type = a.type();
+    // IR version 1 models leave the type unset; it is implied by the field that is set.
+    if (type == onnx::AttributeProto::UNDEFINED) {
+      if (a.has_f()) type = onnx::AttributeProto::FLOAT;
+      else if (a.has_i()) type = onnx::AttributeProto::INT;
+      else if (a.has_s()) type = onnx::AttributeProto::STRING;
+      else if (a.ints_size() > 0) type = onnx::AttributeProto::INTS;
+      else if (a.floats_size() > 0) type = onnx::AttributeProto::FLOATS;
+    }
+    if (!a.ref_attr_name().empty()) {
+      return Error(absl::StrCat(where, ": attribute '", a.name(), "' refers to a function attribute ('",
+                                a.ref_attr_name(), "'); mpc does not support ONNX functions"));
+    }
+    switch (type) {
+      case onnx::AttributeProto::INT: return AttrValue(static_cast<int64_t>(a.i()));
+      case onnx::AttributeProto::FLOAT: return AttrValue(a.f());
+      case onnx::AttributeProto::STRING: return AttrValue(a.s());
+      case onnx::AttributeProto::INTS:
+        return AttrValue(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+      case onnx::AttributeProto::FLOATS:
+        return AttrValue(std::vector<float>(a.floats().begin(), a.floats().end()));
+      default: break;
+    }
+    const std::string type_name = type == onnx::AttributeProto::UNDEFINED
+                                      ? std::string("UNDEFINED")
+                                      : onnx::AttributeProto_AttributeType_Name(type);
+    return Error(absl::StrCat(
+        where, ": attribute '", a.name(), "' has type ", type_name,
+        ", which mpc does not support; node attributes may be INT, FLOAT, STRING, INTS or FLOATS",
+        type == onnx::AttributeProto::TENSOR ? " (tensor attributes only on Constant)" : ""));
+  }
+
+  // Constant nodes are folded into constant Values at import.
+  absl::Status ImportConstant(const onnx::NodeProto& node, const std::string& where) {
+    if (node.output_size() != 1 || node.output(0).empty()) {
+      return Error(absl::StrCat(where, ": a Constant has exactly one output"));
+    }
+    if (node.attribute_size() != 1) {
+      return Error(absl::StrCat(where, ": a Constant needs exactly one value attribute (value, "
+                                       "value_float, value_floats, value_int or value_ints); it has ",
+                                node.attribute_size()));
+    }
+    const onnx::AttributeProto& a = node.attribute(0);
+    Tensor value;
+    if (a.name() == "value") {
+      auto t = TensorFromProto(a.t(), absl::StrCat(where, ": attribute 'value'"));
+      if (!t.ok()) return WithPrefix(t.status(), absl::StrCat(source_, ": "));
+      value = *std::move(t);
+    } else if (a.name() == "value_float") {
+      value = Tensor::Scalar(a.f());
+    } else if (a.name() == "value_floats") {
+      value = Tensor::FromVector<float>({a.floats_size()},
+                                        std::vector<float>(a.floats().begin(), a.floats().end()));
+    } else if (a.name() == "value_int") {
+      value = Tensor::FromVector<int64_t>({}, {static_cast<int64_t>(a.i())});
+    } else if (a.name() == "value_ints") {
+      value = Tensor::FromVector<int64_t>({a.ints_size()},
+                                          std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+    } else {
+      return Error(absl::StrCat(where, ": Constant attribute '", a.name(),
+                                "' is not supported; mpc supports value, value_float, "
+                                "value_floats, value_int and value_ints"));
+    }
+    return Define(node.output(0), graph_->AddConstant(node.output(0), std::move(value)), where);
+  }
+
+  std::string SupportedOps() const {
+    std::vector<std::string> names = OpRegistry::Global().OpNames();
+    names.push_back("Constant");
+    std::sort(names.begin(), names.end());
+    return absl::StrJoin(names, " ");
+  }
+
+  std::string NodeName(const onnx::NodeProto& node, int index) {
+    std::string name = node.name().empty() ? absl::StrCat(node.op_type(), "_", index) : node.name();
+    // ONNX does not require unique node names; mpc looks nodes up by name.
+    std::string unique = name;
+    for (int k = 1; node_names_.contains(unique); ++k) unique = absl::StrCat(name, "_", k);
+    node_names_.insert(unique);
+    return unique;
+  }
+
+  absl::Status ImportNode(const onnx::NodeProto& node, int index) {
+    const std::string name = NodeName(node, index);
+    const std::string& op = node.op_type();
+    const std::string where = absl::StrCat("node '", name, "' (", op, ")");
+    const bool mpc_domain = node.domain() == "mpc";
+    if (!IsOnnxDomain(node.domain()) && !mpc_domain) {
+      return Error(absl::StrCat(where, " is in operator domain '", node.domain(),
+                                "', which mpc does not support; mpc runs ops of the default "
+                                "ONNX domain (opsets ", kMinOpset, "-", kMaxOpset,
+                                ") and its own 'mpc' domain"));
+    }
+    if (op == "Constant" && !mpc_domain) return ImportConstant(node, where);
+
+    const OpDef* def = OpRegistry::Global().Find(op);
+    if (def == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          source_, ": node '", name, "': op '", op, "' is not supported by mpc (",
+          mpc_domain ? "domain 'mpc'" : absl::StrCat("opset ", opset_),
+          "); supported ops: ", SupportedOps(),
+          ". Re-export the model using only these ops"));
+    }
+    if (!mpc_domain && def->domain == "mpc") {
+      return Error(absl::StrCat(where, ": '", op, "' is an op of the 'mpc' domain; the node must "
+                                       "set domain: \"mpc\" (and the model import that operator set)"));
+    }
+
+    std::vector<Value*> inputs;
+    for (int i = 0; i < node.input_size(); ++i) {
+      const std::string& in = node.input(i);
+      if (in.empty()) {  // an absent optional input
+        inputs.push_back(nullptr);
+        continue;
+      }
+      auto it = values_.find(in);
+      if (it == values_.end()) {
+        return Error(absl::StrCat(where, ": input ", i, " '", in,
+                                  "' is not a graph input, an initializer or the output of an "
+                                  "earlier node (ONNX nodes must be topologically sorted)"));
+      }
+      inputs.push_back(it->second);
+    }
+    AttrMap attrs;
+    for (const auto& a : node.attribute()) {
+      MPC_ASSIGN_OR_RETURN(AttrValue value, ConvertAttribute(a, where));
+      attrs.Set(a.name(), std::move(value));
+    }
+    std::vector<std::string> output_names(node.output().begin(), node.output().end());
+    auto created = graph_->AddNode(op, std::move(inputs), std::move(attrs), name, output_names);
+    if (!created.ok()) {
+      return WithPrefix(created.status(), absl::StrCat(source_, " (opset ", opset_, "): "));
+    }
+    for (int i = 0; i < node.output_size(); ++i) {
+      if (node.output(i).empty()) continue;  // an optional output the model does not use
+      MPC_RETURN_IF_ERROR(Define(node.output(i), (*created)->outputs[i], where));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportOutputs(const onnx::GraphProto& g) {
+    for (const auto& out : g.output()) {
+      const std::string what = absl::StrCat("graph output '", out.name(), "'");
+      auto it = values_.find(out.name());
+      if (it == values_.end()) {
+        return Error(absl::StrCat(what, " is not produced by any node, initializer or input"));
+      }
+      Value* v = it->second;
+      // The declared type must agree with inference; a mismatch means the model and
+      // mpc disagree on an op's semantics, which is better caught here than in training.
+      if (out.type().has_tensor_type()) {
+        const auto& tt = out.type().tensor_type();
+        if (tt.elem_type() != 0) {
+          auto declared = DTypeFromOnnx(tt.elem_type());
+          if (declared.ok() && *declared != v->dtype) {
+            return Error(absl::StrCat(what, " is declared as ", DTypeName(*declared),
+                                      " but mpc computes it as ", DTypeName(v->dtype)));
+          }
+        }
+        if (tt.has_shape()) {
+          const auto& shape = tt.shape();
+          bool match = shape.dim_size() == static_cast<int>(v->shape.size());
+          // Axis 0 is skipped: it follows the batch size chosen at import.
+          for (int axis = 1; match && axis < shape.dim_size(); ++axis) {
+            if (shape.dim(axis).has_dim_value() && shape.dim(axis).dim_value() != v->shape[axis]) {
+              match = false;
+            }
+          }
+          if (!match) {
+            return Error(absl::StrCat(what, " is declared with shape ", DimsToString(shape),
+                                      " but mpc infers ", DTypeName(v->dtype),
+                                      ShapeToString(v->shape)));
+          }
+        }
+      }
+      graph_->AddOutput(v);
+    }
+    return absl::OkStatus();
+  }
+
+  const onnx::ModelProto& model_;
+  const ImportOptions& options_;
+  const std::string source_;
+  std::unique_ptr<Graph> graph_;
+  int64_t opset_ = 0;
+  absl::flat_hash_map<std::string, Value*> values_;  // ONNX value name -> Value
+  absl::flat_hash_set<std::string> node_names_;
+};
+
+}  // namespace
+
+absl::StatusOr<onnx::ModelProto> ReadOnnxModelFile(const std::string& path) {
+  MPC_ASSIGN_OR_RETURN(std::string data, ReadFileToString(path));
+  if (data.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the file is empty, expected an ONNX model"));
+  }
+  onnx::ModelProto model;
+  bool parsed = false;
+  std::string text_error;
+  auto parse_text = [&] {
+    model.Clear();
+    FirstErrorCollector errors;
+    google::protobuf::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&errors);
+    parsed = parser.ParseFromString(data, &model);
+    text_error = errors.first();
+  };
+  const bool text = LooksLikeText(data);
+  if (text) parse_text();
+  if (!parsed) {
+    model.Clear();
+    parsed = model.ParseFromString(data) && model.has_graph();
+  }
+  if (!parsed && !text) parse_text();
+  if (!parsed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not an ONNX model (neither binary nor text protobuf parses)",
+        text && !text_error.empty() ? absl::StrCat("; as text: ", text_error) : "",
+        ". The file may be truncated or not a model; re-export it (torch.onnx.export) or check "
+        "the path"));
+  }
+  if (!model.has_graph()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the ONNX model has no graph"));
+  }
+  // Our own opset check first: its message says how to fix the model, while the
+  // checker's messages for an unsupported opset are about individual ops.
+  MPC_RETURN_IF_ERROR(CheckOpsets(model, path).status());
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the ONNX checker rejects the model: ", e.what(),
+        ". Fix the exporter's output (onnx.checker.check_model reproduces this) or re-export it"));
+  }
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& model,
+                                                       const ImportOptions& options,
+                                                       const std::string& source_name) {
+  return Importer(model, options, source_name.empty() ? "<model>" : source_name).Run();
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path,
+                                                      const ImportOptions& options) {
+  MPC_ASSIGN_OR_RETURN(onnx::ModelProto model, ReadOnnxModelFile(path));
+  return ImportOnnxModel(model, options, path);
+}
+
+}  // namespace mpc

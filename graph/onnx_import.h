@@ -1,0 +1,34 @@
+// ONNX ModelProto -> Graph. Accepts binary (.onnx) and protobuf text (.onnxtxt or any
+// file that fails to parse as binary but parses as text). Default-domain opsets 13-17.
+// Float initializers become trainable parameters; integer initializers and Constant
+// nodes become constants. A dynamic (symbolic or unset) dimension 0 of a graph input
+// is bound to `batch_size`; any other unknown dimension is an error.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+
+namespace onnx {
+class ModelProto;
+}
+
+namespace mpc {
+
+struct ImportOptions {
+  int64_t batch_size = 1;  // value for a dynamic leading dimension of the graph inputs
+};
+
+// Reads and parses a model file; errors name the file.
+absl::StatusOr<onnx::ModelProto> ReadOnnxModelFile(const std::string& path);
+
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& model,
+                                                       const ImportOptions& options,
+                                                       const std::string& source_name);
+
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path,
+                                                      const ImportOptions& options);
+
+}  // namespace mpc

@@ -1,0 +1,67 @@
+// The closed op set. Each OpDef says what an op accepts (arity), what it produces
+// (shape and dtype inference) and how to differentiate it (gradient builder).
+// Passes consult the registry instead of special-casing op names.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+
+namespace mpc {
+
+class GraphBuilder;
+
+struct TensorType {
+  DType dtype;
+  Shape shape;
+};
+
+// Infers output types from a node whose inputs and attributes are set.
+using InferFn = std::function<absl::StatusOr<std::vector<TensorType>>(const Node& node)>;
+
+// Builds the gradient of a node. `output_grads[i]` is dL/d(output i) or nullptr when
+// that output does not reach the loss. Returns dL/d(input j) for each input, nullptr
+// for inputs that are not differentiable (integer labels, shapes, masks).
+using GradFn = std::function<absl::StatusOr<std::vector<Value*>>(
+    GraphBuilder& b, const Node& node, const std::vector<Value*>& output_grads)>;
+
+struct OpDef {
+  std::string name;
+  std::string domain;  // "" for ONNX ops, "mpc" for ops the compiler introduces
+  int min_inputs = 0;
+  int max_inputs = 0;
+  int min_outputs = 1;
+  int max_outputs = 1;
+  InferFn infer;
+  GradFn grad;                    // null: the op has no gradient (error if one is needed)
+  bool has_side_effects = false;  // writes persistent state in place; never removed or merged
+  bool stochastic = false;        // draws random numbers; never merged by CSE
+};
+
+class OpRegistry {
+ public:
+  // The process-wide registry with every op mpc supports.
+  static const OpRegistry& Global();
+
+  void Register(OpDef def);
+  const OpDef* Find(const std::string& op) const;
+  // Error naming the op, the node and the supported set.
+  absl::StatusOr<const OpDef*> FindOrError(const std::string& op, const std::string& node_name) const;
+  std::vector<std::string> OpNames() const;
+
+ private:
+  absl::flat_hash_map<std::string, OpDef> ops_;
+};
+
+// One registration function per op family (graph/ops_*.cc).
+void RegisterElementwiseOps(OpRegistry& registry);
+void RegisterNnOps(OpRegistry& registry);
+void RegisterShapeOps(OpRegistry& registry);
+void RegisterLossOps(OpRegistry& registry);
+void RegisterTrainingOps(OpRegistry& registry);
+
+}  // namespace mpc

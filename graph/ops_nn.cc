@@ -1,0 +1,193 @@
+// Neural-network ops: Gemm, MatMul, Softmax, LogSoftmax, Dropout, and the backward
+// ops they need (SoftmaxGrad, LogSoftmaxGrad, DropoutGrad). Gemm and MatMul gradients
+// are themselves Gemm/MatMul nodes, so backward GEMMs go through the same kernels (and
+// later the same autocast and padding decisions) as forward ones.
+#include "base/status_macros.h"
+#include "graph/ops_common.h"
+
+namespace mpc {
+namespace {
+
+using Grads = absl::StatusOr<std::vector<Value*>>;
+using Types = absl::StatusOr<std::vector<TensorType>>;
+
+Types InferGemm(const Node& n) {
+  MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 3));
+  MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
+  const Value* a = n.inputs[0];
+  const Value* b = n.inputs[1];
+  if (a->shape.size() != 2 || b->shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm needs 2-D A and B, got ", ShapeToString(a->shape),
+                                                   " and ", ShapeToString(b->shape)));
+  }
+  const bool ta = n.attrs.GetInt("transA", 0) != 0, tb = n.attrs.GetInt("transB", 0) != 0;
+  const int64_t m = ta ? a->shape[1] : a->shape[0], ka = ta ? a->shape[0] : a->shape[1];
+  const int64_t kb = tb ? b->shape[1] : b->shape[0], nn = tb ? b->shape[0] : b->shape[1];
+  if (ka != kb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Gemm contraction mismatch: A ", ShapeToString(a->shape), (ta ? " (transposed)" : ""),
+        " has K=", ka, " but B ", ShapeToString(b->shape), (tb ? " (transposed)" : ""), " has K=", kb));
+  }
+  if (n.inputs.size() > 2 && n.inputs[2]) {
+    auto c = BroadcastShapes(n.inputs[2]->shape, {m, nn});
+    if (!c.ok() || *c != Shape{m, nn}) {
+      return absl::InvalidArgumentError(absl::StrCat("Gemm bias C ", ShapeToString(n.inputs[2]->shape),
+                                                     " does not broadcast to [", m, ",", nn, "]"));
+    }
+  }
+  return std::vector<TensorType>{{a->dtype, {m, nn}}};
+}
+
+Grads GradGemm(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
+  Value* dy = dys[0];
+  Value* a = n.inputs[0];
+  Value* w = n.inputs[1];
+  const int64_t ta = n.attrs.GetInt("transA", 0) != 0, tb = n.attrs.GetInt("transB", 0) != 0;
+  const float alpha = n.attrs.GetFloat("alpha", 1.0f), beta = n.attrs.GetFloat("beta", 1.0f);
+  auto gemm = [&](Value* x, Value* y, int64_t tx, int64_t ty) {
+    AttrMap attrs;
+    attrs.Set("transA", tx);
+    attrs.Set("transB", ty);
+    if (alpha != 1.0f) attrs.Set("alpha", alpha);
+    return b.Op("Gemm", {x, y}, std::move(attrs));
+  };
+  // Y = op(A) op(B).  dop(A) = dY op(B)^T,  dop(B) = op(A)^T dY; transposed storage
+  // flips the product instead of materializing a transpose.
+  Value* da = ta ? gemm(w, dy, tb, 1) : gemm(dy, w, 0, tb ? 0 : 1);
+  Value* dw = tb ? gemm(dy, a, 1, ta) : gemm(a, dy, ta ? 0 : 1, 0);
+  std::vector<Value*> grads{da, dw};
+  if (n.inputs.size() > 2 && n.inputs[2]) {
+    Value* dc = b.ReduceSumTo(dy, n.inputs[2]->shape);
+    if (beta != 1.0f) dc = b.Mul(dc, b.ScalarConstant(beta, dy->dtype));
+    grads.push_back(dc);
+  }
+  return grads;
+}
+
+Types InferMatMul(const Node& n) {
+  MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 2));
+  MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
+  const Shape& a = n.inputs[0]->shape;
+  const Shape& b = n.inputs[1]->shape;
+  if (a.size() < 2 || b.size() < 2) {
+    return absl::UnimplementedError(absl::StrCat("MatMul with a 1-D operand (", ShapeToString(a), " x ",
+                                                 ShapeToString(b), ") is not supported; reshape to 2-D"));
+  }
+  if (a.back() != b[b.size() - 2]) {
+    return absl::InvalidArgumentError(absl::StrCat("MatMul contraction mismatch: ", ShapeToString(a),
+                                                   " x ", ShapeToString(b)));
+  }
+  MPC_ASSIGN_OR_RETURN(Shape batch, BroadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
+  batch.push_back(a[a.size() - 2]);
+  batch.push_back(b.back());
+  return std::vector<TensorType>{{n.inputs[0]->dtype, batch}};
+}
+
+Grads GradMatMul(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
+  Value* dy = dys[0];
+  Value* x = n.inputs[0];
+  Value* w = n.inputs[1];
+  Value* wt = b.Transpose(w, ops::SwapLastTwo(static_cast<int>(w->shape.size())));
+  Value* xt = b.Transpose(x, ops::SwapLastTwo(static_cast<int>(x->shape.size())));
+  return std::vector<Value*>{b.ReduceSumTo(b.Op("MatMul", {dy, wt}), x->shape),
+                             b.ReduceSumTo(b.Op("MatMul", {xt, dy}), w->shape)};
+}
+
+Types InferSoftmaxLike(const Node& n) {
+  MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
+  MPC_ASSIGN_OR_RETURN(int axis, NormalizeAxis(n.attrs.GetInt("axis", -1),
+                                               static_cast<int>(n.inputs[0]->shape.size())));
+  (void)axis;
+  return ops::SameAsInput(n, 0);
+}
+
+OpDef SoftmaxLike(const std::string& name, const std::string& grad_op) {
+  OpDef def;
+  def.name = name;
+  def.min_inputs = def.max_inputs = 1;
+  def.infer = InferSoftmaxLike;
+  def.grad = [grad_op](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+    AttrMap attrs;
+    attrs.Set("axis", n.attrs.GetInt("axis", -1));
+    return std::vector<Value*>{b.Op(grad_op, {dy[0], n.outputs[0]}, std::move(attrs))};
+  };
+  return def;
+}
+
+OpDef SoftmaxLikeGrad(const std::string& name) {
+  OpDef def;
+  def.name = name;
+  def.domain = "mpc";
+  def.min_inputs = def.max_inputs = 2;
+  def.infer = [](const Node& n) -> Types {
+    MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 2));
+    return ops::SameAsInput(n, 0);
+  };
+  return def;
+}
+
+// ONNX Dropout: (data, ratio?, training_mode?) -> (output, mask). mpc always creates the
+// mask output (bool) because the gradient needs it. The attribute `mpc_training`, set by
+// the compiler, overrides training_mode: 1 in training programs, 0 in evaluation.
+Types InferDropout(const Node& n) {
+  MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
+  MPC_ASSIGN_OR_RETURN(double ratio, ops::ConstantScalar(n, 1, 0.5));
+  if (ratio < 0 || ratio >= 1) {
+    return absl::InvalidArgumentError(absl::StrCat("Dropout ratio ", ratio, " must be in [0, 1)"));
+  }
+  MPC_RETURN_IF_ERROR(ops::ConstantScalar(n, 2, 0).status());
+  const Value* x = n.inputs[0];
+  return std::vector<TensorType>{{x->dtype, x->shape}, {DType::kBool, x->shape}};
+}
+
+Grads GradDropout(GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) {
+  auto ratio = ops::ConstantScalar(n, 1, 0.5);
+  if (!ratio.ok()) return ratio.status();
+  AttrMap attrs;
+  attrs.Set("ratio", static_cast<float>(*ratio));
+  return std::vector<Value*>{b.Op("DropoutGrad", {dy[0], n.outputs[1]}, std::move(attrs)), nullptr, nullptr};
+}
+
+}  // namespace
+
+void RegisterNnOps(OpRegistry& r) {
+  OpDef gemm;
+  gemm.name = "Gemm";
+  gemm.min_inputs = 2;
+  gemm.max_inputs = 3;
+  gemm.infer = InferGemm;
+  gemm.grad = GradGemm;
+  r.Register(gemm);
+
+  OpDef matmul;
+  matmul.name = "MatMul";
+  matmul.min_inputs = matmul.max_inputs = 2;
+  matmul.infer = InferMatMul;
+  matmul.grad = GradMatMul;
+  r.Register(matmul);
+
+  r.Register(SoftmaxLike("Softmax", "SoftmaxGrad"));
+  r.Register(SoftmaxLike("LogSoftmax", "LogSoftmaxGrad"));
+  r.Register(SoftmaxLikeGrad("SoftmaxGrad"));     // Y * (dY - sum(dY * Y))
+  r.Register(SoftmaxLikeGrad("LogSoftmaxGrad"));  // dY - exp(Y) * sum(dY)
+
+  OpDef dropout;
+  dropout.name = "Dropout";
+  dropout.min_inputs = 1;
+  dropout.max_inputs = 3;
+  dropout.min_outputs = 1;
+  dropout.max_outputs = 2;
+  dropout.infer = InferDropout;
+  dropout.grad = GradDropout;
+  dropout.stochastic = true;
+  r.Register(dropout);
+
+  OpDef dropout_grad;
+  dropout_grad.name = "DropoutGrad";  // dY * mask / (1 - ratio)
+  dropout_grad.domain = "mpc";
+  dropout_grad.min_inputs = dropout_grad.max_inputs = 2;
+  dropout_grad.infer = [](const Node& n) { return ops::SameAsInput(n, 0); };
+  r.Register(dropout_grad);
+}
+
+}  // namespace mpc

@@ -1,0 +1,22 @@
+// autodiff: appends the backward graph. Starting from the loss (seed 1, or the loss
+// scale once loss scaling lands), it visits the nodes between the trainable parameters
+// and the loss in reverse topological order and calls each op's gradient builder;
+// gradients of a value used several times are summed. Results land in
+// CompileInfo::param_grads.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace mpc {
+
+class AutodiffPass : public Pass {
+ public:
+  std::string_view name() const override { return "autodiff"; }
+  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
+};
+
+// The differentiation itself, usable outside a pipeline (gradient-check tests):
+// returns d(loss)/d(wrt[i]) for each value (nullptr where the loss does not depend on it).
+absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, const std::vector<Value*>& wrt);
+
+}  // namespace mpc

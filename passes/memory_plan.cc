@@ -1,0 +1,85 @@
+// Liveness analysis and offset assignment (see memory_plan.h).
+#include "passes/memory_plan.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "base/status_macros.h"
+
+namespace mpc {
+namespace {
+
+struct Interval {
+  const Value* value;
+  int64_t size;
+  int first, last;  // step indices, inclusive
+};
+
+int64_t Align(int64_t bytes) { return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+}  // namespace
+
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node*>& order) {
+  MemoryPlan plan;
+  absl::flat_hash_map<const Node*, int> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
+  const int end = static_cast<int>(order.size());
+
+  std::vector<Interval> intervals;
+  for (const auto& v : graph.values()) {
+    if (v->kind != ValueKind::kActivation) {
+      const int64_t bytes = static_cast<int64_t>(v->bytes());
+      plan.unplanned_bytes += bytes;
+      if (v->persistent()) plan.persistent_bytes += bytes;
+      continue;
+    }
+    if (!v->producer) continue;
+    Interval iv{v.get(), Align(std::max<int64_t>(1, static_cast<int64_t>(v->bytes()))), position[v->producer], 0};
+    iv.last = iv.first;
+    for (const Node* c : v->consumers) iv.last = std::max(iv.last, position[c]);
+    if (graph.IsOutput(v.get())) iv.last = end;
+    intervals.push_back(iv);
+    plan.total_activation_bytes += iv.size;
+  }
+  // Largest first; ties by first use then id, so the plan is deterministic.
+  std::sort(intervals.begin(), intervals.end(), [](const Interval& a, const Interval& b) {
+    if (a.size != b.size) return a.size > b.size;
+    if (a.first != b.first) return a.first < b.first;
+    return a.value->id < b.value->id;
+  });
+  struct Placed {
+    int64_t offset, size;
+    int first, last;
+  };
+  std::vector<Placed> placed;
+  for (const Interval& iv : intervals) {
+    // Collect the byte ranges of already-placed values alive at the same time, then
+    // take the smallest gap that fits (best fit), or the end.
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const Placed& p : placed) {
+      if (p.first <= iv.last && iv.first <= p.last) busy.emplace_back(p.offset, p.offset + p.size);
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo > cursor && lo - cursor >= iv.size && lo - cursor < best_gap) {
+        best = cursor;
+        best_gap = lo - cursor;
+      }
+      cursor = std::max(cursor, hi);
+    }
+    if (best < 0) best = cursor;
+    placed.push_back({best, iv.size, iv.first, iv.last});
+    plan.offsets[iv.value] = best;
+    plan.peak_bytes = std::max(plan.peak_bytes, best + iv.size);
+  }
+  return plan;
+}
+
+absl::StatusOr<bool> MemoryPlanPass::Run(Graph& graph, const PassContext& ctx) {
+  MPC_ASSIGN_OR_RETURN(ctx.info->order, graph.TopologicalOrder());
+  MPC_ASSIGN_OR_RETURN(ctx.info->plan, PlanMemory(graph, ctx.info->order));
+  return false;  // annotates; the graph itself is unchanged
+}
+
+}  // namespace mpc

@@ -1,0 +1,22 @@
+// memory-plan: fixes the execution order (topological, deterministic) and gives every
+// activation an offset in one arena. A value is live from the step that produces it
+// to its last reader (graph outputs to the end); values whose lifetimes do not overlap
+// share bytes. Placement is greedy best-fit by decreasing size, the usual heuristic for
+// offline static allocation. The planned peak is known before anything runs.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace mpc {
+
+class MemoryPlanPass : public Pass {
+ public:
+  std::string_view name() const override { return "memory-plan"; }
+  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
+};
+
+constexpr int64_t kArenaAlignment = 64;
+
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node*>& order);
+
+}  // namespace mpc

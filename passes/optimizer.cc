@@ -1,0 +1,49 @@
+// Emission of optimizer updates and state (see optimizer.h).
+#include "passes/optimizer.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace mpc {
+
+absl::StatusOr<bool> OptimizerPass::Run(Graph& graph, const PassContext& ctx) {
+  const OptimizerSpec& opt = ctx.spec->optimizer();
+  CompileInfo& info = *ctx.info;
+  if (info.param_grads.empty()) {
+    return absl::FailedPreconditionError("no parameter gradients; the autodiff pass must run first");
+  }
+  info.learning_rate = graph.AddInput("lr", DType::kF32, {});
+  for (auto& [param, grad] : info.param_grads) {
+    const Tensor zeros(DType::kF32, param->shape);
+    Node* update = nullptr;
+    if (opt.has_adamw()) {
+      const AdamWSpec& a = opt.adamw();
+      AttrMap attrs;
+      attrs.Set("beta1", a.beta1());
+      attrs.Set("beta2", a.beta2());
+      attrs.Set("eps", a.eps());
+      attrs.Set("weight_decay", a.weight_decay());
+      Value* m = graph.AddState(param->name + ".adam_m", zeros);
+      Value* v = graph.AddState(param->name + ".adam_v", zeros);
+      Value* step = graph.AddState(param->name + ".adam_step", Tensor::Scalar(0.0f));
+      MPC_ASSIGN_OR_RETURN(update, graph.AddNode("AdamWUpdate", {param, grad, info.learning_rate, m, v, step},
+                                                 std::move(attrs), graph.UniqueName("update/" + param->name)));
+    } else {
+      const SgdSpec& s = opt.sgd();  // the default optimizer when none is set
+      AttrMap attrs;
+      attrs.Set("momentum", s.momentum());
+      attrs.Set("nesterov", static_cast<int64_t>(s.nesterov()));
+      attrs.Set("weight_decay", s.weight_decay());
+      std::vector<Value*> inputs{param, grad, info.learning_rate};
+      if (s.momentum() != 0.0f) inputs.push_back(graph.AddState(param->name + ".momentum", zeros));
+      MPC_ASSIGN_OR_RETURN(update, graph.AddNode("SgdUpdate", std::move(inputs), std::move(attrs),
+                                                 graph.UniqueName("update/" + param->name)));
+    }
+    for (Node* reader : param->consumers) {
+      if (reader != update) update->control_deps.push_back(reader);
+    }
+  }
+  return true;
+}
+
+}  // namespace mpc

@@ -1,0 +1,49 @@
+// The pass interface (after XLA's HloPassInterface): a pass has a kebab-case name and
+// rewrites a Graph, returning whether it changed anything. What one pass learns that
+// a later one needs (the loss value, the parameter gradients, the memory plan) is kept
+// in CompileInfo, reached through the PassContext.
+#pragma once
+
+#include <map>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "graph/graph.h"
+#include "proto/train_spec.pb.h"
+
+namespace mpc {
+
+// The buffer plan: every activation gets an offset in one arena.
+struct MemoryPlan {
+  std::map<const Value*, int64_t> offsets;  // activations only
+  int64_t peak_bytes = 0;                   // arena size
+  int64_t total_activation_bytes = 0;       // what one buffer per activation would take
+  int64_t persistent_bytes = 0;             // parameters + state, outside the arena
+  int64_t unplanned_bytes = 0;              // inputs + constants + persistent, outside the arena
+};
+
+struct CompileInfo {
+  Value* loss = nullptr;                          // scalar training loss
+  std::vector<std::pair<Value*, Value*>> param_grads;  // (parameter, gradient), parameter order
+  Value* learning_rate = nullptr;                 // scalar f32 input fed each step
+  std::vector<Node*> order;                       // execution order fixed by memory-plan
+  MemoryPlan plan;
+};
+
+struct PassContext {
+  const TrainSpec* spec = nullptr;
+  const Capabilities* capabilities = nullptr;
+  CompileInfo* info = nullptr;
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string_view name() const = 0;
+  virtual absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) = 0;
+};
+
+}  // namespace mpc

@@ -1,0 +1,41 @@
+// Shared test helpers (see test_util.h).
+#include "tests/test_util.h"
+
+#include <cmath>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace mpc::testing {
+
+Tensor RandomTensor(DType dtype, const Shape& shape, uint64_t seed, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Tensor f64(DType::kF64, shape);
+  for (int64_t i = 0; i < f64.num_elements(); ++i) f64.data<double>()[i] = dist(rng);
+  return dtype == DType::kF64 ? f64 : f64.CastTo(dtype);
+}
+
+double RelativeError(const Tensor& a, const Tensor& b) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < b.num_elements(); ++i) {
+    const double x = a.GetAsDouble(i), y = b.GetAsDouble(i);
+    if (std::isnan(x) || std::isnan(y)) return INFINITY;
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+std::string MakeTempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::filesystem::path dir = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) /
+                              ("mpc_test_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::string SourcePath(const std::string& relative) { return std::string(MPC_SOURCE_DIR) + "/" + relative; }
+
+}  // namespace mpc::testing

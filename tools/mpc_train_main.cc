@@ -1,0 +1,115 @@
+// mpc-train: trains a model as a TrainSpec describes. Uses nothing but engine/mpc.h,
+// the public embedding API. On a terminal it draws a progress bar; otherwise it prints
+// one plain line per epoch (and every log_every_n_steps). Exit code 1 on any error,
+// with a one-line message.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "engine/mpc.h"
+#include "tools/flag_normalize.h"
+
+ABSL_FLAG(std::string, model, "", "ONNX model (.onnx or text .onnxtxt); overrides the spec's `model`");
+ABSL_FLAG(std::string, spec, "", "training spec, mpc.TrainSpec in protobuf text format (required)");
+ABSL_FLAG(std::string, metrics, "", "write JSON Lines metrics (train/eval/summary records) to this file");
+ABSL_FLAG(std::string, checkpoint_dir, "", "checkpoint directory; overrides the spec's checkpoint.dir");
+ABSL_FLAG(std::string, device, "", "cpu or cuda; overrides the spec's device");
+ABSL_FLAG(bool, resume, false, "continue from the checkpoint in the checkpoint directory, if there is one");
+ABSL_FLAG(std::string, export_onnx, "", "after training, write the model with its trained weights here");
+ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "mpc-train: error: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "trains a model on the CPU (or GPU) backend.\n"
+      "usage: mpc-train --spec S [--model M] [--metrics FILE] [--checkpoint_dir DIR] [--device cpu]\n"
+      "                 [--resume] [--export_onnx FILE] [--profile]");
+  auto storage = mpc::NormalizeFlagNames(argc, argv);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) return Fail(absl::StrFormat("unexpected argument '%s'; see --help", positional[1]));
+  mpc::EngineOptions options;
+  options.spec_path = absl::GetFlag(FLAGS_spec);
+  options.model_path = absl::GetFlag(FLAGS_model);
+  options.metrics_path = absl::GetFlag(FLAGS_metrics);
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.device = absl::GetFlag(FLAGS_device);
+  options.resume = absl::GetFlag(FLAGS_resume);
+  options.profile = absl::GetFlag(FLAGS_profile);
+  if (options.spec_path.empty()) return Fail("--spec is required; see --help");
+
+  auto engine = mpc::Engine::Create(options);
+  if (!engine.ok()) return Fail(std::string(engine.status().message()));
+  mpc::Engine& e = **engine;
+  const bool tty = isatty(STDOUT_FILENO);
+  const int64_t total = e.total_steps();
+  std::printf("mpc-train: %lld steps, planned activation memory %.1f MiB%s\n", static_cast<long long>(total),
+              e.planned_peak_bytes() / 1048576.0,
+              e.step() > 0 ? absl::StrFormat(", resumed at step %d", e.step()).c_str() : "");
+  std::fflush(stdout);
+
+  double last_loss = 0;
+  double epoch_loss_sum = 0;
+  int64_t epoch_steps = 0;
+  mpc::TrainCallbacks callbacks;
+  callbacks.on_step = [&](const mpc::StepMetrics& s) {
+    last_loss = s.loss;
+    epoch_loss_sum += s.loss;
+    ++epoch_steps;
+    if (tty && (s.step % 10 == 0 || s.step == total)) {
+      const int width = 30;
+      const int filled = static_cast<int>(width * s.step / std::max<int64_t>(1, total));
+      std::printf("\r[%s%s] step %lld/%lld  loss %.4f  lr %.3g ", std::string(filled, '#').c_str(),
+                  std::string(width - filled, '.').c_str(), static_cast<long long>(s.step),
+                  static_cast<long long>(total), s.loss, s.lr);
+      std::fflush(stdout);
+    }
+  };
+  std::string last_eval;
+  callbacks.on_eval = [&](const mpc::EvalMetrics& m) {
+    last_eval = absl::StrFormat("  eval loss %.4f  accuracy %.4f", m.loss, m.accuracy);
+  };
+  callbacks.on_epoch_end = [&](int64_t epoch, int64_t epochs) {
+    if (tty) std::printf("\n");
+    std::printf("epoch %lld/%lld  step %lld  train loss %.4f%s\n", static_cast<long long>(epoch + 1),
+                static_cast<long long>(epochs), static_cast<long long>(e.step()),
+                epoch_steps ? epoch_loss_sum / epoch_steps : last_loss, last_eval.c_str());
+    std::fflush(stdout);
+    epoch_loss_sum = 0;
+    epoch_steps = 0;
+    last_eval.clear();
+  };
+  auto summary = e.Train(callbacks);
+  if (!summary.ok()) {
+    if (tty) std::printf("\n");
+    return Fail(std::string(summary.status().message()));
+  }
+  if (tty && epoch_steps) std::printf("\n");
+  std::printf("done: %lld steps in %.2f s (%.1f ms/step)%s\n", static_cast<long long>(summary->steps),
+              summary->wall_s, summary->steps ? 1000.0 * summary->wall_s / summary->steps : 0.0,
+              summary->evaluated ? absl::StrFormat(", final accuracy %.4f", summary->last_eval.accuracy).c_str() : "");
+  if (options.profile) {
+    std::printf("profile (time per op kind, all programs):\n");
+    for (const mpc::OpProfile& p : e.Profile()) {
+      std::printf("  %-28s %8lld calls %10.1f ms\n", p.op.c_str(), static_cast<long long>(p.calls), p.total_ms);
+    }
+  }
+  const std::string export_path = absl::GetFlag(FLAGS_export_onnx);
+  if (!export_path.empty()) {
+    if (absl::Status st = e.ExportOnnx(export_path); !st.ok()) return Fail(std::string(st.message()));
+    std::printf("exported %s\n", export_path.c_str());
+  }
+  return 0;
+}
