@@ -63,6 +63,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> Backend::CreateKernel(const Node& node) 
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device) {
   if (device == "cpu") return CreateCpuBackend();
+  if (device == "auto") {
+    // The GPU when this build has a CUDA backend and a device answers; else the CPU.
+    auto cuda = CreateBackend("cuda");
+    if (cuda.ok()) return cuda;
+    return CreateCpuBackend();
+  }
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #ifdef MPC_WITH_CUDA
     return absl::UnavailableError(
@@ -73,7 +79,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device
         "machine with the CUDA toolkit); use --device cpu");
 #endif
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown device '", device, "'; expected cpu or cuda"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown device '", device, "'; expected cpu, cuda or auto"));
 }
 
 }  // namespace mpc

@@ -57,10 +57,15 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
     contents.resize(old_size + static_cast<size_t>(n));
     if (n == 0) break;
   }
-  // A gzip stream cut short can end without a read error; gzclose reports it then.
-  if (const int rc = gzclose(file); rc != Z_OK) {
+  // A gzip stream cut short ends without a read error: zlib records it (Z_BUF_ERROR,
+  // "unexpected end of file") in the stream state, which gzerror reports.
+  int errnum = Z_OK;
+  const std::string message = gzerror(file, &errnum);
+  const int close_rc = gzclose(file);
+  if (errnum != Z_OK || close_rc != Z_OK) {
     return absl::DataLossError(absl::StrCat(
-        path, ": corrupt or truncated gzip data (zlib error ", rc,
+        path, ": corrupt or truncated gzip data (",
+        errnum != Z_OK ? message : absl::StrCat("zlib error ", close_rc),
         "); re-download or re-extract the file"));
   }
   return contents;

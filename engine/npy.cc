@@ -250,9 +250,10 @@ absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
 
 absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   MPC_ASSIGN_OR_RETURN(std::string bytes, ReadFileBytes(path));
-  if (bytes.size() < kMagicLen + 2 || bytes.compare(0, kMagicLen, kMagic, kMagicLen) != 0) {
+  if (bytes.compare(0, kMagicLen, kMagic, kMagicLen) != 0) {
     return Bad(path, "not a .npy file (missing the \\x93NUMPY magic); write it with numpy.save");
   }
+  if (bytes.size() < kMagicLen + 2) return Bad(path, "truncated: file ends inside the header");
   const int major = static_cast<unsigned char>(bytes[6]);
   const int minor = static_cast<unsigned char>(bytes[7]);
   if (major < 1 || major > 3) {

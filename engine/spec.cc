@@ -81,8 +81,8 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec) {
     if (w.warmup_steps() < 0) return FieldError("schedule.warmup_cosine.warmup_steps", "must be >= 0");
     if (w.min_lr() < 0) return FieldError("schedule.warmup_cosine.min_lr", "must be >= 0");
   }
-  if (spec.device() != "cpu" && spec.device() != "cuda" && spec.device().rfind("cuda:", 0) != 0) {
-    return FieldError("device", absl::StrCat("'", spec.device(), "' is not a device; use cpu or cuda"));
+  if (spec.device() != "cpu" && spec.device() != "cuda" && spec.device() != "auto" && spec.device().rfind("cuda:", 0) != 0) {
+    return FieldError("device", absl::StrCat("'", spec.device(), "' is not a device; use cpu, cuda or auto"));
   }
   if (spec.checkpoint().every_n_steps() < 0) return FieldError("checkpoint.every_n_steps", "must be >= 0");
   if (spec.log_every_n_steps() < 0) return FieldError("log_every_n_steps", "must be >= 0");

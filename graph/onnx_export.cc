@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
+#include "graph/onnx_import.h"
 #include "graph/op_registry.h"
 
 // raw_data is little endian by the ONNX spec; host buffers are written byte for byte.
@@ -63,6 +64,10 @@ absl::Status AddInitializer(const Value& v, onnx::GraphProto* g) {
   t->set_data_type(DTypeToOnnx(v.dtype));
   for (int64_t d : v.shape) t->add_dims(d);
   t->set_raw_data(static_cast<const char*>(data->raw()), data->bytes());
+  // ONNX cannot say whether an initializer is trainable; the importer treats float ones
+  // as parameters. This marker keeps constants and state what they are on re-import.
+  if (v.kind == ValueKind::kConstant) t->set_doc_string(kOnnxConstantMarker);
+  if (v.kind == ValueKind::kState) t->set_doc_string(kOnnxStateMarker);
   return absl::OkStatus();
 }
 

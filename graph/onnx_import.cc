@@ -255,8 +255,14 @@ class Importer {
       if (!tensor.ok()) return WithPrefix(tensor.status(), absl::StrCat(source_, ": "));
       const bool trainable = IsFloating(tensor->dtype()) &&
                              !(config_uses.contains(init.name()) && !data_uses.contains(init.name()));
-      Value* v = trainable ? graph_->AddParameter(init.name(), *std::move(tensor))
-                           : graph_->AddConstant(init.name(), *std::move(tensor));
+      Value* v = nullptr;
+      if (init.doc_string() == kOnnxStateMarker) {  // written by mpc's exporter
+        v = graph_->AddState(init.name(), *std::move(tensor));
+      } else if (trainable && init.doc_string() != kOnnxConstantMarker) {
+        v = graph_->AddParameter(init.name(), *std::move(tensor));
+      } else {
+        v = graph_->AddConstant(init.name(), *std::move(tensor));
+      }
       MPC_RETURN_IF_ERROR(Define(init.name(), v, what));
     }
     return absl::OkStatus();

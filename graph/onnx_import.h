@@ -17,6 +17,12 @@ class ModelProto;
 
 namespace mpc {
 
+// TensorProto.doc_string that mpc's exporter writes on initializers which are constants
+// or persistent state rather than trainable parameters; the importer honours them, so
+// mpc's own files re-import with the same value kinds (ONNX itself cannot say this).
+inline constexpr char kOnnxConstantMarker[] = "mpc:constant";
+inline constexpr char kOnnxStateMarker[] = "mpc:state";
+
 struct ImportOptions {
   int64_t batch_size = 1;  // value for a dynamic leading dimension of the graph inputs
 };

@@ -87,7 +87,7 @@ absl::StatusOr<bool> FoldIdentities(Graph& graph) {
 }
 
 absl::StatusOr<bool> EliminateDeadCode(Graph& graph) {
-  // Live = reaches a graph output or a side-effecting node, walking producers backward.
+  // Live = reaches a graph output or a side-effecting node through data edges.
   absl::flat_hash_set<const Node*> live;
   std::vector<const Node*> work;
   auto mark = [&](const Node* n) {
@@ -104,7 +104,8 @@ absl::StatusOr<bool> EliminateDeadCode(Graph& graph) {
     for (const Value* in : n->inputs) {
       if (in) mark(in->producer);
     }
-    for (const Node* dep : n->control_deps) mark(dep);
+    // Control dependencies only order nodes; they do not keep a node alive (a dead
+    // reader of a parameter is dropped, and RemoveNode unlinks it from the update).
   }
   std::vector<Node*> dead;
   for (const auto& n : graph.nodes()) {

@@ -18,7 +18,7 @@ ABSL_FLAG(std::string, model, "", "ONNX model (.onnx or text .onnxtxt); override
 ABSL_FLAG(std::string, spec, "", "training spec, mpc.TrainSpec in protobuf text format (required)");
 ABSL_FLAG(std::string, metrics, "", "write JSON Lines metrics (train/eval/summary records) to this file");
 ABSL_FLAG(std::string, checkpoint_dir, "", "checkpoint directory; overrides the spec's checkpoint.dir");
-ABSL_FLAG(std::string, device, "", "cpu or cuda; overrides the spec's device");
+ABSL_FLAG(std::string, device, "", "cpu, cuda, or auto (the GPU when available); overrides the spec's device");
 ABSL_FLAG(bool, resume, false, "continue from the checkpoint in the checkpoint directory, if there is one");
 ABSL_FLAG(std::string, export_onnx, "", "after training, write the model with its trained weights here");
 ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training");

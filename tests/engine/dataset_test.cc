@@ -210,7 +210,9 @@ TEST(IdxTest, CorruptGzipStream) {
   WriteFile(dir + "/labels", IdxLabels(3, kSampleLabels));
   auto data = LoadIdx(dir + "/cut.gz", dir + "/labels");
   ASSERT_FALSE(data.ok());
-  EXPECT_THAT(std::string(data.status().message()), StartsWith(dir + "/cut.gz: "));
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(data.status().message()),
+              StartsWith(dir + "/cut.gz: corrupt or truncated gzip data (unexpected end of file)"));
   EXPECT_TRUE(LoadIdx(dir + "/full.gz", dir + "/labels").ok());
 }
 
@@ -503,6 +505,10 @@ TEST(NpyTest, TruncatedAndOversizedData) {
   t = ReadNpy(dir + "/header.npy");
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(std::string(t.status().message()), StartsWith(dir + "/header.npy: truncated"));
+  WriteFile(dir + "/magic_only.npy", NpyBytes(dict, "").substr(0, 7));
+  t = ReadNpy(dir + "/magic_only.npy");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), StartsWith(dir + "/magic_only.npy: truncated"));
 }
 
 TEST(NpyTest, MalformedHeaders) {

@@ -1,0 +1,60 @@
+// The first 20 training steps of an MLP (Gemm/ReLU/Tanh/Sigmoid) from fixed initial
+// weights and a fixed batch order match PyTorch (CPU) step by step, with SGD
+// (momentum, nesterov, weight decay) and AdamW. Golden data: tests/golden/make_mlp_golden.py.
+#include <cmath>
+#include <fstream>
+
+#include "engine/dataset.h"
+#include "engine/mpc.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace mpc {
+namespace {
+
+std::vector<double> ReadLosses(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> out;
+  double v;
+  while (in >> v) out.push_back(v);
+  return out;
+}
+
+class PyTorchGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PyTorchGoldenTest, TwentyStepsMatchPerStepAndFinalWeights) {
+  const std::string run = GetParam();
+  const std::string dir = testing::SourcePath("tests/golden/mlp/");
+  const std::vector<double> expected = ReadLosses(dir + run + "_losses.txt");
+  ASSERT_EQ(expected.size(), 20u);
+
+  EngineOptions options;
+  options.spec_path = dir + run + ".spec";
+  auto engine = Engine::Create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_EQ((*engine)->total_steps(), 20);
+  for (int i = 0; i < 20; ++i) {
+    auto step = (*engine)->Step();
+    ASSERT_TRUE(step.ok()) << step.status();
+    const double rel = std::abs(step->loss - expected[i]) / std::abs(expected[i]);
+    EXPECT_LT(rel, 1e-4) << run << " step " << i + 1 << ": mpc " << step->loss << " torch " << expected[i];
+  }
+  // Final parameters: relative to each element with a small absolute floor (elements
+  // near zero differ by float rounding only; see tests/golden/README.md).
+  for (const std::string& name : (*engine)->ParameterNames()) {
+    auto want = ReadNpy(dir + run + "_final/" + name + ".npy");
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*engine)->GetParameter(name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(static_cast<int64_t>(got->size()), want->num_elements()) << name;
+    for (int64_t i = 0; i < want->num_elements(); ++i) {
+      const double w = want->GetAsDouble(i), g = (*got)[i];
+      ASSERT_LE(std::abs(g - w), 1e-4 * std::abs(w) + 1e-6) << run << " " << name << "[" << i << "]";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, PyTorchGoldenTest, ::testing::Values("sgd", "adamw"));
+
+}  // namespace
+}  // namespace mpc
