@@ -21,6 +21,14 @@ namespace {
 constexpr uint32_t kImagesMagic = 0x00000803;  // unsigned byte, 3 dimensions
 constexpr uint32_t kLabelsMagic = 0x00000801;  // unsigned byte, 1 dimension
 
+// zlib's message for the last error, without the "PATH: " prefix zlib puts on it (our
+// messages already start with the path).
+std::string GzErrorMessage(gzFile file, const std::string& path, int* errnum) {
+  std::string message = gzerror(file, errnum);
+  if (message.rfind(path + ": ", 0) == 0) message.erase(0, path.size() + 2);
+  return message;
+}
+
 // Reads the whole (decompressed) contents of a file. A missing file gets NotFound so
 // callers and users can tell "wrong path" from "bad file".
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
@@ -48,7 +56,7 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
     const int n = gzread(file, contents.data() + old_size, kChunk);
     if (n < 0) {
       int errnum = 0;
-      const std::string message = gzerror(file, &errnum);
+      const std::string message = GzErrorMessage(file, path, &errnum);
       gzclose(file);
       return absl::DataLossError(absl::StrCat(
           path, ": corrupt or truncated gzip data (", message,
@@ -60,7 +68,7 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   // A gzip stream cut short ends without a read error: zlib records it (Z_BUF_ERROR,
   // "unexpected end of file") in the stream state, which gzerror reports.
   int errnum = Z_OK;
-  const std::string message = gzerror(file, &errnum);
+  const std::string message = GzErrorMessage(file, path, &errnum);
   const int close_rc = gzclose(file);
   if (errnum != Z_OK || close_rc != Z_OK) {
     return absl::DataLossError(absl::StrCat(

@@ -39,6 +39,7 @@ struct Engine::Impl {
   std::unique_ptr<BatchIterator> batches;
   Tensor feature_batch, label_batch;
   int64_t step = 0;
+  int64_t last_epoch = 0;  // epoch of the most recent step (the iterator may have rolled over)
   int64_t total_steps = 0;
   int64_t eval_batch_size = 0;
   std::string fingerprint;
@@ -177,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 absl::StatusOr<StepMetrics> Engine::Step() {
   Impl& m = *impl_;
   StepMetrics out;
-  out.epoch = m.batches->epoch();
+  out.epoch = m.last_epoch = m.batches->epoch();
   m.batches->Next(&m.feature_batch, &m.label_batch);
   out.lr = LearningRateAt(m.spec, m.step, m.total_steps);
   const Program& p = m.train_program;
@@ -239,7 +240,7 @@ absl::StatusOr<EvalMetrics> Engine::Impl::RunEval() {
   }
   EvalMetrics out;
   out.step = step;
-  out.epoch = batches->epoch();
+  out.epoch = last_epoch;
   out.examples = n;
   out.loss = loss_sum / n;
   out.accuracy = classify ? static_cast<double>(correct) / n : 0.0;

@@ -1,7 +1,9 @@
 // TrainSpec text parsing with located errors, and value validation by field path.
 #include "engine/spec.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -10,15 +12,23 @@
 namespace mpc {
 namespace {
 
-// Keeps the first parse error with its location.
+// Keeps the first parse error with its location and the offending line's text, so a
+// mistyped value ("Expected integer") still names the field it belongs to.
 class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
+  explicit FirstErrorCollector(const std::string& text) : lines_(absl::StrSplit(text, '\n')) {}
   void AddError(int line, int column, const std::string& message) override {
-    if (message_.empty()) message_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+    if (!message_.empty()) return;
+    std::string context;
+    if (line >= 0 && line < static_cast<int>(lines_.size())) {
+      context = absl::StrCat(" (`", absl::StripAsciiWhitespace(lines_[line]), "`)");
+    }
+    message_ = absl::StrCat("line ", line + 1, ", column ", column + 1, context, ": ", message);
   }
   const std::string& message() const { return message_; }
 
  private:
+  std::vector<std::string> lines_;
   std::string message_;
 };
 
@@ -92,7 +102,7 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec) {
 absl::StatusOr<TrainSpec> ParseTrainSpec(const std::string& text, const std::string& source_name) {
   TrainSpec spec;
   google::protobuf::TextFormat::Parser parser;
-  FirstErrorCollector errors;
+  FirstErrorCollector errors(text);
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, &spec)) {
     return absl::InvalidArgumentError(absl::StrCat(source_name, ": invalid training spec: ", errors.message()));

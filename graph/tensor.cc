@@ -17,8 +17,10 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   std::memset(data_.get(), 0, size);
 }
 
-Tensor::Tensor(const Tensor& other) : Tensor(other.dtype_, other.shape_) {
-  if (!other.empty()) std::memcpy(raw(), other.raw(), bytes());
+Tensor::Tensor(const Tensor& other) : dtype_(other.dtype_), shape_(other.shape_) {
+  if (other.empty()) return;  // an unallocated tensor copies as unallocated
+  *this = Tensor(other.dtype_, other.shape_);
+  std::memcpy(raw(), other.raw(), bytes());
 }
 
 Tensor& Tensor::operator=(const Tensor& other) {

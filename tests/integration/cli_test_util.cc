@@ -1,0 +1,37 @@
+// popen-based command runner for CLI tests.
+#include "tests/integration/cli_test_util.h"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace mpc::testing {
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult result;
+  std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string DirectoryFingerprint(const std::string& dir) {
+  std::ostringstream out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    out << entry.path().filename().string() << ":" << bytes.str().size() << ":" << std::hash<std::string>()(bytes.str())
+        << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace mpc::testing

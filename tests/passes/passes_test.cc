@@ -1,0 +1,236 @@
+// Pass tests on small graphs with golden expectations: memory planning, simplify
+// (CSE, identity folding, DCE), epilogue fusion, and the pipeline's contract
+// (verification, error prefixes, disabling, dumps).
+#include <filesystem>
+
+#include "gtest/gtest.h"
+#include "graph/graph_builder.h"
+#include "passes/autodiff.h"
+#include "passes/fuse_epilogues.h"
+#include "passes/memory_plan.h"
+#include "passes/optimizer.h"
+#include "passes/pass_pipeline.h"
+#include "passes/simplify.h"
+#include "tests/test_util.h"
+
+namespace mpc {
+namespace {
+
+// x[B,in] -> Gemm -> Relu -> Gemm -> Relu -> Gemm -> logits, plus a loss.
+struct Mlp {
+  std::unique_ptr<Graph> graph = std::make_unique<Graph>();
+  Value* loss = nullptr;
+};
+
+Mlp ThreeLayerMlp(int64_t batch = 32) {
+  Mlp m;
+  Graph& g = *m.graph;
+  GraphBuilder b(&g);
+  Value* x = g.AddInput("x", DType::kF32, {batch, 64});
+  Value* labels = g.AddInput("labels", DType::kI64, {batch});
+  Value* h = x;
+  const int64_t widths[] = {64, 128, 96, 10};
+  for (int i = 0; i < 3; ++i) {
+    Value* w = g.AddParameter("w" + std::to_string(i),
+                              testing::RandomTensor(DType::kF32, {widths[i + 1], widths[i]}, i + 1));
+    Value* bias = g.AddParameter("b" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1]}, i + 11));
+    AttrMap attrs;
+    attrs.Set("transB", int64_t{1});
+    h = b.Op("Gemm", {h, w, bias}, attrs);
+    if (i < 2) h = b.Op("Relu", {h});
+  }
+  m.loss = b.Op("SoftmaxCrossEntropyLoss", {h, labels});
+  EXPECT_TRUE(b.status().ok()) << b.status();
+  g.SetOutputs({m.loss});
+  return m;
+}
+
+TEST(MemoryPlanTest, PeakIsBelowTheSumOfBuffersOnAThreeLayerMlp) {
+  Mlp m = ThreeLayerMlp();
+  TrainSpec spec;
+  spec.mutable_optimizer()->mutable_adamw();
+  CompileInfo info;
+  info.loss = m.loss;
+  Capabilities caps;
+  PassContext ctx{&spec, &caps, &info};
+  ASSERT_TRUE(AutodiffPass().Run(*m.graph, ctx).ok());
+  ASSERT_TRUE(OptimizerPass().Run(*m.graph, ctx).ok());
+  ASSERT_TRUE(MemoryPlanPass().Run(*m.graph, ctx).ok());
+  const MemoryPlan& plan = info.plan;
+  EXPECT_GT(plan.peak_bytes, 0);
+  EXPECT_LT(plan.peak_bytes, plan.total_activation_bytes);
+  // Validity: two activations alive at the same time never share bytes.
+  std::map<const Node*, int> pos;
+  for (size_t i = 0; i < info.order.size(); ++i) pos[info.order[i]] = static_cast<int>(i);
+  struct Span { int first, last; int64_t lo, hi; std::string name; };
+  std::vector<Span> spans;
+  for (const auto& [v, offset] : plan.offsets) {
+    int last = pos[v->producer];
+    for (const Node* c : v->consumers) last = std::max(last, pos[c]);
+    if (m.graph->IsOutput(v)) last = static_cast<int>(info.order.size());
+    spans.push_back({pos[v->producer], last, offset, offset + static_cast<int64_t>(v->bytes()), v->name});
+    EXPECT_EQ(offset % kArenaAlignment, 0) << v->name;
+    EXPECT_LE(offset + static_cast<int64_t>(v->bytes()), plan.peak_bytes) << v->name;
+  }
+  for (size_t i = 0; i < spans.size(); ++i) {
+    for (size_t j = i + 1; j < spans.size(); ++j) {
+      const Span& a = spans[i];
+      const Span& b = spans[j];
+      const bool live_together = a.first <= b.last && b.first <= a.last;
+      const bool bytes_overlap = a.lo < b.hi && b.lo < a.hi;
+      EXPECT_FALSE(live_together && bytes_overlap) << a.name << " and " << b.name;
+    }
+  }
+}
+
+TEST(SimplifyTest, CseMergesIdenticalNodesAndConstants) {
+  Graph g;
+  GraphBuilder b(&g);
+  Value* x = g.AddInput("x", DType::kF32, {4, 4});
+  Value* c1 = b.ScalarConstant(2.0, DType::kF32);
+  Value* c2 = b.ScalarConstant(2.0, DType::kF32);
+  Value* y1 = b.Mul(x, c1);
+  Value* y2 = b.Mul(x, c2);  // same op, equal constant: must merge with y1
+  Value* out = b.Add(y1, y2);
+  g.SetOutputs({out});
+  ASSERT_EQ(g.nodes().size(), 3u);
+  auto changed = EliminateCommonSubexpressions(g);
+  ASSERT_TRUE(changed.ok() && *changed);
+  EXPECT_EQ(g.nodes().size(), 2u);
+  const Node* add = g.outputs()[0]->producer;
+  EXPECT_EQ(add->inputs[0], add->inputs[1]);
+  EXPECT_EQ(g.ValuesOfKind(ValueKind::kConstant).size(), 1u);
+}
+
+TEST(SimplifyTest, DceRemovesNodesThatReachNoOutputButKeepsSideEffects) {
+  Mlp m = ThreeLayerMlp();
+  GraphBuilder b(m.graph.get());
+  b.Op("Tanh", {m.graph->inputs()[0]});  // dead
+  const size_t before = m.graph->nodes().size();
+  auto changed = EliminateDeadCode(*m.graph);
+  ASSERT_TRUE(changed.ok() && *changed);
+  EXPECT_EQ(m.graph->nodes().size(), before - 1);
+  EXPECT_FALSE(*EliminateDeadCode(*m.graph));  // idempotent
+}
+
+TEST(SimplifyTest, IdentityAndNoOpCastAreFolded) {
+  Graph g;
+  GraphBuilder b(&g);
+  Value* x = g.AddInput("x", DType::kF32, {3});
+  Value* y = b.Op("Identity", {x});
+  AttrMap to_f32;
+  to_f32.Set("to", int64_t{1});
+  Value* z = b.Op("Cast", {y}, to_f32);
+  g.SetOutputs({b.Op("Relu", {z})});
+  ASSERT_TRUE(*FoldIdentities(g));
+  ASSERT_EQ(g.nodes().size(), 1u);
+  EXPECT_EQ(g.nodes()[0]->inputs[0], x);
+}
+
+TEST(FuseEpiloguesTest, GemmFollowedBySoleReluIsFused) {
+  Mlp m = ThreeLayerMlp();
+  auto changed = FuseEpiloguesPass().Run(*m.graph, PassContext{});
+  ASSERT_TRUE(changed.ok() && *changed);
+  int relus = 0, fused = 0;
+  for (const auto& n : m.graph->nodes()) {
+    relus += n->op == "Relu";
+    fused += n->op == "Gemm" && n->attrs.GetString("mpc_activation", "") == "Relu";
+  }
+  EXPECT_EQ(relus, 0);
+  EXPECT_EQ(fused, 2);
+}
+
+class FailingPass : public Pass {
+ public:
+  std::string_view name() const override { return "always-fails"; }
+  absl::StatusOr<bool> Run(Graph&, const PassContext&) override { return absl::InvalidArgumentError("boom"); }
+};
+
+class BreakingPass : public Pass {
+ public:
+  std::string_view name() const override { return "breaks-graph"; }
+  absl::StatusOr<bool> Run(Graph& g, const PassContext&) override {
+    g.nodes()[0]->outputs[0]->shape = {999};  // lie about a shape
+    return true;
+  }
+};
+
+TEST(PassPipelineTest, ErrorsArePrefixedWithThePassName) {
+  Mlp m = ThreeLayerMlp();
+  PassPipeline p;
+  p.Add(std::make_unique<FailingPass>());
+  auto r = p.Run(*m.graph, PassContext{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "pass 'always-fails': boom");
+}
+
+TEST(PassPipelineTest, VerifierRunsAfterAChangingPass) {
+  Mlp m = ThreeLayerMlp();
+  PassPipeline p;
+  p.Add(std::make_unique<BreakingPass>());
+  auto r = p.Run(*m.graph, PassContext{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'breaks-graph' left an invalid graph"), std::string::npos) << r.status();
+}
+
+TEST(PassPipelineTest, DisabledPassesAreSkippedAndReported) {
+  Mlp m = ThreeLayerMlp();
+  PipelineOptions options;
+  options.disabled = {"always-fails"};
+  PassPipeline p(options);
+  p.Add(std::make_unique<FailingPass>());
+  p.Add(std::make_unique<FuseEpiloguesPass>());
+  auto r = p.Run(*m.graph, PassContext{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_TRUE((*r)[0].skipped);
+  EXPECT_TRUE((*r)[1].changed);
+}
+
+TEST(PassPipelineTest, UnknownDisabledPassIsAnError) {
+  Mlp m = ThreeLayerMlp();
+  PipelineOptions options;
+  options.disabled = {"no-such-pass"};
+  PassPipeline p(options);
+  p.Add(std::make_unique<FuseEpiloguesPass>());
+  EXPECT_FALSE(p.Run(*m.graph, PassContext{}).ok());
+}
+
+TEST(PassPipelineTest, DumpsGraphsAfterMatchingPasses) {
+  Mlp m = ThreeLayerMlp();
+  PipelineOptions options;
+  options.dump_after = "fuse";
+  options.dump_dir = testing::MakeTempDir("dumps");
+  PassPipeline p(options);
+  p.Add(std::make_unique<SimplifyPass>());
+  p.Add(std::make_unique<FuseEpiloguesPass>());
+  ASSERT_TRUE(p.Run(*m.graph, PassContext{}).ok());
+  EXPECT_FALSE(std::filesystem::exists(options.dump_dir + "/01-simplify.txt"));
+  EXPECT_TRUE(std::filesystem::exists(options.dump_dir + "/02-fuse-epilogues.txt"));
+  EXPECT_TRUE(std::filesystem::exists(options.dump_dir + "/02-fuse-epilogues.dot"));
+}
+
+TEST(AutodiffTest, UpdatesAreOrderedAfterEveryReaderOfTheirParameter) {
+  Mlp m = ThreeLayerMlp();
+  TrainSpec spec;
+  spec.mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
+  CompileInfo info;
+  info.loss = m.loss;
+  PassContext ctx{&spec, nullptr, &info};
+  ASSERT_TRUE(AutodiffPass().Run(*m.graph, ctx).ok());
+  ASSERT_EQ(info.param_grads.size(), 6u);
+  ASSERT_TRUE(OptimizerPass().Run(*m.graph, ctx).ok());
+  auto order = m.graph->TopologicalOrder();
+  ASSERT_TRUE(order.ok());
+  std::map<const Node*, size_t> pos;
+  for (size_t i = 0; i < order->size(); ++i) pos[(*order)[i]] = i;
+  for (const auto& n : m.graph->nodes()) {
+    if (n->op != "SgdUpdate") continue;
+    for (const Node* reader : n->inputs[0]->consumers) {
+      if (reader != n.get()) EXPECT_LT(pos[reader], pos[n.get()]) << reader->name << " vs " << n->name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mpc
