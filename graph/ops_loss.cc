@@ -84,7 +84,9 @@ void RegisterLossOps(OpRegistry& r) {
     return std::vector<TensorType>{{n.inputs[0]->dtype, {}}};
   };
   mse.grad = [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    return std::vector<Value*>{b.Op("MeanSquaredErrorGrad", {dy[0], n.inputs[0], n.inputs[1]}), nullptr};
+    // d/dtarget = -d/dpred: a target computed from parameters must get its gradient.
+    Value* dpred = b.Op("MeanSquaredErrorGrad", {dy[0], n.inputs[0], n.inputs[1]});
+    return std::vector<Value*>{dpred, b.Neg(dpred)};
   };
   r.Register(mse);
 

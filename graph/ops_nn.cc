@@ -143,8 +143,13 @@ Types InferDropout(const Node& n) {
 Grads GradDropout(GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) {
   auto ratio = ops::ConstantScalar(n, 1, 0.5);
   if (!ratio.ok()) return ratio.status();
+  // In evaluation mode the forward pass is the identity (mask all true, no scaling),
+  // so the gradient must not scale either: same mode rule as the kernel.
+  auto mode = ops::ConstantScalar(n, 2, 0.0);
+  if (!mode.ok()) return mode.status();
+  const bool training = n.attrs.GetInt("mpc_training", *mode != 0.0 ? 1 : 0) != 0;
   AttrMap attrs;
-  attrs.Set("ratio", static_cast<float>(*ratio));
+  attrs.Set("ratio", training ? static_cast<float>(*ratio) : 0.0f);
   return std::vector<Value*>{b.Op("DropoutGrad", {dy[0], n.outputs[1]}, std::move(attrs)), nullptr, nullptr};
 }
 

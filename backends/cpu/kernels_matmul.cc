@@ -44,10 +44,11 @@ class DnnlGemmKernel : public Kernel {
     k->n_ = d.n;
     k->m_ = d.m;
     if (c && beta != 0.0f) {
-      // A bias row ([N], [1,N]) with beta 1 maps onto oneDNN's bias; anything else is
+      // A bias row ([N], [1,N]) with alpha = beta = 1 maps onto oneDNN's bias (with an
+      // output scale alpha != 1 oneDNN does not give alpha*AB + bias); anything else is
       // broadcast into the output and added by a sum post-op scaled by beta.
       const Shape& cs = c->shape;
-      const bool row = (cs == Shape{d.n} || cs == Shape{1, d.n}) && beta == 1.0f;
+      const bool row = (cs == Shape{d.n} || cs == Shape{1, d.n}) && beta == 1.0f && alpha == 1.0f;
       if (row) k->bias_mode_ = BiasMode::kRow;
       else {
         k->bias_mode_ = BiasMode::kSum;
