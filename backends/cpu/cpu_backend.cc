@@ -48,6 +48,7 @@ class CpuBackend : public Backend {
       RegisterCpuSoftmaxLossKernels(*r);
       RegisterCpuShapeKernels(*r);
       RegisterCpuOptimizerKernels(*r);
+      RegisterCpuDnnlEltwiseKernels(*r);
       return r;
     }();
     return *registry;
