@@ -1,0 +1,42 @@
+// The autocast op classes (see docs/autocast.md for each op's membership and why).
+// allow: always worth running in low precision (tensor-core GEMMs); f32 accumulation
+//        keeps them accurate.
+// deny:  numerically dangerous in low precision, and the danger propagates downstream
+//        (exp/log/pow ranges, softmax normalisation, losses).
+// infer: safe in low precision unless fed by a deny op (elementwise arithmetic,
+//        smooth activations).
+// clear: no numeric effect (data movement, ReLU, dropout's masking): follow neighbours.
+// The lists are disjoint; the autocast pass rejects a configuration where they overlap.
+#pragma once
+
+#include <set>
+#include <string>
+
+namespace mpc::autocast {
+
+inline const std::set<std::string>& DefaultAllow() {
+  static const std::set<std::string> ops = {"Gemm", "MatMul", "Conv"};
+  return ops;
+}
+
+inline const std::set<std::string>& DefaultDeny() {
+  static const std::set<std::string> ops = {
+      "Exp", "Log", "Pow", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "MeanSquaredError",
+      "ReduceSum", "ReduceMean", "LayerNormalization", "BatchNormalization", "Erf", "Sqrt"};
+  return ops;
+}
+
+inline const std::set<std::string>& DefaultInfer() {
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Neg", "Sigmoid", "Tanh", "Gelu",
+                                            "AveragePool", "GlobalAveragePool", "Where"};
+  return ops;
+}
+
+inline const std::set<std::string>& DefaultClear() {
+  static const std::set<std::string> ops = {"Reshape", "Flatten", "Transpose", "Identity", "Relu", "Dropout",
+                                            "Slice", "Concat", "Split", "Gather", "Squeeze", "Unsqueeze",
+                                            "Expand", "MaxPool"};
+  return ops;
+}
+
+}  // namespace mpc::autocast
