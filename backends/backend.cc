@@ -35,6 +35,10 @@ void KernelRegistry::Register(const std::string& op, const std::string& backend,
   factories_[Key(op, backend, dtype)] = std::move(factory);
 }
 
+bool KernelRegistry::Has(const std::string& op, const std::string& backend, DType dtype) const {
+  return factories_.contains(Key(op, backend, dtype));
+}
+
 absl::StatusOr<const KernelFactory*> KernelRegistry::Find(const std::string& op, const std::string& backend,
                                                           DType dtype) const {
   auto it = factories_.find(Key(op, backend, dtype));

@@ -22,6 +22,10 @@ struct Capabilities {
   bool fp8 = false;
   bool tf32 = false;
   std::map<DType, int> pad_multiple;  // preferred GEMM dim multiple per compute dtype
+  // Whether the backend has a kernel for (op, dtype); null means "assume yes" (fake
+  // capability sets in pass tests).
+  std::function<bool(const std::string& op, DType dtype)> has_kernel;
+  bool HasKernel(const std::string& op, DType dtype) const { return !has_kernel || has_kernel(op, dtype); }
   bool Native(DType d) const;
   int PadMultiple(DType d) const;
 };
@@ -66,6 +70,7 @@ class KernelRegistry {
   // Error naming the op, the backend and the dtype, and listing the dtypes that exist.
   absl::StatusOr<const KernelFactory*> Find(const std::string& op, const std::string& backend,
                                             DType dtype) const;
+  bool Has(const std::string& op, const std::string& backend, DType dtype) const;
 
  private:
   absl::flat_hash_map<std::string, KernelFactory> factories_;  // key: op|backend|dtype

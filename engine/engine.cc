@@ -22,6 +22,7 @@
 #include "engine/spec.h"
 #include "graph/onnx_export.h"
 #include "graph/onnx_import.h"
+#include "passes/autocast.h"
 
 namespace mpc {
 
@@ -111,6 +112,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (options.spec_path.empty()) return absl::InvalidArgumentError("no training spec given (--spec FILE)");
   MPC_ASSIGN_OR_RETURN(impl->spec, LoadTrainSpec(options.spec_path));
   TrainSpec& spec = impl->spec;
+  if (!options.precision.empty()) {
+    MPC_ASSIGN_OR_RETURN(PrecisionSpec::Compute compute, ParsePrecision(options.precision));
+    spec.mutable_precision()->set_compute(compute);
+  }
   impl->spec_dir = std::filesystem::path(options.spec_path).parent_path().string();
   impl->model_path = !options.model_path.empty() ? options.model_path : ResolvePath(impl->spec_dir, spec.model());
   if (impl->model_path.empty()) {

@@ -29,6 +29,7 @@ struct EngineOptions {
   std::string metrics_path;    // JSON Lines metrics file; empty: none
   bool resume = false;         // continue from the checkpoint in checkpoint_dir, if any
   bool profile = false;        // time every kernel; see Engine::Profile()
+  std::string precision;       // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16
 };
 
 struct StepMetrics {

@@ -6,6 +6,7 @@
 #include "base/status_macros.h"
 #include "graph/graph_builder.h"
 #include "graph/onnx_import.h"
+#include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/fuse_epilogues.h"
 #include "passes/memory_plan.h"
@@ -59,6 +60,7 @@ absl::StatusOr<Value*> PickLogits(const Graph& g, const TrainSpec& spec, const s
 
 PassPipeline MakeTrainingPipeline(const PipelineOptions& options) {
   PassPipeline p(options);
+  p.Add(std::make_unique<AutocastPass>());
   p.Add(std::make_unique<AutodiffPass>());
   p.Add(std::make_unique<OptimizerPass>());
   p.Add(std::make_unique<SimplifyPass>());
@@ -69,6 +71,7 @@ PassPipeline MakeTrainingPipeline(const PipelineOptions& options) {
 
 PassPipeline MakeEvalPipeline(const PipelineOptions& options) {
   PassPipeline p(options);
+  p.Add(std::make_unique<AutocastPass>());
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
   p.Add(std::make_unique<MemoryPlanPass>());

@@ -40,3 +40,15 @@ inline const std::set<std::string>& DefaultClear() {
 }
 
 }  // namespace mpc::autocast
+
+namespace mpc::autocast {
+
+// Inputs that configure an op rather than carry data (read at compile time as
+// constants): autocast never casts them.
+inline bool IsConfigInput(const std::string& op, int index) {
+  if (op == "Dropout") return index >= 1;  // ratio, training_mode
+  if (op == "Reshape") return index == 1;  // target shape
+  return false;
+}
+
+}  // namespace mpc::autocast

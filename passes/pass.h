@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -25,12 +26,23 @@ struct MemoryPlan {
   int64_t unplanned_bytes = 0;              // inputs + constants + persistent, outside the arena
 };
 
+// One autocast paint decision, for the report: every node gets one.
+struct PaintDecision {
+  std::string node;
+  std::string op;
+  DType dtype = DType::kF32;
+  std::string reason;
+};
+
 struct CompileInfo {
   Value* loss = nullptr;                          // scalar training loss
   std::vector<std::pair<Value*, Value*>> param_grads;  // (parameter, gradient), parameter order
   Value* learning_rate = nullptr;                 // scalar f32 input fed each step
   std::vector<Node*> order;                       // execution order fixed by memory-plan
   MemoryPlan plan;
+  std::vector<PaintDecision> paint;               // autocast: one per node after the pass
+  int64_t casts_inserted = 0;
+  DType compute_dtype = DType::kF32;              // the low-precision dtype autocast targeted
 };
 
 struct PassContext {

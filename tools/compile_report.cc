@@ -6,6 +6,18 @@
 #include "absl/strings/str_join.h"
 
 namespace mpc {
+namespace {
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string CompileReportJson(const Program& p) {
   std::vector<std::string> passes;
@@ -14,9 +26,17 @@ std::string CompileReportJson(const Program& p) {
                                      r.name, r.changed ? "true" : "false", r.skipped ? "true" : "false", r.ms,
                                      r.nodes_after));
   }
+  std::vector<std::string> nodes;
+  for (const PaintDecision& d : p.info.paint) {
+    nodes.push_back(absl::StrFormat("{\"name\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"reason\":\"%s\"}",
+                                    JsonEscape(d.node), d.op, DTypeName(d.dtype), JsonEscape(d.reason)));
+  }
   const MemoryPlan& m = p.info.plan;
   return absl::StrCat(
       "{\"passes\":[", absl::StrJoin(passes, ","), "],",
+      "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
+      absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", p.info.casts_inserted,
+                      DTypeName(p.info.compute_dtype)),
       absl::StrFormat("\"memory\":{\"planned_peak_bytes\":%d,\"unplanned_bytes\":%d,\"persistent_bytes\":%d,"
                       "\"unshared_activation_bytes\":%d},",
                       m.peak_bytes, m.unplanned_bytes, m.persistent_bytes, m.total_activation_bytes),
@@ -32,6 +52,14 @@ std::string CompileSummaryText(const Program& p) {
     absl::StrAppendFormat(&out, "%-16s %8s %10.2f %8d\n", r.name, r.skipped ? "skipped" : (r.changed ? "yes" : "no"),
                           r.ms, r.nodes_after);
   }
+  int64_t converted = 0, forward = 0;
+  for (const PaintDecision& d : p.info.paint) {
+    if (d.reason == "inserted cast") continue;
+    ++forward;
+    converted += d.dtype != DType::kF32 && d.op != "Cast";
+  }
+  absl::StrAppendFormat(&out, "autocast: %d of %d nodes converted to %s, %d casts inserted\n", converted, forward,
+                        DTypeName(p.info.compute_dtype), p.info.casts_inserted);
   const MemoryPlan& m = p.info.plan;
   absl::StrAppendFormat(&out,
                         "model: %d nodes, %d parameters (batch %d)\n"

@@ -16,6 +16,7 @@
 #include "engine/program.h"
 #include "engine/spec.h"
 #include "graph/onnx_export.h"
+#include "passes/autocast.h"
 #include "tools/compile_report.h"
 #include "tools/flag_normalize.h"
 
@@ -27,6 +28,7 @@ ABSL_FLAG(std::string, dump_dir, "", "directory for --dump-after files");
 ABSL_FLAG(std::string, disable_passes, "", "comma-separated pass names to skip");
 ABSL_FLAG(std::string, o, "", "write the compiled training program as ONNX (domain mpc for our ops)");
 ABSL_FLAG(std::string, device, "", "compile for this backend's capabilities (cpu, cuda); overrides the spec");
+ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16 or fp16; overrides the spec's precision.compute");
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
 
 namespace {
@@ -41,6 +43,11 @@ int Compile() {
   if (spec_path.empty()) return Fail("--spec is required; see mpc --help");
   auto spec = mpc::LoadTrainSpec(spec_path);
   if (!spec.ok()) return Fail(std::string(spec.status().message()));
+  if (!absl::GetFlag(FLAGS_precision).empty()) {
+    auto compute = mpc::ParsePrecision(absl::GetFlag(FLAGS_precision));
+    if (!compute.ok()) return Fail(std::string(compute.status().message()));
+    spec->mutable_precision()->set_compute(*compute);
+  }
   const std::string spec_dir = std::filesystem::path(spec_path).parent_path().string();
   mpc::ProgramOptions options;
   options.model_path = absl::GetFlag(FLAGS_model).empty() ? mpc::ResolvePath(spec_dir, spec->model())
@@ -82,7 +89,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the mpc compiler tool.\n"
       "usage: mpc compile --spec S [--model M] [--report FILE.json] [--dump-after REGEX --dump-dir DIR]\n"
-      "                   [--disable-passes a,b] [-o FILE.onnx] [--eval]");
+      "                   [--disable-passes a,b] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) return Fail("missing command; usage: mpc compile --spec S ... (see mpc --help)");

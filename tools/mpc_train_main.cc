@@ -21,6 +21,7 @@ ABSL_FLAG(std::string, checkpoint_dir, "", "checkpoint directory; overrides the 
 ABSL_FLAG(std::string, device, "", "cpu, cuda, or auto (the GPU when available); overrides the spec's device");
 ABSL_FLAG(bool, resume, false, "continue from the checkpoint in the checkpoint directory, if there is one");
 ABSL_FLAG(std::string, export_onnx, "", "after training, write the model with its trained weights here");
+ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16 or fp16; overrides the spec's precision.compute");
 ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training");
 
 namespace {
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trains a model on the CPU (or GPU) backend.\n"
       "usage: mpc-train --spec S [--model M] [--metrics FILE] [--checkpoint_dir DIR] [--device cpu]\n"
-      "                 [--resume] [--export_onnx FILE] [--profile]");
+      "                 [--precision f32|tf32|bf16|fp16] [--resume] [--export_onnx FILE] [--profile]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) return Fail(absl::StrFormat("unexpected argument '%s'; see --help", positional[1]));
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   options.device = absl::GetFlag(FLAGS_device);
   options.resume = absl::GetFlag(FLAGS_resume);
   options.profile = absl::GetFlag(FLAGS_profile);
+  options.precision = absl::GetFlag(FLAGS_precision);
   if (options.spec_path.empty()) return Fail("--spec is required; see --help");
 
   auto engine = mpc::Engine::Create(options);

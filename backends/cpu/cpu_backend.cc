@@ -14,9 +14,12 @@ class CpuBackend : public Backend {
  public:
   CpuBackend() {
     caps_.device = "cpu";
-    caps_.native_compute = {DType::kF32, DType::kF64};
+    // bf16 GEMMs are native through oneDNN on AVX512-BF16 / AMX CPUs; f16 and FP8 are
+    // emulated exactly (operands rounded, f32 compute), so they run but are not native.
+    caps_.native_compute = {DType::kF32, DType::kF64, DType::kBF16};
     caps_.tf32 = false;
     caps_.fp8 = false;
+    caps_.has_kernel = [this](const std::string& op, DType dtype) { return kernels().Has(op, "cpu", dtype); };
   }
 
   std::string name() const override { return "cpu"; }

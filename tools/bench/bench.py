@@ -1,0 +1,819 @@
+#!/usr/bin/python3
+"""Side-by-side training benchmark: mpc against PyTorch on the CPU, in one command.
+
+For each model x precision it trains the same network with mpc (`build/mpc-train`) and with
+PyTorch (same ONNX weights, same data in the same order, same batch, AdamW with the same
+hyperparameters, same thread count), excludes the warm-up steps, takes the median of the
+timed steps, measures the machine's matmul rate in the same run (a oneDNN f32 matmul
+primitive, the library mpc's CPU backend uses) and prints a markdown table. The table and
+everything needed to judge it (date, machine, versions, load, command, method) go to
+tools/bench/results/<YYYY-MM-DD>-cpu-<machine>-mlp.md.
+
+Usage (Debian's torch/numpy/onnx are importable only from the system interpreter):
+
+    /usr/bin/python3 tools/bench/bench.py                 # full run (~5 min on 2 cores)
+    /usr/bin/python3 tools/bench/bench.py --quick         # smoke test: few steps, results under build/bench/
+    /usr/bin/python3 tools/bench/bench.py --models seed_mlp --steps 50 --warmup 5
+    /usr/bin/python3 tools/bench/bench.py --wait-idle 600 # first wait (up to 600 s) for a quiet machine
+
+Options:
+    --models seed_mlp,fashion_mlp    which models (default: both)
+    --precision f32,bf16             precision axis; only f32 is run today, other precisions print
+                                     a 'not yet supported by mpc' row (nothing is faked)
+    --steps S / --warmup W           timed steps (default 20) after W warm-up steps (default 3)
+    --threads T                      threads for both (default: os.cpu_count(), which is what mpc's
+                                     OpenMP uses by default)
+    --torch-blas onednn,system       PyTorch variants, see "PyTorch's BLAS" below
+    --mpc-timing fifo|diff           how mpc's per-step times are taken, see "Method"
+    --batch B                        override every model's batch size
+    --machine NAME                   name in the results file (default 'dev')
+    --out FILE                       results file (default tools/bench/results/..., --quick: build/bench/results/)
+    --no-profile                     skip the `mpc-train --profile` run
+    --wait-idle SEC / --max-load L   wait up to SEC seconds for the 1-minute load average to drop below L
+
+Models:
+    seed_mlp     Linear(1024,4096) ReLU Linear(4096,4096) ReLU Linear(4096,10), batch 256,
+                 AdamW(lr 1e-3, weight_decay 0) == Adam, random data (N(0,1) features, uniform labels).
+                 The ONNX file (~80 MB) and data are generated deterministically into build/bench/seed_mlp/
+                 (never committed) and regenerated when missing.
+    fashion_mlp  models/fashion_mlp/fashion_mlp.onnx (784-256-128-10), batch 100 (its spec's),
+                 AdamW(lr 1e-3, weight_decay 1e-4) (its spec's, constant lr), the first 8 batches of
+                 Fashion-MNIST's training set, scaled as in its spec.
+
+Method:
+    mpc    `mpc-train --metrics` writes one JSON line per step and flushes it. With --mpc-timing fifo
+           (default) the metrics file is a named pipe; this script blocks on it and timestamps every
+           train record as it arrives (time.perf_counter), so step i's time is the gap between records
+           i-1 and i. Warm-up steps are dropped, the median of the rest is reported. With
+           --mpc-timing diff, mpc-train runs twice (W and W+S steps) and the step time is
+           (wall_s(W+S) - wall_s(W)) / S from the summary records (a mean, not a median).
+    torch  a plain loop: batch copy, zero_grad(set_to_none=True), forward, CrossEntropyLoss,
+           backward, AdamW.step(), loss.item(); each step timed with time.perf_counter, warm-up
+           dropped, median reported. Run in a child process so its memory is its own.
+    FLOPs  the matmul work one training step needs: forward 2*B*in*out per layer, weight gradient
+           2*B*in*out per layer, input gradient 2*B*in*out for every layer but the first (neither
+           framework computes the gradient of the input data). The conventional 6*B*sum(in*out)
+           is shown in the per-model notes.
+    rate   oneDNN f32 matmul primitive, 2048x2048x2048, median of 10 (tools/bench/dnnl_matmul_rate.cc),
+           measured before and after the models; the larger of the two is the reference.
+    memory mpc: the compiler's plan (activation arena + everything outside it: parameters, optimizer
+           state, inputs) and the process's peak RSS (VmHWM from /proc, sampled while it runs);
+           torch: the worker's peak RSS growth over its RSS before the model was built (the ONNX
+           loading temporaries are freed and the VmHWM mark reset through /proc/self/clear_refs
+           before training, so they do not count) and that peak RSS. Plans and RSS measure different
+           things (RSS includes code, the runtime, the parsed model file and the data set).
+
+PyTorch's BLAS:
+    Debian's python3-torch 1.13 is built with BLAS_INFO=generic: its f32 GEMMs call libblas.so.3,
+    which without OpenBLAS installed is the netlib reference BLAS (single-threaded, a few GFLOP/s).
+    `system` runs torch as installed; `onednn` LD_PRELOADs tools/bench/dnnl_sgemm_shim.c, which
+    answers sgemm_ with oneDNN's dnnl_sgemm, so both frameworks use the same GEMM library. Each row
+    says which variant it is and which BLAS the worker actually loaded.
+
+Load: 2 cores are easily disturbed. The script records the load average and, from /proc/stat, how
+much CPU other processes used while each measurement ran, and flags the results when that is
+more than 10%.
+"""
+
+import argparse
+import ctypes
+import datetime
+import gc
+import gzip
+import json
+import os
+import platform
+import resource
+import select
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BUILD = os.path.join(ROOT, "build")
+BENCH = os.path.join(BUILD, "bench")
+MPC_TRAIN = os.path.join(BUILD, "mpc-train")
+MPC = os.path.join(BUILD, "mpc")
+PY = "/usr/bin/python3"
+
+MODELS = {
+    "seed_mlp": {
+        "layers": [1024, 4096, 4096, 10],
+        "batch": 256,
+        "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0,
+        "features_input": "x",
+        "flatten": False,
+        "describe": "Linear 1024-4096-4096-10, batch 256, AdamW(lr 1e-3, wd 0) = Adam, random data",
+    },
+    "fashion_mlp": {
+        "layers": [784, 256, 128, 10],
+        "batch": 100,
+        "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 1e-4,
+        "features_input": "image",
+        "flatten": True,
+        "describe": "Flatten + Linear 784-256-128-10, batch 100, AdamW(lr 1e-3, wd 1e-4), Fashion-MNIST",
+    },
+}
+BATCHES_OF_DATA = 8          # data sets hold 8 batches; both frameworks cycle through them in order
+MPC_PRECISIONS = {"f32"}     # precisions mpc can train today; the others print a placeholder row
+FASHION_IDX = "/usr/share/datasets/fashion-mnist"
+FASHION_SCALE, FASHION_SHIFT = 0.0123, -0.3530   # models/fashion_mlp/fashion_mlp.spec
+
+
+def log(*args):
+    print("[bench]", *args, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- machine state
+
+def cpu_busy_jiffies():
+    """(busy, total) jiffies over all CPUs from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    total = sum(fields[:8])
+    return total - idle, total
+
+
+def own_cpu_seconds():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+class LoadProbe:
+    """How busy the machine was, and how much of that was someone else, over a span."""
+
+    def __init__(self):
+        self.busy0, self.total0 = cpu_busy_jiffies()
+        self.own0 = own_cpu_seconds()
+        self.load0 = os.getloadavg()[0]
+
+    def finish(self):
+        busy1, total1 = cpu_busy_jiffies()
+        hz = os.sysconf("SC_CLK_TCK")
+        ncpu = os.cpu_count()
+        wall_cpu_s = (total1 - self.total0) / hz  # CPU-seconds available across all CPUs
+        busy_s = (busy1 - self.busy0) / hz
+        own_s = own_cpu_seconds() - self.own0
+        other = max(0.0, busy_s - own_s)
+        return {
+            "load_start": round(self.load0, 2),
+            "load_end": round(os.getloadavg()[0], 2),
+            "other_cpu_pct": round(100.0 * other / wall_cpu_s, 1) if wall_cpu_s > 0 else 0.0,
+            "cpus": ncpu,
+        }
+
+
+def wait_for_idle(max_load, seconds):
+    deadline = time.time() + seconds
+    while True:
+        load = os.getloadavg()[0]
+        if load < max_load:
+            return load
+        if time.time() >= deadline:
+            log(f"load average {load:.2f} still >= {max_load} after waiting; running anyway")
+            return load
+        log(f"load average {load:.2f} >= {max_load}; waiting")
+        time.sleep(15)
+
+
+def proc_status_bytes(pid, field):
+    """VmHWM / VmRSS of a live process, in bytes (0 once it is gone).
+
+    Peak RSS is read from /proc rather than from getrusage: a child's ru_maxrss also counts the
+    parent's memory at fork time (Linux records the replaced mm's high-water mark at exec), and
+    this script holds torch, so every child would look at least that big."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_text(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return ""
+
+
+def cpu_model():
+    for line in run_text(["lscpu"]).splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+# --------------------------------------------------------------------------- native helpers
+
+def build_native():
+    """Builds the oneDNN matmul-rate probe and the sgemm shim into build/bench/ when stale."""
+    os.makedirs(BENCH, exist_ok=True)
+    targets = [
+        (os.path.join(HERE, "dnnl_matmul_rate.cc"), os.path.join(BENCH, "dnnl_matmul_rate"),
+         ["g++", "-O2", "-std=c++17", "-fopenmp"], ["-ldnnl"]),
+        (os.path.join(HERE, "dnnl_sgemm_shim.c"), os.path.join(BENCH, "libdnnl_sgemm_shim.so"),
+         ["gcc", "-O2", "-shared", "-fPIC"], ["-ldnnl", "-ldl"]),
+    ]
+    for src, out, pre, post in targets:
+        if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(src):
+            continue
+        cmd = pre + ["-o", out, src] + post
+        log("building", os.path.relpath(out, ROOT))
+        subprocess.run(cmd, check=True)
+    return targets[0][1], targets[1][1]
+
+
+def dnnl_matmul_rate(probe_bin, threads, n=2048, reps=10):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([probe_bin, str(n), str(reps)], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout)
+
+
+# --------------------------------------------------------------------------- assets
+
+def ensure_seed_mlp(batch):
+    """Seed MLP ONNX + random data in build/bench/seed_mlp/ (deterministic; regenerated when missing)."""
+    d = os.path.join(BENCH, "seed_mlp")
+    os.makedirs(d, exist_ok=True)
+    onnx_path = os.path.join(d, "seed_mlp.onnx")
+    n = batch * BATCHES_OF_DATA
+    feats = os.path.join(d, f"features_{n}.npy")
+    labels = os.path.join(d, f"labels_{n}.npy")
+    if not os.path.exists(onnx_path):
+        import torch
+        from torch import nn
+        log("exporting", os.path.relpath(onnx_path, ROOT))
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                              nn.Linear(4096, 10))
+        tmp = onnx_path + ".tmp"
+        torch.onnx.export(model, (torch.zeros(2, 1024),), tmp, opset_version=17, input_names=["x"],
+                          output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+        os.replace(tmp, onnx_path)
+    if not (os.path.exists(feats) and os.path.exists(labels)):
+        import numpy as np
+        rng = np.random.default_rng(0)
+        np.save(feats, rng.standard_normal((n, 1024), dtype=np.float32))
+        np.save(labels, rng.integers(0, 10, size=n, dtype=np.int64))
+    return onnx_path, feats, labels
+
+
+def read_idx(path):
+    import numpy as np
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def ensure_fashion_mlp(batch):
+    import numpy as np
+    onnx_path = os.path.join(ROOT, "models", "fashion_mlp", "fashion_mlp.onnx")
+    if not os.path.exists(onnx_path):
+        subprocess.run([PY, os.path.join(ROOT, "models", "fashion_mlp", "make_fashion_mlp.py")], check=True)
+    d = os.path.join(BENCH, "fashion_mlp")
+    os.makedirs(d, exist_ok=True)
+    n = batch * BATCHES_OF_DATA
+    feats = os.path.join(d, f"features_{n}.npy")
+    labels = os.path.join(d, f"labels_{n}.npy")
+    if not (os.path.exists(feats) and os.path.exists(labels)):
+        images = read_idx(os.path.join(FASHION_IDX, "train-images-idx3-ubyte.gz"))[:n]
+        ys = read_idx(os.path.join(FASHION_IDX, "train-labels-idx1-ubyte.gz"))[:n]
+        # Same transform mpc applies to IDX bytes: x * scale + shift in float32.
+        x = images.astype(np.float32) * np.float32(FASHION_SCALE) + np.float32(FASHION_SHIFT)
+        np.save(feats, x.reshape(n, 1, 28, 28))
+        np.save(labels, ys.astype(np.int64))
+    return onnx_path, feats, labels
+
+
+def write_spec(model_name, cfg, onnx_path, feats, labels, batch, steps, precision):
+    if precision != "f32":
+        raise ValueError(f"mpc has no {precision} policy yet")  # the autocast issue adds the spec fields
+    d = os.path.join(BENCH, model_name)
+    path = os.path.join(d, f"bench_b{batch}_s{steps}_{precision}.spec")
+    text = f"""# Generated by tools/bench/bench.py; do not edit.
+model: "{onnx_path}"
+features_input: "{cfg['features_input']}"
+loss {{ type: SOFTMAX_CROSS_ENTROPY output: "logits" }}
+train_data {{
+  npy {{ features: "{feats}" labels: "{labels}" }}
+  shuffle: false
+}}
+batch_size: {batch}
+steps: {steps}
+optimizer {{ adamw {{ lr: {cfg['lr']} beta1: {cfg['beta1']} beta2: {cfg['beta2']} eps: {cfg['eps']} weight_decay: {cfg['weight_decay']} }} }}
+schedule {{ constant {{}} }}
+seed: 1
+"""
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def matmul_flops(layers, batch):
+    """(needed, conventional) matmul FLOPs of one training step, see the module docstring."""
+    pairs = list(zip(layers[:-1], layers[1:]))
+    s = sum(i * o for i, o in pairs)
+    needed = 6 * batch * s - 2 * batch * pairs[0][0] * pairs[0][1]
+    return needed, 6 * batch * s
+
+
+# --------------------------------------------------------------------------- mpc
+
+def run_mpc_fifo(spec, threads, log_path):
+    """Runs mpc-train with its metrics going to a named pipe; returns per-record arrival times."""
+    tmpdir = tempfile.mkdtemp(prefix="mpc-bench-")
+    fifo = os.path.join(tmpdir, "metrics.fifo")
+    os.mkfifo(fifo)
+    # O_RDWR: never blocks and never reads EOF before mpc-train opens its end.
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    records, buf = [], b""
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen([MPC_TRAIN, "--spec", spec, "--metrics", fifo], stdout=logf,
+                                stderr=subprocess.STDOUT, env=env)
+        status, hwm = None, 0
+        while True:
+            ready, _, _ = select.select([fd], [], [], 0.25)
+            now = time.perf_counter()
+            if status is None:
+                hwm = max(hwm, proc_status_bytes(proc.pid, "VmHWM"))
+            if ready:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    chunk = b""
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    records.append((now, json.loads(line)))
+                continue
+            if status is None:
+                pid, st, _ = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    status = st
+                    continue  # drain once more
+            else:
+                break
+    os.close(fd)
+    shutil.rmtree(tmpdir, ignore_errors=True)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        with open(log_path) as f:
+            raise RuntimeError(f"mpc-train failed ({proc.returncode}):\n{f.read()[-2000:]}")
+    return records, hwm
+
+
+def run_mpc_plain(spec, threads, metrics_path, log_path, extra=()):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen([MPC_TRAIN, "--spec", spec, "--metrics", metrics_path, *extra], stdout=logf,
+                                stderr=subprocess.STDOUT, env=env)
+        hwm = 0
+        while True:
+            hwm = max(hwm, proc_status_bytes(proc.pid, "VmHWM"))
+            pid, st, _ = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.05)
+    rc = os.waitstatus_to_exitcode(st)
+    if rc != 0:
+        with open(log_path) as f:
+            raise RuntimeError(f"mpc-train failed ({rc}):\n{f.read()[-2000:]}")
+    with open(metrics_path) as f:
+        recs = [json.loads(l) for l in f if l.strip()]
+    return recs, hwm
+
+
+def mpc_compile_report(spec, out_json):
+    subprocess.run([MPC, "compile", "--spec", spec, "--report", out_json], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(out_json) as f:
+        return json.load(f)
+
+
+def bench_mpc(name, cfg, assets, batch, warmup, steps, threads, timing, precision):
+    onnx_path, feats, labels = assets
+    d = os.path.join(BENCH, name)
+    spec = write_spec(name, cfg, onnx_path, feats, labels, batch, warmup + steps, precision)
+    report = mpc_compile_report(spec, os.path.join(d, "compile_report.json"))
+    mem = report["memory"]
+    probe = LoadProbe()
+    res = {"spec": spec}
+    if timing == "fifo":
+        records, maxrss = run_mpc_fifo(spec, threads, os.path.join(d, "mpc-train.log"))
+        train = [(t, r) for t, r in records if r.get("kind") == "train"]
+        summary = [r for _, r in records if r.get("kind") == "summary"][0]
+        if len(train) != warmup + steps:
+            raise RuntimeError(f"expected {warmup + steps} train records, got {len(train)}")
+        times = [train[i][0] - train[i - 1][0] for i in range(1, len(train))]  # step 2.. onwards
+        timed = times[warmup - 1:] if warmup >= 1 else times
+        res.update(step_times=timed, median_s=statistics.median(timed), mean_s=statistics.fmean(timed),
+                   method="per-step: arrival times of the flushed metrics records (named pipe), median")
+        res["losses"] = [r["loss"] for _, r in train]
+    else:
+        spec_w = write_spec(name, cfg, onnx_path, feats, labels, batch, warmup, precision)
+        rw, _ = run_mpc_plain(spec_w, threads, os.path.join(d, "m_w.jsonl"), os.path.join(d, "mpc-train-w.log"))
+        rs, maxrss = run_mpc_plain(spec, threads, os.path.join(d, "m_ws.jsonl"), os.path.join(d, "mpc-train.log"))
+        sw = [r for r in rw if r["kind"] == "summary"][0]
+        summary = [r for r in rs if r["kind"] == "summary"][0]
+        t = (summary["wall_s"] - sw["wall_s"]) / steps
+        res.update(step_times=[t], median_s=t, mean_s=t,
+                   method="difference: (wall_s(W+S) - wall_s(W)) / S from two runs' summary records (a mean)")
+        res["losses"] = [r["loss"] for r in rs if r["kind"] == "train"]
+    res["load"] = probe.finish()
+    res["summary"] = summary
+    res["max_rss"] = maxrss
+    res["arena_bytes"] = mem["planned_peak_bytes"]
+    res["outside_arena_bytes"] = mem["unplanned_bytes"]
+    res["persistent_bytes"] = mem.get("persistent_bytes")
+    res["program"] = report.get("program", {})
+    return res
+
+
+def mpc_profile(spec, threads, log_path):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([MPC_TRAIN, "--spec", spec, "--profile"], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    with open(log_path, "w") as f:
+        f.write(out)
+    rows, on = [], False
+    done_line = ""
+    for line in out.splitlines():
+        if line.startswith("done:"):
+            done_line = line.strip()
+        if line.startswith("profile"):
+            on = True
+            continue
+        if on and line.strip():
+            parts = line.split()
+            # "  <op> <calls> calls <ms> ms"
+            try:
+                rows.append((parts[0], int(parts[1]), float(parts[3])))
+            except (IndexError, ValueError):
+                pass
+    return rows, done_line
+
+
+# --------------------------------------------------------------------------- torch
+
+def torch_worker(cfg_json):
+    """Runs in a child process: trains with PyTorch and prints one JSON line."""
+    cfg = json.loads(cfg_json)
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(cfg["threads"])
+    maps = open("/proc/self/maps").read()
+    blas = sorted({os.path.basename(l.split()[-1]) for l in maps.splitlines()
+                   if l.split()[-1].startswith("/") and any(k in l for k in ("blas", "dnnl", "mkl"))})
+    X = torch.from_numpy(np.load(cfg["features"]))
+    Y = torch.from_numpy(np.load(cfg["labels"]))
+    rss_before = proc_status_bytes("self", "VmRSS")  # before anything model-related
+
+    layers = cfg["layers"]
+    mods = [nn.Flatten()] if cfg["flatten"] else []
+    for i, (a, b) in enumerate(zip(layers[:-1], layers[1:])):
+        mods.append(nn.Linear(a, b))
+        if i < len(layers) - 2:
+            mods.append(nn.ReLU())
+    model = nn.Sequential(*mods)
+    # The exact initial weights mpc starts from: the ONNX initializers (named after module paths).
+    proto = onnx.load(cfg["onnx"])
+    inits = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in proto.graph.initializer}
+    model.load_state_dict(inits, strict=True)
+    # Drop the loading temporaries (protobuf, numpy copies) so they do not count as training memory,
+    # then restart the peak-RSS mark from here (Linux >= 4.0: "5" > clear_refs resets VmHWM to VmRSS).
+    del proto, inits
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
+                            eps=cfg["eps"], weight_decay=cfg["weight_decay"])
+    loss_fn = nn.CrossEntropyLoss()
+    b = cfg["batch"]
+    nb = X.shape[0] // b
+    bf16 = cfg["precision"] == "bf16"
+    times, losses = [], []
+    for step in range(cfg["warmup"] + cfg["steps"]):
+        t0 = time.perf_counter()
+        j = step % nb
+        xb = X[j * b:(j + 1) * b].clone()
+        yb = Y[j * b:(j + 1) * b].clone()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(xb)
+            loss = loss_fn(out.float(), yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    max_rss = proc_status_bytes("self", "VmHWM")
+    timed = times[cfg["warmup"]:]
+
+    # torch's own f32 matmul rate, for the record (which BLAS it really runs on).
+    n = cfg.get("matmul_n", 2048)
+    a, c = torch.randn(n, n), torch.randn(n, n)
+    t0 = time.perf_counter()
+    a @ c
+    first = time.perf_counter() - t0
+    reps = 2 if first > 1.0 else 5
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ c
+        ts.append(time.perf_counter() - t0)
+    print(json.dumps({
+        "step_times": timed, "median_s": statistics.median(timed), "mean_s": statistics.fmean(timed),
+        "losses": losses, "max_rss": max_rss, "rss_before_model": rss_before,
+        "rss_growth": max_rss - rss_before, "blas_libs": blas,
+        "torch_matmul_gflops": 2.0 * n ** 3 / statistics.median(ts) / 1e9,
+        "threads": torch.get_num_threads(), "foreach": opt.defaults.get("foreach"),
+        "torch": torch.__version__, "numpy": np.__version__, "onnx": onnx.__version__,
+    }), flush=True)
+
+
+def bench_torch(name, cfg, assets, batch, warmup, steps, threads, variant, shim, precision):
+    onnx_path, feats, labels = assets
+    wcfg = dict(cfg, onnx=onnx_path, features=feats, labels=labels, batch=batch, warmup=warmup, steps=steps,
+                threads=threads, precision=precision)
+    wcfg.pop("describe", None)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env.pop("LD_PRELOAD", None)
+    if variant == "onednn":
+        env["LD_PRELOAD"] = shim
+    probe = LoadProbe()
+    out = subprocess.run([PY, os.path.abspath(__file__), "--_torch-worker", json.dumps(wcfg)],
+                         capture_output=True, text=True, env=env)
+    load = probe.finish()
+    if out.returncode != 0:
+        raise RuntimeError(f"torch worker failed:\n{out.stderr[-3000:]}")
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["load"] = load
+    if variant == "onednn" and not any("dnnl_sgemm_shim" in l for l in res["blas_libs"]):
+        raise RuntimeError("the sgemm shim was not loaded into the torch worker")
+    return res
+
+
+# --------------------------------------------------------------------------- report
+
+def mib(x):
+    return f"{x / 1048576:.1f}"
+
+
+def fmt_ms(s):
+    return f"{1000 * s:.1f}" if s >= 0.01 else f"{1000 * s:.2f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--_torch-worker", dest="torch_worker", help=argparse.SUPPRESS)
+    ap.add_argument("--models", default="seed_mlp,fashion_mlp")
+    ap.add_argument("--precision", default="f32,bf16")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--quick", action="store_true", help="few steps (smoke test); results under build/bench/")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--torch-blas", default=None, help="comma list of onednn, system (default both; --quick: onednn)")
+    ap.add_argument("--mpc-timing", choices=["fifo", "diff"], default="fifo")
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--machine", default="dev")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--wait-idle", type=float, default=0.0)
+    ap.add_argument("--max-load", type=float, default=1.5)
+    args = ap.parse_args()
+    if args.torch_worker:
+        torch_worker(args.torch_worker)
+        return 0
+
+    steps = args.steps if args.steps is not None else (5 if args.quick else 20)
+    warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
+    if warmup < 1 or steps < 1:
+        ap.error("--warmup and --steps must be >= 1 (step times are gaps between records)")
+    variants = (args.torch_blas or ("onednn" if args.quick else "onednn,system")).split(",")
+    for v in variants:
+        if v not in ("onednn", "system"):
+            ap.error(f"unknown --torch-blas variant {v!r}")
+    models = args.models.split(",")
+    for m in models:
+        if m not in MODELS:
+            ap.error(f"unknown model {m!r} (have {', '.join(MODELS)})")
+    precisions = args.precision.split(",")
+    for p in precisions:
+        if p not in ("f32", "bf16", "f16"):
+            ap.error(f"unknown precision {p!r}")
+    for binary in (MPC_TRAIN, MPC):
+        if not os.access(binary, os.X_OK):
+            sys.exit(f"bench: {binary} is missing; build first (cmake --build build -j2)")
+
+    command = "/usr/bin/python3 tools/bench/bench.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
+    start_time = datetime.datetime.now().astimezone()
+    load_at_start = os.getloadavg()
+    if args.wait_idle > 0:
+        wait_for_idle(args.max_load, args.wait_idle)
+    load_at_run = os.getloadavg()
+    if load_at_run[0] >= args.max_load:
+        log(f"warning: 1-minute load average is {load_at_run[0]:.2f} (>= {args.max_load}); timings will be noisy")
+
+    probe_bin, shim = build_native()
+    log("measuring the oneDNN matmul rate")
+    rate_before = dnnl_matmul_rate(probe_bin, args.threads)
+    log(f"  f32 {rate_before['f32'].get('median_gflops')} GFLOP/s ({rate_before['f32'].get('impl')})")
+
+    results = []   # dicts: model, precision, mpc, torch{variant: res}
+    profiles = {}
+    for name in models:
+        cfg = MODELS[name]
+        batch = args.batch or cfg["batch"]
+        assets = ensure_seed_mlp(batch) if name == "seed_mlp" else ensure_fashion_mlp(batch)
+        for precision in precisions:
+            row = {"model": name, "precision": precision, "batch": batch, "cfg": cfg}
+            if precision not in MPC_PRECISIONS:
+                row["unsupported"] = True
+                results.append(row)
+                continue
+            log(f"{name} {precision}: mpc ({warmup}+{steps} steps)")
+            row["mpc"] = bench_mpc(name, cfg, assets, batch, warmup, steps, args.threads, args.mpc_timing, precision)
+            log(f"  mpc {fmt_ms(row['mpc']['median_s'])} ms/step")
+            row["torch"] = {}
+            for v in variants:
+                log(f"{name} {precision}: torch, {v} BLAS ({warmup}+{steps} steps)")
+                row["torch"][v] = bench_torch(name, cfg, assets, batch, warmup, steps, args.threads, v, shim, precision)
+                log(f"  torch[{v}] {fmt_ms(row['torch'][v]['median_s'])} ms/step")
+            results.append(row)
+            if not args.no_profile and precision == "f32":
+                log(f"{name}: mpc-train --profile")
+                profiles[name] = mpc_profile(row["mpc"]["spec"], args.threads,
+                                             os.path.join(BENCH, name, "mpc-train-profile.log"))
+    log("measuring the oneDNN matmul rate again")
+    rate_after = dnnl_matmul_rate(probe_bin, args.threads)
+    rate = max(rate_before["f32"].get("median_gflops", 0), rate_after["f32"].get("median_gflops", 0))
+
+    # ------------------------------------------------------------------ table
+    head = ("| model | precision | torch BLAS | mpc ms/step | torch ms/step | mpc/torch | mpc ex/s | torch ex/s "
+            "| mpc GFLOP/s | torch GFLOP/s | mpc % of rate | torch % of rate | mpc memory (plan; peak RSS) "
+            "| torch memory (RSS growth; peak RSS) |")
+    ncols = head.count("|") - 1
+    lines = [head, "|" + "---|" * ncols]
+    for row in results:
+        if row.get("unsupported"):
+            cells = [row["model"], row["precision"], "—", "not yet supported by mpc"] + ["—"] * (ncols - 4)
+            lines.append("| " + " | ".join(cells) + " |")
+            continue
+        m = row["mpc"]
+        needed, _ = matmul_flops(row["cfg"]["layers"], row["batch"])
+        mpc_gf = needed / m["median_s"] / 1e9
+        plan = m["arena_bytes"] + m["outside_arena_bytes"]
+        mpc_mem = f"{mib(plan)} MiB ({mib(m['arena_bytes'])} arena + {mib(m['outside_arena_bytes'])} other); {mib(m['max_rss'])} MiB"
+        for v, t in row["torch"].items():
+            tgf = needed / t["median_s"] / 1e9
+            cells = [row["model"], row["precision"], "oneDNN sgemm (shim)" if v == "onednn" else "system libblas",
+                     fmt_ms(m["median_s"]), fmt_ms(t["median_s"]), f"{m['median_s'] / t['median_s']:.2f}",
+                     f"{row['batch'] / m['median_s']:.0f}", f"{row['batch'] / t['median_s']:.0f}",
+                     f"{mpc_gf:.1f}", f"{tgf:.1f}", f"{100 * mpc_gf / rate:.0f}%", f"{100 * tgf / rate:.0f}%",
+                     mpc_mem, f"{mib(t['rss_growth'])} MiB; {mib(t['max_rss'])} MiB"]
+            lines.append("| " + " | ".join(cells) + " |")
+    table = "\n".join(lines)
+    print(table)
+
+    # ------------------------------------------------------------------ results file
+    any_torch = next((t for r in results for t in r.get("torch", {}).values()), None)
+    commit = run_text(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
+    dirty = run_text(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])
+    mtime = datetime.datetime.fromtimestamp(os.path.getmtime(MPC_TRAIN)).astimezone()
+    noisy = [(r["model"], k, x["load"]) for r in results if not r.get("unsupported")
+             for k, x in [("mpc", r["mpc"])] + [(f"torch[{v}]", t) for v, t in r["torch"].items()]
+             if x["load"]["other_cpu_pct"] > 10]
+    md = []
+    md.append(f"# mpc vs PyTorch, CPU, MLPs — {start_time:%Y-%m-%d %H:%M %Z}\n")
+    md.append(table + "\n")
+    md.append("Lower mpc/torch is better for mpc. GFLOP/s counts the matmul work one step needs (see Method); "
+              f"% of rate is against the oneDNN f32 matmul rate measured in this run ({rate:.0f} GFLOP/s). "
+              "mpc memory: the compiler's plan (activation arena + parameters/optimizer state/inputs outside it) "
+              "and the mpc-train process's peak RSS. torch memory: the worker's peak RSS growth over its RSS "
+              "before the model was built, and its peak RSS. Plans and RSS measure different things.\n")
+    if noisy:
+        md.append("**Load warning:** other processes used more than 10% of the CPUs during: " +
+                  "; ".join(f"{a} {b} ({c['other_cpu_pct']}%)" for a, b, c in noisy) + ". Treat those timings as noisy.\n")
+    md.append("## Machine and versions\n")
+    md.append(f"- date: {start_time.isoformat(timespec='seconds')}")
+    md.append(f"- machine: {args.machine} (hostname `{socket.gethostname()}`), CPU: {cpu_model()}, "
+              f"{os.cpu_count()} CPUs; threads used by both: {args.threads}")
+    md.append(f"- `uname -a`: `{run_text(['uname', '-a'])}`")
+    md.append(f"- mpc: commit `{commit}`{' (working tree has uncommitted changes)' if dirty else ''}, "
+              f"`build/mpc-train` built {mtime:%Y-%m-%d %H:%M}, oneDNN {rate_before.get('onednn')}")
+    if any_torch:
+        md.append(f"- torch {any_torch['torch']}, numpy {any_torch['numpy']}, onnx {any_torch['onnx']}, "
+                  f"Python {platform.python_version()}; AdamW foreach={any_torch['foreach']}")
+        for r in results:
+            for v, t in r.get("torch", {}).items():
+                md.append(f"- torch worker [{v}] ({r['model']}): BLAS-related libraries mapped: "
+                          f"{', '.join(t['blas_libs'])}; torch's own 2048³ f32 matmul: "
+                          f"{t['torch_matmul_gflops']:.1f} GFLOP/s; torch threads {t['threads']}")
+    md.append(f"- oneDNN matmul rate (2048³, median of 10, {args.threads} threads): f32 "
+              f"{rate_before['f32'].get('median_gflops')} GFLOP/s before, {rate_after['f32'].get('median_gflops')} after "
+              f"(`{rate_before['f32'].get('impl')}`); bf16 inputs/f32 out {rate_before['bf16'].get('median_gflops')} "
+              f"/ {rate_after['bf16'].get('median_gflops')} (`{rate_before['bf16'].get('impl')}`)")
+    md.append(f"- load average (1/5/15 min) at start: {' / '.join(f'{x:.2f}' for x in load_at_start)}; "
+              f"when measuring began: {' / '.join(f'{x:.2f}' for x in load_at_run)}")
+    md.append(f"- command: `{command}`\n")
+
+    md.append("## Per-run details\n")
+    md.append("| model | run | median ms | mean ms | min–max ms | steps timed | loss step 1 | loss last | other CPU use | load 1-min start→end |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        if r.get("unsupported"):
+            continue
+        for k, x in [("mpc", r["mpc"])] + [(f"torch [{v}]", t) for v, t in r["torch"].items()]:
+            st = x["step_times"]
+            md.append(f"| {r['model']} | {k} | {fmt_ms(x['median_s'])} | {fmt_ms(x['mean_s'])} | "
+                      f"{fmt_ms(min(st))}–{fmt_ms(max(st))} | {len(st) if len(st) > 1 else steps} | "
+                      f"{x['losses'][0]:.6f} | {x['losses'][-1]:.6f} | {x['load']['other_cpu_pct']}% | "
+                      f"{x['load']['load_start']}→{x['load']['load_end']} |")
+    md.append("")
+    md.append("Same weights (the ONNX initializers), same batches in the same order and the same optimizer, so "
+              "the step-1 losses agree to float precision and the last losses stay close; that is the check "
+              "that both frameworks run the same training step.\n")
+    for r in results:
+        if r.get("unsupported"):
+            continue
+        needed, conv = matmul_flops(r["cfg"]["layers"], r["batch"])
+        m = r["mpc"]
+        md.append(f"- **{r['model']}**: {r['cfg']['describe']}. Batch {r['batch']}, {warmup} warm-up + {steps} timed steps. "
+                  f"Matmul FLOPs/step: {needed / 1e9:.2f} G needed ({conv / 1e9:.2f} G by 6·B·Σin·out). "
+                  f"mpc plan: arena {mib(m['arena_bytes'])} MiB, outside the arena {mib(m['outside_arena_bytes'])} MiB "
+                  f"(persistent {mib(m['persistent_bytes'] or 0)} MiB); "
+                  f"mpc summary: {m['summary']['steps']} steps in {m['summary']['wall_s']:.3f} s "
+                  f"(all steps incl. warm-up: {1000 * m['summary']['wall_s'] / m['summary']['steps']:.1f} ms/step).")
+    md.append("")
+
+    md.append("## Method\n")
+    md.append(f"- mpc step time: {results[0]['mpc']['method'] if results and not results[0].get('unsupported') else args.mpc_timing}. "
+              f"Warm-up steps excluded: the first {warmup}.")
+    md.append("- torch step time: per step with time.perf_counter around batch copy, zero_grad(set_to_none=True), "
+              "forward, CrossEntropyLoss, backward, AdamW.step(), loss.item(); warm-up excluded; median. "
+              "Runs in its own process (same threads: torch.set_num_threads and OMP_NUM_THREADS).")
+    md.append("- torch BLAS variants: `system libblas` is torch as installed (Debian's torch is built with "
+              "BLAS_INFO=generic and calls libblas.so.3; here that is whichever BLAS the alternatives select — see "
+              "the mapped libraries above). `oneDNN sgemm (shim)` LD_PRELOADs tools/bench/dnnl_sgemm_shim.c, which "
+              "answers sgemm_ with oneDNN's dnnl_sgemm: both frameworks then run their GEMMs on the same library, "
+              "which is the comparison that says something about mpc's own overheads.")
+    md.append("- GFLOP/s: matmul FLOPs one step needs (forward 2·B·in·out and weight gradient 2·B·in·out per layer, "
+              "input gradient 2·B·in·out for every layer but the first) / median step time.")
+    md.append("- matmul rate: tools/bench/dnnl_matmul_rate.cc, a oneDNN 2048³ f32 matmul primitive, median of 10, "
+              "measured before and after the models; the table uses the larger.")
+    md.append("- bf16 rows: mpc has no bf16 policy yet (the autocast issue adds it); nothing is run for them.\n")
+
+    if profiles:
+        md.append("## Where the time goes (mpc-train --profile)\n")
+        for name, (rows, done) in profiles.items():
+            total = sum(ms for _, _, ms in rows) or 1.0
+            md.append(f"**{name}** — `mpc-train --spec <bench spec> --profile`, {warmup + steps} steps "
+                      f"(warm-up included); `{done}`\n")
+            md.append("| op | calls | total ms | ms/step | share |")
+            md.append("|---|---|---|---|---|")
+            for op, calls, ms in sorted(rows, key=lambda x: -x[2]):
+                md.append(f"| {op} | {calls} | {ms:.1f} | {ms / (warmup + steps):.2f} | {100 * ms / total:.1f}% |")
+            md.append("")
+
+    out = args.out
+    if not out:
+        base = f"{start_time:%Y-%m-%d}-cpu-{args.machine}-mlp.md"
+        out = os.path.join(BENCH, "results", base) if args.quick else os.path.join(HERE, "results", base)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        f.write("\n".join(md) + "\n")
+    raw = os.path.join(BENCH, "last_run.json")
+    with open(raw, "w") as f:
+        json.dump({"results": [{k: v for k, v in r.items() if k != "cfg"} for r in results],
+                   "rate_before": rate_before, "rate_after": rate_after, "command": command}, f, indent=1, default=str)
+    log(f"wrote {os.path.relpath(out, ROOT)} (raw numbers: {os.path.relpath(raw, ROOT)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
