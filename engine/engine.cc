@@ -23,6 +23,7 @@
 #include "graph/onnx_export.h"
 #include "graph/onnx_import.h"
 #include "passes/autocast.h"
+#include "passes/loss_scaling.h"
 
 namespace mpc {
 
@@ -40,7 +41,8 @@ struct Engine::Impl {
   std::unique_ptr<BatchIterator> batches;
   Tensor feature_batch, label_batch;
   int64_t step = 0;
-  int64_t last_epoch = 0;  // epoch of the most recent step (the iterator may have rolled over)
+  int64_t last_epoch = 0;
+  int64_t skipped_steps = 0;  // this process's count (not checkpointed)  // epoch of the most recent step (the iterator may have rolled over)
   int64_t total_steps = 0;
   int64_t eval_batch_size = 0;
   std::string fingerprint;
@@ -116,6 +118,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     MPC_ASSIGN_OR_RETURN(PrecisionSpec::Compute compute, ParsePrecision(options.precision));
     spec.mutable_precision()->set_compute(compute);
   }
+  if (!options.loss_scaling.empty()) {
+    MPC_RETURN_IF_ERROR(ParseLossScalingFlag(options.loss_scaling, spec.mutable_loss_scaling()));
+  }
   impl->spec_dir = std::filesystem::path(options.spec_path).parent_path().string();
   impl->model_path = !options.model_path.empty() ? options.model_path : ResolvePath(impl->spec_dir, spec.model());
   if (impl->model_path.empty()) {
@@ -190,9 +195,23 @@ absl::StatusOr<StepMetrics> Engine::Step() {
   MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.features_input, m.feature_batch));
   MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.labels_input, m.label_batch));
   MPC_RETURN_IF_ERROR(m.train_exec->SetInput("lr", Tensor::Scalar(static_cast<float>(out.lr))));
+  const CompileInfo& info = p.info;
+  if (info.loss_scale) {
+    MPC_ASSIGN_OR_RETURN(Tensor scale, m.train_exec->ReadPersistent(info.loss_scale->name));
+    out.loss_scale = scale.GetAsDouble(0);
+  }
   MPC_RETURN_IF_ERROR(m.train_exec->Run(m.spec.seed(), m.step));
   MPC_ASSIGN_OR_RETURN(Tensor loss, m.train_exec->Fetch(p.loss_output));
   out.loss = loss.GetAsDouble(0);
+  if (info.found_nonfinite) {
+    MPC_ASSIGN_OR_RETURN(Tensor found, m.train_exec->Fetch(info.found_nonfinite->name));
+    out.skipped = found.GetAsDouble(0) != 0.0;
+    m.skipped_steps += out.skipped;
+  }
+  if (info.grad_norm) {
+    MPC_ASSIGN_OR_RETURN(Tensor norm, m.train_exec->Fetch(info.grad_norm->name));
+    out.grad_norm = norm.GetAsDouble(0);
+  }
   out.step = ++m.step;
   return out;
 }
@@ -289,6 +308,7 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
   }
   if (!m.checkpoint_dir.empty() && m.spec.checkpoint().at_end()) MPC_RETURN_IF_ERROR(SaveCheckpoint(m.checkpoint_dir));
   summary.steps = m.step;
+  summary.skipped_steps = m.skipped_steps;
   summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   m.metrics->WriteSummary(summary);
   return summary;
@@ -326,6 +346,14 @@ std::vector<std::string> Engine::ParameterNames() const {
   std::vector<std::string> names;
   for (const Value* v : impl_->train_exec->PersistentValues()) {
     if (v->kind == ValueKind::kParameter) names.push_back(v->name);
+  }
+  return names;
+}
+
+std::vector<std::string> Engine::StateNames() const {
+  std::vector<std::string> names;
+  for (const Value* v : impl_->train_exec->PersistentValues()) {
+    if (v->kind == ValueKind::kState) names.push_back(v->name);
   }
   return names;
 }

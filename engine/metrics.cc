@@ -38,7 +38,9 @@ void MetricsWriter::WriteLine(const std::string& line) {
 
 void MetricsWriter::WriteTrain(const StepMetrics& m) {
   WriteLine(absl::StrCat("{\"kind\":\"train\",\"step\":", m.step, ",\"epoch\":", m.epoch, ",\"loss\":",
-                         JsonNumber(m.loss), ",\"lr\":", JsonNumber(m.lr), "}"));
+                         JsonNumber(m.loss), ",\"lr\":", JsonNumber(m.lr), ",\"loss_scale\":", JsonNumber(m.loss_scale),
+                         ",\"skipped\":", m.skipped ? "true" : "false",
+                         m.grad_norm >= 0 ? absl::StrCat(",\"grad_norm\":", JsonNumber(m.grad_norm)) : "", "}"));
 }
 
 void MetricsWriter::WriteEval(const EvalMetrics& m) {
@@ -49,7 +51,7 @@ void MetricsWriter::WriteEval(const EvalMetrics& m) {
 
 void MetricsWriter::WriteSummary(const TrainSummary& s) {
   WriteLine(absl::StrCat("{\"kind\":\"summary\",\"steps\":", s.steps, ",\"wall_s\":", JsonNumber(s.wall_s),
-                         ",\"planned_peak_bytes\":", s.planned_peak_bytes,
+                         ",\"planned_peak_bytes\":", s.planned_peak_bytes, ",\"skipped_steps\":", s.skipped_steps,
                          s.evaluated ? absl::StrCat(",\"final_accuracy\":", JsonNumber(s.last_eval.accuracy)) : "",
                          "}"));
 }

@@ -30,6 +30,7 @@ struct EngineOptions {
   bool resume = false;         // continue from the checkpoint in checkpoint_dir, if any
   bool profile = false;        // time every kernel; see Engine::Profile()
   std::string precision;       // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16
+  std::string loss_scaling;    // overrides TrainSpec.loss_scaling: off, dynamic, static:S
 };
 
 struct StepMetrics {
@@ -37,6 +38,9 @@ struct StepMetrics {
   int64_t epoch = 0;  // 0-based epoch the step belongs to
   double loss = 0;
   double lr = 0;
+  double loss_scale = 1;  // the scale this step's backward pass used (1 when off)
+  bool skipped = false;   // non-finite gradients: the update was skipped
+  double grad_norm = -1;  // global gradient norm before clipping (-1 when not clipping)
 };
 
 struct EvalMetrics {
@@ -53,6 +57,7 @@ struct TrainSummary {
   int64_t planned_peak_bytes = 0;
   EvalMetrics last_eval;
   bool evaluated = false;
+  int64_t skipped_steps = 0;
 };
 
 struct TrainCallbacks {
@@ -89,7 +94,10 @@ class Engine {
   absl::Status ExportOnnx(const std::string& path);
 
   std::vector<std::string> ParameterNames() const;
-  // A parameter's current FP32 master value, row-major, model shaped.
+  // Persistent non-parameter state: optimizer moments and step counters, the loss
+  // scale and its growth tracker.
+  std::vector<std::string> StateNames() const;
+  // A parameter's current FP32 master value (or a state tensor's), row-major, model shaped.
   absl::StatusOr<std::vector<float>> GetParameter(const std::string& name) const;
   int64_t step() const;
   int64_t total_steps() const;

@@ -9,6 +9,7 @@
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/fuse_epilogues.h"
+#include "passes/loss_scaling.h"
 #include "passes/memory_plan.h"
 #include "passes/optimizer.h"
 #include "passes/simplify.h"
@@ -62,6 +63,7 @@ PassPipeline MakeTrainingPipeline(const PipelineOptions& options) {
   PassPipeline p(options);
   p.Add(std::make_unique<AutocastPass>());
   p.Add(std::make_unique<AutodiffPass>());
+  p.Add(std::make_unique<LossScalingPass>());
   p.Add(std::make_unique<OptimizerPass>());
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());

@@ -16,6 +16,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterShapeOps(*r);
     RegisterLossOps(*r);
     RegisterTrainingOps(*r);
+    RegisterLossScalingOps(*r);
     return r;
   }();
   return *registry;

@@ -63,5 +63,6 @@ void RegisterNnOps(OpRegistry& registry);
 void RegisterShapeOps(OpRegistry& registry);
 void RegisterLossOps(OpRegistry& registry);
 void RegisterTrainingOps(OpRegistry& registry);
+void RegisterLossScalingOps(OpRegistry& registry);
 
 }  // namespace mpc

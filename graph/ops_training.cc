@@ -4,6 +4,8 @@
 //   SgdUpdate(param, grad, lr[, momentum_buf])          attrs: momentum, nesterov, weight_decay
 //   AdamWUpdate(param, grad, lr, m, v, step)              attrs: beta1, beta2, eps, weight_decay
 // Semantics are torch.optim.SGD / torch.optim.AdamW's, so runs can be compared step by step.
+// With attribute gated=1 the last input is found_nonfinite (loss scaling): when it is
+// set, the update leaves parameter, state and step counter exactly as they were.
 #include "base/status_macros.h"
 #include "graph/ops_common.h"
 
@@ -41,9 +43,12 @@ Types InferUpdate(const Node& n, const std::vector<int>& state_inputs, const std
   if (n.inputs[1]->dtype != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat("gradient of '", param->name, "' must arrive in f32"));
   }
+  const int gated = n.attrs.GetInt("gated", 0) != 0 ? 1 : 0;
+  const int state_end = static_cast<int>(n.inputs.size()) - gated;
   for (int i : state_inputs) {
-    if (i < static_cast<int>(n.inputs.size())) MPC_RETURN_IF_ERROR(CheckStateLike(n, i, param));
+    if (i < state_end) MPC_RETURN_IF_ERROR(CheckStateLike(n, i, param));
   }
+  if (gated) MPC_RETURN_IF_ERROR(CheckScalarF32(n, state_end));
   for (int i : scalars) MPC_RETURN_IF_ERROR(CheckScalarF32(n, i));
   return std::vector<TensorType>{};
 }
@@ -55,7 +60,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   sgd.name = "SgdUpdate";
   sgd.domain = "mpc";
   sgd.min_inputs = 3;
-  sgd.max_inputs = 4;
+  sgd.max_inputs = 5;  // + found_nonfinite when attr gated=1
   sgd.min_outputs = sgd.max_outputs = 0;
   sgd.has_side_effects = true;
   sgd.infer = [](const Node& n) { return InferUpdate(n, {3}, {2}); };
@@ -64,11 +69,86 @@ void RegisterTrainingOps(OpRegistry& r) {
   OpDef adamw;
   adamw.name = "AdamWUpdate";
   adamw.domain = "mpc";
-  adamw.min_inputs = adamw.max_inputs = 6;
+  adamw.min_inputs = 6;
+  adamw.max_inputs = 7;  // + found_nonfinite when attr gated=1
   adamw.min_outputs = adamw.max_outputs = 0;
   adamw.has_side_effects = true;
   adamw.infer = [](const Node& n) { return InferUpdate(n, {3, 4}, {2, 5}); };
   r.Register(adamw);
+}
+
+}  // namespace mpc
+
+// Loss scaling and gradient clipping ops (passes/loss_scaling.h).
+//   UnscaleGradients(scale, g1..gN) -> (g1/scale .. gN/scale, found_nonfinite)
+//   ClipByGlobalNorm(g1..gN) -> (g1*c .. gN*c, global_norm)    attr max_norm
+//   InjectNonFinite(g) -> g'                                    attrs step, value (test hook)
+//   UpdateLossScale(scale, growth_tracker, found_nonfinite)     in place; attrs growth_factor,
+//                                                               backoff_factor, growth_interval,
+//                                                               min_scale, max_scale
+// found_nonfinite is an f32 scalar, 1 when any gradient element is inf or NaN.
+namespace mpc {
+namespace {
+
+absl::StatusOr<std::vector<TensorType>> InferGradientList(const Node& n, int first) {
+  std::vector<TensorType> out;
+  for (size_t i = first; i < n.inputs.size(); ++i) {
+    if (n.inputs[i]->dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient '", n.inputs[i]->name, "' must be f32"));
+    }
+    out.push_back({DType::kF32, n.inputs[i]->shape});
+  }
+  out.push_back({DType::kF32, {}});
+  return out;
+}
+
+}  // namespace
+
+void RegisterLossScalingOps(OpRegistry& r) {
+  constexpr int kMany = 1 << 20;
+  OpDef unscale;
+  unscale.name = "UnscaleGradients";
+  unscale.domain = "mpc";
+  unscale.min_inputs = 2;
+  unscale.max_inputs = kMany;
+  unscale.min_outputs = 2;
+  unscale.max_outputs = kMany;
+  unscale.infer = [](const Node& n) { return InferGradientList(n, 1); };
+  r.Register(unscale);
+
+  OpDef clip;
+  clip.name = "ClipByGlobalNorm";
+  clip.domain = "mpc";
+  clip.min_inputs = 1;
+  clip.max_inputs = kMany;
+  clip.min_outputs = 2;
+  clip.max_outputs = kMany;
+  clip.infer = [](const Node& n) { return InferGradientList(n, 0); };
+  r.Register(clip);
+
+  OpDef inject;
+  inject.name = "InjectNonFinite";
+  inject.domain = "mpc";
+  inject.min_inputs = inject.max_inputs = 1;
+  inject.infer = [](const Node& n) { return ops::SameAsInput(n, 0); };
+  inject.stochastic = true;  // depends on the step: never merged
+  r.Register(inject);
+
+  OpDef update;
+  update.name = "UpdateLossScale";
+  update.domain = "mpc";
+  update.min_inputs = update.max_inputs = 3;
+  update.min_outputs = update.max_outputs = 0;
+  update.has_side_effects = true;
+  update.infer = [](const Node& n) -> absl::StatusOr<std::vector<TensorType>> {
+    for (const Value* v : n.inputs) {
+      if (v->dtype != DType::kF32 || NumElements(v->shape) != 1) {
+        return absl::InvalidArgumentError(absl::StrCat("'", v->name, "' must be an f32 scalar"));
+      }
+    }
+    return std::vector<TensorType>{};
+  };
+  r.Register(update);
 }
 
 }  // namespace mpc

@@ -10,7 +10,8 @@
 
 namespace mpc {
 
-absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, const std::vector<Value*>& wrt) {
+absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, const std::vector<Value*>& wrt,
+                                                   Value** seed_out) {
   if (!loss) return absl::FailedPreconditionError("no loss value to differentiate");
   if (NumElements(loss->shape) != 1) {
     return absl::InvalidArgumentError(absl::StrCat("the loss '", loss->name, "' must be a scalar, got ",
@@ -36,6 +37,7 @@ absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, co
   GraphBuilder b(&graph, "grad/");
   absl::flat_hash_map<const Value*, Value*> grads;
   grads[loss] = b.ScalarConstant(1.0, loss->dtype);
+  if (seed_out) *seed_out = grads[loss];
   if (loss->shape != Shape{}) grads[loss] = b.Reshape(grads[loss], loss->shape);
 
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
@@ -86,7 +88,7 @@ absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, co
 
 absl::StatusOr<bool> AutodiffPass::Run(Graph& graph, const PassContext& ctx) {
   std::vector<Value*> params = graph.ValuesOfKind(ValueKind::kParameter);
-  MPC_ASSIGN_OR_RETURN(std::vector<Value*> grads, BuildGradients(graph, ctx.info->loss, params));
+  MPC_ASSIGN_OR_RETURN(std::vector<Value*> grads, BuildGradients(graph, ctx.info->loss, params, &ctx.info->loss_seed));
   ctx.info->param_grads.clear();
   for (size_t i = 0; i < params.size(); ++i) {
     if (grads[i]) ctx.info->param_grads.emplace_back(params[i], grads[i]);

@@ -17,6 +17,8 @@ class AutodiffPass : public Pass {
 
 // The differentiation itself, usable outside a pipeline (gradient-check tests):
 // returns d(loss)/d(wrt[i]) for each value (nullptr where the loss does not depend on it).
-absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, const std::vector<Value*>& wrt);
+// `seed_out`, when given, receives the value used as dL/dL (a constant 1).
+absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, const std::vector<Value*>& wrt,
+                                                   Value** seed_out = nullptr);
 
 }  // namespace mpc

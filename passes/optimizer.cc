@@ -26,8 +26,13 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph, const PassContext& ctx) {
       Value* m = graph.AddState(param->name + ".adam_m", zeros);
       Value* v = graph.AddState(param->name + ".adam_v", zeros);
       Value* step = graph.AddState(param->name + ".adam_step", Tensor::Scalar(0.0f));
-      MPC_ASSIGN_OR_RETURN(update, graph.AddNode("AdamWUpdate", {param, grad, info.learning_rate, m, v, step},
-                                                 std::move(attrs), graph.UniqueName("update/" + param->name)));
+      std::vector<Value*> inputs{param, grad, info.learning_rate, m, v, step};
+      if (info.found_nonfinite) {
+        attrs.Set("gated", int64_t{1});
+        inputs.push_back(info.found_nonfinite);
+      }
+      MPC_ASSIGN_OR_RETURN(update, graph.AddNode("AdamWUpdate", std::move(inputs), std::move(attrs),
+                                                 graph.UniqueName("update/" + param->name)));
     } else {
       const SgdSpec& s = opt.sgd();  // the default optimizer when none is set
       AttrMap attrs;
@@ -36,6 +41,10 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph, const PassContext& ctx) {
       attrs.Set("weight_decay", s.weight_decay());
       std::vector<Value*> inputs{param, grad, info.learning_rate};
       if (s.momentum() != 0.0f) inputs.push_back(graph.AddState(param->name + ".momentum", zeros));
+      if (info.found_nonfinite) {
+        attrs.Set("gated", int64_t{1});
+        inputs.push_back(info.found_nonfinite);
+      }
       MPC_ASSIGN_OR_RETURN(update, graph.AddNode("SgdUpdate", std::move(inputs), std::move(attrs),
                                                  graph.UniqueName("update/" + param->name)));
     }

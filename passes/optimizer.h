@@ -3,6 +3,8 @@
 // state (momentum buffers, Adam moments and step counters) as persistent state values,
 // and adds the scalar learning-rate input. Each update is ordered after every other
 // reader of its parameter, so no forward or backward op sees a half-updated weight.
+// When loss scaling found non-finite gradients (CompileInfo::found_nonfinite), every
+// update is gated on that flag and leaves all state untouched.
 #pragma once
 
 #include "passes/pass.h"

@@ -43,6 +43,10 @@ struct CompileInfo {
   std::vector<PaintDecision> paint;               // autocast: one per node after the pass
   int64_t casts_inserted = 0;
   DType compute_dtype = DType::kF32;              // the low-precision dtype autocast targeted
+  Value* loss_seed = nullptr;        // dL/dL: constant 1, replaced by the loss scale
+  Value* loss_scale = nullptr;       // state: the current scale (loss scaling on)
+  Value* found_nonfinite = nullptr;  // output: 1 when this step's gradients overflowed
+  Value* grad_norm = nullptr;        // output: global gradient norm (clipping on)
 };
 
 struct PassContext {

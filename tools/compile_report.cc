@@ -58,8 +58,12 @@ std::string CompileSummaryText(const Program& p) {
     ++forward;
     converted += d.dtype != DType::kF32 && d.op != "Cast";
   }
-  absl::StrAppendFormat(&out, "autocast: %d of %d nodes converted to %s, %d casts inserted\n", converted, forward,
-                        DTypeName(p.info.compute_dtype), p.info.casts_inserted);
+  if (p.info.compute_dtype == DType::kF32) {
+    absl::StrAppendFormat(&out, "autocast: precision f32, no node converted\n");
+  } else {
+    absl::StrAppendFormat(&out, "autocast: %d of %d nodes converted to %s, %d casts inserted\n", converted, forward,
+                          DTypeName(p.info.compute_dtype), p.info.casts_inserted);
+  }
   const MemoryPlan& m = p.info.plan;
   absl::StrAppendFormat(&out,
                         "model: %d nodes, %d parameters (batch %d)\n"

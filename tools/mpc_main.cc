@@ -17,6 +17,7 @@
 #include "engine/spec.h"
 #include "graph/onnx_export.h"
 #include "passes/autocast.h"
+#include "passes/loss_scaling.h"
 #include "tools/compile_report.h"
 #include "tools/flag_normalize.h"
 
@@ -29,6 +30,7 @@ ABSL_FLAG(std::string, disable_passes, "", "comma-separated pass names to skip")
 ABSL_FLAG(std::string, o, "", "write the compiled training program as ONNX (domain mpc for our ops)");
 ABSL_FLAG(std::string, device, "", "compile for this backend's capabilities (cpu, cuda); overrides the spec");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16 or fp16; overrides the spec's precision.compute");
+ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
 
 namespace {
@@ -47,6 +49,11 @@ int Compile() {
     auto compute = mpc::ParsePrecision(absl::GetFlag(FLAGS_precision));
     if (!compute.ok()) return Fail(std::string(compute.status().message()));
     spec->mutable_precision()->set_compute(*compute);
+  }
+  if (!absl::GetFlag(FLAGS_loss_scaling).empty()) {
+    if (auto st = mpc::ParseLossScalingFlag(absl::GetFlag(FLAGS_loss_scaling), spec->mutable_loss_scaling()); !st.ok()) {
+      return Fail(std::string(st.message()));
+    }
   }
   const std::string spec_dir = std::filesystem::path(spec_path).parent_path().string();
   mpc::ProgramOptions options;

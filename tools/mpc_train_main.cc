@@ -22,6 +22,7 @@ ABSL_FLAG(std::string, device, "", "cpu, cuda, or auto (the GPU when available);
 ABSL_FLAG(bool, resume, false, "continue from the checkpoint in the checkpoint directory, if there is one");
 ABSL_FLAG(std::string, export_onnx, "", "after training, write the model with its trained weights here");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16 or fp16; overrides the spec's precision.compute");
+ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training");
 
 namespace {
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trains a model on the CPU (or GPU) backend.\n"
       "usage: mpc-train --spec S [--model M] [--metrics FILE] [--checkpoint_dir DIR] [--device cpu]\n"
-      "                 [--precision f32|tf32|bf16|fp16] [--resume] [--export_onnx FILE] [--profile]");
+      "                 [--precision f32|tf32|bf16|fp16] [--loss-scaling off|dynamic|static:S]\n"
+      "                 [--resume] [--export_onnx FILE] [--profile]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) return Fail(absl::StrFormat("unexpected argument '%s'; see --help", positional[1]));
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   options.resume = absl::GetFlag(FLAGS_resume);
   options.profile = absl::GetFlag(FLAGS_profile);
   options.precision = absl::GetFlag(FLAGS_precision);
+  options.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
   if (options.spec_path.empty()) return Fail("--spec is required; see --help");
 
   auto engine = mpc::Engine::Create(options);
@@ -65,17 +68,22 @@ int main(int argc, char** argv) {
   double last_loss = 0;
   double epoch_loss_sum = 0;
   int64_t epoch_steps = 0;
+  int64_t skipped = 0;
   mpc::TrainCallbacks callbacks;
   callbacks.on_step = [&](const mpc::StepMetrics& s) {
     last_loss = s.loss;
-    epoch_loss_sum += s.loss;
-    ++epoch_steps;
+    skipped += s.skipped;
+    if (!s.skipped) {
+      epoch_loss_sum += s.loss;
+      ++epoch_steps;
+    }
     if (tty && (s.step % 10 == 0 || s.step == total)) {
       const int width = 30;
       const int filled = static_cast<int>(width * s.step / std::max<int64_t>(1, total));
-      std::printf("\r[%s%s] step %lld/%lld  loss %.4f  lr %.3g ", std::string(filled, '#').c_str(),
+      std::printf("\r[%s%s] step %lld/%lld  loss %.4f  lr %.3g%s ", std::string(filled, '#').c_str(),
                   std::string(width - filled, '.').c_str(), static_cast<long long>(s.step),
-                  static_cast<long long>(total), s.loss, s.lr);
+                  static_cast<long long>(total), s.loss, s.lr,
+                  skipped ? absl::StrFormat("  skipped %d", skipped).c_str() : "");
       std::fflush(stdout);
     }
   };
@@ -85,9 +93,10 @@ int main(int argc, char** argv) {
   };
   callbacks.on_epoch_end = [&](int64_t epoch, int64_t epochs) {
     if (tty) std::printf("\n");
-    std::printf("epoch %lld/%lld  step %lld  train loss %.4f%s\n", static_cast<long long>(epoch + 1),
+    std::printf("epoch %lld/%lld  step %lld  train loss %.4f%s%s\n", static_cast<long long>(epoch + 1),
                 static_cast<long long>(epochs), static_cast<long long>(e.step()),
-                epoch_steps ? epoch_loss_sum / epoch_steps : last_loss, last_eval.c_str());
+                epoch_steps ? epoch_loss_sum / epoch_steps : last_loss, last_eval.c_str(),
+                skipped ? absl::StrFormat("  (skipped steps so far: %d)", skipped).c_str() : "");
     std::fflush(stdout);
     epoch_loss_sum = 0;
     epoch_steps = 0;
@@ -99,8 +108,9 @@ int main(int argc, char** argv) {
     return Fail(std::string(summary.status().message()));
   }
   if (tty && epoch_steps) std::printf("\n");
-  std::printf("done: %lld steps in %.2f s (%.1f ms/step)%s\n", static_cast<long long>(summary->steps),
-              summary->wall_s, summary->steps ? 1000.0 * summary->wall_s / summary->steps : 0.0,
+  std::printf("done: %lld steps (%lld skipped) in %.2f s (%.1f ms/step)%s\n", static_cast<long long>(summary->steps),
+              static_cast<long long>(summary->skipped_steps), summary->wall_s,
+              summary->steps ? 1000.0 * summary->wall_s / summary->steps : 0.0,
               summary->evaluated ? absl::StrFormat(", final accuracy %.4f", summary->last_eval.accuracy).c_str() : "");
   if (options.profile) {
     std::printf("profile (time per op kind, all programs):\n");

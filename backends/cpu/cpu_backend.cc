@@ -51,6 +51,7 @@ class CpuBackend : public Backend {
       RegisterCpuSoftmaxLossKernels(*r);
       RegisterCpuShapeKernels(*r);
       RegisterCpuOptimizerKernels(*r);
+      RegisterCpuLossScalingKernels(*r);
       RegisterCpuDnnlEltwiseKernels(*r);
       return r;
     }();

@@ -26,6 +26,7 @@ void RegisterCpuElementwiseKernels(KernelRegistry& r);
 void RegisterCpuSoftmaxLossKernels(KernelRegistry& r);
 void RegisterCpuShapeKernels(KernelRegistry& r);
 void RegisterCpuOptimizerKernels(KernelRegistry& r);
+void RegisterCpuLossScalingKernels(KernelRegistry& r);
 // Registered last: oneDNN's f32 eltwise/softmax replace the f32 loop kernels.
 void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r);
 

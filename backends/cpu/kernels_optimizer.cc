@@ -17,11 +17,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSgd(const Node& node, Backend&) {
   const float momentum = node.attrs.GetFloat("momentum", 0.0f);
   const float wd = node.attrs.GetFloat("weight_decay", 0.0f);
   const bool nesterov = node.attrs.GetInt("nesterov", 0) != 0;
+  const bool gated = node.attrs.GetInt("gated", 0) != 0;
   return MakeKernel([=](KernelContext& ctx) {
+    if (gated && ctx.inputs.back().as<float>()[0] != 0.0f) return absl::OkStatus();  // skipped step
+    const size_t n_state = ctx.inputs.size() - (gated ? 1 : 0);
     float* p = ctx.inputs[0].as<float>();
     const float* g = ctx.inputs[1].as<float>();
     const float lr = ctx.inputs[2].as<float>()[0];
-    float* buf = ctx.inputs.size() > 3 ? ctx.inputs[3].as<float>() : nullptr;
+    float* buf = n_state > 3 ? ctx.inputs[3].as<float>() : nullptr;
     const int64_t n = ctx.inputs[0].num_elements();
 #pragma omp parallel for simd if (n > 32768)
     for (int64_t i = 0; i < n; ++i) {
@@ -39,7 +42,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSgd(const Node& node, Backend&) {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateAdamW(const Node& node, Backend&) {
   const float b1 = node.attrs.GetFloat("beta1", 0.9f), b2 = node.attrs.GetFloat("beta2", 0.999f);
   const float eps = node.attrs.GetFloat("eps", 1e-8f), wd = node.attrs.GetFloat("weight_decay", 0.0f);
+  const bool gated = node.attrs.GetInt("gated", 0) != 0;
   return MakeKernel([=](KernelContext& ctx) {
+    if (gated && ctx.inputs.back().as<float>()[0] != 0.0f) return absl::OkStatus();  // skipped step
     float* p = ctx.inputs[0].as<float>();
     const float* g = ctx.inputs[1].as<float>();
     const float lr = ctx.inputs[2].as<float>()[0];

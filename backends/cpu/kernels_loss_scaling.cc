@@ -1,0 +1,111 @@
+// CPU kernels for loss scaling and gradient clipping: one fused unscale + all-finite
+// check over every gradient, global-norm clipping, the dynamic scale update (PyTorch
+// GradScaler's rule), and the test-only non-finite injector.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_kernel_util.h"
+
+namespace mpc {
+namespace {
+
+using cpu::MakeKernel;
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateUnscale(const Node&, Backend&) {
+  return MakeKernel([](KernelContext& ctx) {
+    const float inv = 1.0f / ctx.inputs[0].as<float>()[0];
+    bool nonfinite = false;
+    for (size_t t = 1; t < ctx.inputs.size(); ++t) {
+      const float* g = ctx.inputs[t].as<float>();
+      float* out = ctx.outputs[t - 1].as<float>();
+      const int64_t n = ctx.inputs[t].num_elements();
+      bool bad = false;
+#pragma omp parallel for simd reduction(|| : bad) if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = g[i] * inv;
+        bad = bad || !std::isfinite(g[i]);
+      }
+      nonfinite = nonfinite || bad;
+    }
+    ctx.outputs.back().as<float>()[0] = nonfinite ? 1.0f : 0.0f;
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const Node& node, Backend&) {
+  const double max_norm = node.attrs.GetFloat("max_norm", 1.0f);
+  return MakeKernel([max_norm](KernelContext& ctx) {
+    double sum = 0;
+    for (const TensorView& g : ctx.inputs) {
+      const float* p = g.as<float>();
+      const int64_t n = g.num_elements();
+#pragma omp parallel for reduction(+ : sum) if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
+    }
+    const double norm = std::sqrt(sum);
+    // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), at most 1.
+    const float coef = static_cast<float>(std::min(1.0, max_norm / (norm + 1e-6)));
+    for (size_t t = 0; t < ctx.inputs.size(); ++t) {
+      const float* g = ctx.inputs[t].as<float>();
+      float* out = ctx.outputs[t].as<float>();
+      const int64_t n = ctx.inputs[t].num_elements();
+#pragma omp parallel for simd if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) out[i] = g[i] * coef;
+    }
+    ctx.outputs.back().as<float>()[0] = static_cast<float>(norm);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateInject(const Node& node, Backend&) {
+  const int64_t step = node.attrs.GetInt("step", -1);
+  const float value = node.attrs.GetString("value", "inf") == "nan" ? std::numeric_limits<float>::quiet_NaN()
+                                                                     : std::numeric_limits<float>::infinity();
+  return MakeKernel([step, value](KernelContext& ctx) {
+    const int64_t n = ctx.inputs[0].num_elements();
+    std::memcpy(ctx.outputs[0].data, ctx.inputs[0].data, n * sizeof(float));
+    if (ctx.step == step && n > 0) ctx.outputs[0].as<float>()[0] = value;
+    return absl::OkStatus();
+  });
+}
+
+// GradScaler.update: on overflow scale *= backoff and the growth tracker resets; else
+// the tracker counts clean steps and at `interval` the scale grows (and the tracker
+// resets). The scale stays within [min_scale, max_scale] and finite.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateUpdateScale(const Node& node, Backend&) {
+  const float growth = node.attrs.GetFloat("growth_factor", 2.0f);
+  const float backoff = node.attrs.GetFloat("backoff_factor", 0.5f);
+  const float interval = static_cast<float>(node.attrs.GetInt("growth_interval", 2000));
+  const float min_scale = node.attrs.GetFloat("min_scale", 0.0f);
+  float max_scale = node.attrs.GetFloat("max_scale", 0.0f);
+  if (max_scale <= 0) max_scale = std::numeric_limits<float>::max();
+  return MakeKernel([=](KernelContext& ctx) {
+    float& scale = ctx.inputs[0].as<float>()[0];
+    float& tracker = ctx.inputs[1].as<float>()[0];
+    const bool overflow = ctx.inputs[2].as<float>()[0] != 0.0f;
+    if (overflow) {
+      scale = std::max(scale * backoff, min_scale);
+      tracker = 0;
+    } else if (tracker + 1 >= interval) {
+      const float grown = scale * growth;
+      scale = std::isfinite(grown) ? std::min(grown, max_scale) : scale;
+      tracker = 0;
+    } else {
+      tracker += 1;
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+void RegisterCpuLossScalingKernels(KernelRegistry& r) {
+  r.Register("UnscaleGradients", "cpu", DType::kF32, CreateUnscale);
+  r.Register("ClipByGlobalNorm", "cpu", DType::kF32, CreateClip);
+  r.Register("InjectNonFinite", "cpu", DType::kF32, CreateInject);
+  r.Register("UpdateLossScale", "cpu", DType::kF32, CreateUpdateScale);
+}
+
+}  // namespace mpc
