@@ -30,6 +30,7 @@ absl::Status SaveCheckpoint(const std::string& dir, const Executor& executor, co
   ckpt.set_model_fingerprint(model_fingerprint);
   for (const Value* v : executor.PersistentValues()) {
     MPC_ASSIGN_OR_RETURN(Tensor t, executor.ReadPersistent(v->name));
+    if (!v->logical_shape.empty()) t = t.SlicedTo(v->logical_shape);  // checkpoints are model shaped
     TensorData* td = v->kind == ValueKind::kParameter ? ckpt.add_parameters() : ckpt.add_state();
     td->set_name(v->name);
     td->set_dtype(DTypeName(t.dtype()));
@@ -65,6 +66,13 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor
     }
     std::memcpy(t.raw(), td.data().data(), t.bytes());
     MPC_ASSIGN_OR_RETURN(Tensor current, executor.ReadPersistent(td.name()));
+    const Value* value = nullptr;
+    for (const Value* v : executor.PersistentValues()) {
+      if (v->name == td.name()) value = v;
+    }
+    if (value && !value->logical_shape.empty() && t.shape() == value->logical_shape) {
+      t = t.PaddedTo(current.shape());  // back into the padded training layout, zeros outside
+    }
     if (current.dtype() != t.dtype() || current.shape() != t.shape()) {
       return absl::FailedPreconditionError(absl::StrCat(path, ": tensor '", td.name(), "' is ", td.dtype(),
                                                         ShapeToString(t.shape()), " but the model has ",

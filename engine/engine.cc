@@ -50,6 +50,13 @@ struct Engine::Impl {
 
   absl::Status CheckDataMatchesModel(const Dataset& data, const Program& program, const std::string& what) const;
   absl::StatusOr<EvalMetrics> RunEval();
+  // A parameter or state tensor as the model shapes it (padding removed).
+  absl::StatusOr<Tensor> ReadModelShaped(const std::string& name) const {
+    MPC_ASSIGN_OR_RETURN(Tensor t, train_exec->ReadPersistent(name));
+    const Value* v = train_program.graph->FindValue(name);
+    if (v && !v->logical_shape.empty()) return t.SlicedTo(v->logical_shape);
+    return t;
+  }
 };
 
 namespace {
@@ -60,7 +67,9 @@ std::string Fingerprint(const Program& program, const TrainSpec& spec) {
   std::string key = spec.optimizer().has_adamw() ? "adamw" : absl::StrCat("sgd", spec.optimizer().sgd().momentum() != 0);
   std::vector<const Value*> persistent;
   for (const auto& v : program.graph->values()) {
-    if (v->persistent()) key += absl::StrCat("|", v->name, ":", DTypeName(v->dtype), ShapeToString(v->shape));
+    // Model shapes, so a padded and an unpadded run can share checkpoints.
+    const Shape& shape = v->logical_shape.empty() ? v->shape : v->logical_shape;
+    if (v->persistent()) key += absl::StrCat("|", v->name, ":", DTypeName(v->dtype), ShapeToString(shape));
   }
   return absl::StrFormat("%016x", std::hash<std::string>()(key));
 }
@@ -118,6 +127,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     MPC_ASSIGN_OR_RETURN(PrecisionSpec::Compute compute, ParsePrecision(options.precision));
     spec.mutable_precision()->set_compute(compute);
   }
+  if (options.pad_multiple > 0) spec.mutable_padding()->set_multiple(options.pad_multiple);
   if (!options.loss_scaling.empty()) {
     MPC_RETURN_IF_ERROR(ParseLossScalingFlag(options.loss_scaling, spec.mutable_loss_scaling()));
   }
@@ -335,10 +345,11 @@ absl::Status Engine::ExportOnnx(const std::string& path) {
   import.batch_size = m.spec.batch_size();
   MPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxFile(m.model_path, import));
   for (Value* p : graph->ValuesOfKind(ValueKind::kParameter)) {
-    MPC_ASSIGN_OR_RETURN(p->data, m.train_exec->ReadPersistent(p->name));
+    MPC_ASSIGN_OR_RETURN(p->data, m.ReadModelShaped(p->name));
   }
   ExportOptions options;
   options.metadata["mpc.trained_steps"] = absl::StrCat(m.step);
+  options.batch_dim_param = "batch";  // loads again with any batch size
   return ExportOnnxFile(*graph, options, path);
 }
 
@@ -359,7 +370,7 @@ std::vector<std::string> Engine::StateNames() const {
 }
 
 absl::StatusOr<std::vector<float>> Engine::GetParameter(const std::string& name) const {
-  MPC_ASSIGN_OR_RETURN(Tensor t, impl_->train_exec->ReadPersistent(name));
+  MPC_ASSIGN_OR_RETURN(Tensor t, impl_->ReadModelShaped(name));
   const Tensor f = t.dtype() == DType::kF32 ? t : t.CastTo(DType::kF32);
   return std::vector<float>(f.data<float>(), f.data<float>() + f.num_elements());
 }

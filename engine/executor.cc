@@ -40,7 +40,13 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, c
         ex->persistent_.push_back(value);
         if (share) {
           const Value* twin = share->FindValue(value->name);
-          if (twin && twin->persistent() && twin->dtype == value->dtype && twin->shape == value->shape) {
+          if (twin && twin->persistent()) {
+            if (twin->dtype != value->dtype || twin->shape != value->shape) {
+              return absl::InternalError(absl::StrCat("'", value->name, "' is ", DTypeName(value->dtype),
+                                                      ShapeToString(value->shape), " here but ", DTypeName(twin->dtype),
+                                                      ShapeToString(twin->shape),
+                                                      " in the program it shares weights with"));
+            }
             ex->location_[value] = share->location_.at(twin);
             break;
           }

@@ -31,6 +31,7 @@ struct EngineOptions {
   bool profile = false;        // time every kernel; see Engine::Profile()
   std::string precision;       // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16
   std::string loss_scaling;    // overrides TrainSpec.loss_scaling: off, dynamic, static:S
+  int pad_multiple = 0;        // overrides TrainSpec.padding.multiple when > 0 (1 = off)
 };
 
 struct StepMetrics {

@@ -12,6 +12,7 @@
 #include "passes/loss_scaling.h"
 #include "passes/memory_plan.h"
 #include "passes/optimizer.h"
+#include "passes/pad_dims.h"
 #include "passes/simplify.h"
 
 namespace mpc {
@@ -62,6 +63,7 @@ absl::StatusOr<Value*> PickLogits(const Graph& g, const TrainSpec& spec, const s
 PassPipeline MakeTrainingPipeline(const PipelineOptions& options) {
   PassPipeline p(options);
   p.Add(std::make_unique<AutocastPass>());
+  p.Add(std::make_unique<PadDimsPass>());
   p.Add(std::make_unique<AutodiffPass>());
   p.Add(std::make_unique<LossScalingPass>());
   p.Add(std::make_unique<OptimizerPass>());
@@ -74,6 +76,7 @@ PassPipeline MakeTrainingPipeline(const PipelineOptions& options) {
 PassPipeline MakeEvalPipeline(const PipelineOptions& options) {
   PassPipeline p(options);
   p.Add(std::make_unique<AutocastPass>());
+  p.Add(std::make_unique<PadDimsPass>());
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
   p.Add(std::make_unique<MemoryPlanPass>());

@@ -194,6 +194,18 @@ std::vector<Value*> Graph::ValuesOfKind(ValueKind kind) const {
   return out;
 }
 
+absl::Status Graph::RenameValue(Value* value, const std::string& name) {
+  if (value->name == name) return absl::OkStatus();
+  if (value_by_name_.contains(name)) {
+    return absl::AlreadyExistsError(absl::StrCat("a value named '", name, "' already exists"));
+  }
+  value_by_name_.erase(value->name);
+  value->name = name;
+  value_by_name_[name] = value;
+  name_counts_.try_emplace(name, 0);
+  return absl::OkStatus();
+}
+
 Value* Graph::FindValue(const std::string& name) const {
   auto it = value_by_name_.find(name);
   return it == value_by_name_.end() ? nullptr : it->second;

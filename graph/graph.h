@@ -38,6 +38,9 @@ struct Value {
   Node* producer = nullptr;
   std::vector<Node*> consumers;  // one entry per use
   Tensor data;                   // initial value of parameters/state, value of constants
+  // The model's shape when the pad-dims pass stored this value padded (parameters and
+  // their optimizer state); empty when unpadded. Checkpoints and exports use it.
+  Shape logical_shape;
 
   bool persistent() const { return kind == ValueKind::kParameter || kind == ValueKind::kState; }
   size_t bytes() const { return static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype); }
@@ -92,6 +95,8 @@ class Graph {
   Value* FindValue(const std::string& name) const;
   Node* FindNode(const std::string& name) const;
   std::string UniqueName(const std::string& base);
+  // Renames a value; error if the name is taken.
+  absl::Status RenameValue(Value* value, const std::string& name);
 
   // Deterministic topological order (ties broken by creation order), honouring
   // control dependencies. Error on a cycle, naming a node on it.

@@ -23,17 +23,21 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "mpc assumes a little-e
 namespace mpc {
 namespace {
 
-void SetTensorType(DType dtype, const Shape& shape, onnx::TypeProto* type) {
+void SetTensorType(DType dtype, const Shape& shape, onnx::TypeProto* type, const std::string& batch_param = "") {
   auto* tt = type->mutable_tensor_type();
   tt->set_elem_type(DTypeToOnnx(dtype));
   auto* s = tt->mutable_shape();  // present even for scalars: rank 0 is known
-  for (int64_t d : shape) s->add_dim()->set_dim_value(d);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i == 0 && !batch_param.empty()) s->add_dim()->set_dim_param(batch_param);
+    else s->add_dim()->set_dim_value(shape[i]);
+  }
 }
 
-void AddValueInfo(const Value& v, google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list) {
+void AddValueInfo(const Value& v, google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
+                  const std::string& batch_param = "") {
   onnx::ValueInfoProto* info = list->Add();
   info->set_name(v.name);
-  SetTensorType(v.dtype, v.shape, info->mutable_type());
+  SetTensorType(v.dtype, v.shape, info->mutable_type(), batch_param);
 }
 
 absl::Status AddInitializer(const Value& v, onnx::GraphProto* g) {
@@ -106,7 +110,7 @@ absl::StatusOr<onnx::ModelProto> ExportOnnxModel(const Graph& graph, const Expor
   onnx::GraphProto* g = model.mutable_graph();
   g->set_name("mpc");
 
-  for (const Value* v : graph.inputs()) AddValueInfo(*v, g->mutable_input());
+  for (const Value* v : graph.inputs()) AddValueInfo(*v, g->mutable_input(), options.batch_dim_param);
   for (const auto& v : graph.values()) {
     if (v->kind == ValueKind::kParameter || v->kind == ValueKind::kState ||
         v->kind == ValueKind::kConstant) {
@@ -135,10 +139,10 @@ absl::StatusOr<onnx::ModelProto> ExportOnnxModel(const Graph& graph, const Expor
       n->set_doc_string(absl::StrCat("runs after: ", absl::StrJoin(deps, ", ")));
     }
     for (const Value* out : node->outputs) {
-      if (!graph.IsOutput(out)) AddValueInfo(*out, g->mutable_value_info());
+      if (!graph.IsOutput(out) && options.batch_dim_param.empty()) AddValueInfo(*out, g->mutable_value_info());
     }
   }
-  for (const Value* v : graph.outputs()) AddValueInfo(*v, g->mutable_output());
+  for (const Value* v : graph.outputs()) AddValueInfo(*v, g->mutable_output(), options.batch_dim_param);
 
   auto* onnx_opset = model.add_opset_import();
   onnx_opset->set_domain("");

@@ -20,6 +20,10 @@ struct ExportOptions {
   std::map<std::string, std::string> metadata;
   std::string producer = "mpc";
   int64_t opset = 17;
+  // When set, axis 0 of the graph inputs and outputs is written as this symbolic
+  // dimension (e.g. "batch"), so the model loads with any batch size; intermediate
+  // value_info entries are then omitted.
+  std::string batch_dim_param;
 };
 
 absl::StatusOr<onnx::ModelProto> ExportOnnxModel(const Graph& graph, const ExportOptions& options);

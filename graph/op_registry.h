@@ -29,6 +29,15 @@ using InferFn = std::function<absl::StatusOr<std::vector<TensorType>>(const Node
 using GradFn = std::function<absl::StatusOr<std::vector<Value*>>(
     GraphBuilder& b, const Node& node, const std::vector<Value*>& output_grads)>;
 
+// How an op treats zero padding along the last axis of its operands (passes/pad_dims.h):
+//   kOpaque: padded operands are sliced back to the model's shape before the op.
+//   kZeroPreservingUnary: f(0) = 0 elementwise (Relu, Tanh, Neg, casts, dropout),
+//     so padded zeros stay zeros and the padded width flows through.
+//   kZeroPreservingBinary: elementwise with f(0, 0) = 0 (Add, Sub, Mul) when the other
+//     operand is zero-padded too (a parameter is padded with zeros to match).
+//   kContraction: Gemm — the pass pads its weight (and bias) directly.
+enum class PaddingRule { kOpaque, kZeroPreservingUnary, kZeroPreservingBinary, kContraction };
+
 struct OpDef {
   std::string name;
   std::string domain;  // "" for ONNX ops, "mpc" for ops the compiler introduces
@@ -40,6 +49,7 @@ struct OpDef {
   GradFn grad;                    // null: the op has no gradient (error if one is needed)
   bool has_side_effects = false;  // writes persistent state in place; never removed or merged
   bool stochastic = false;        // draws random numbers; never merged by CSE
+  PaddingRule padding = PaddingRule::kOpaque;
 };
 
 class OpRegistry {

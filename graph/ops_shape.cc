@@ -120,6 +120,19 @@ absl::Status CheckBroadcastable(const Shape& from, const Shape& to) {
   return absl::OkStatus();
 }
 
+// SliceTo / PadTo: same rank, every target extent <= (shrink) or >= (grow) the input's.
+Types PaddedShapeCheck(const Node& n, bool shrink) {
+  const Shape target = n.attrs.GetInts("shape", {});
+  const Shape& in = n.inputs[0]->shape;
+  bool ok = target.size() == in.size();
+  for (size_t i = 0; ok && i < in.size(); ++i) ok = shrink ? target[i] <= in[i] : target[i] >= in[i];
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(n.op, ": cannot go from ", ShapeToString(in), " to ",
+                                                   ShapeToString(target)));
+  }
+  return std::vector<TensorType>{{n.inputs[0]->dtype, target}};
+}
+
 }  // namespace
 
 void RegisterShapeOps(OpRegistry& r) {
@@ -179,6 +192,32 @@ void RegisterShapeOps(OpRegistry& r) {
     return std::vector<Value*>{b.Op("BroadcastTo", {dy[0]}, std::move(attrs))};
   };
   r.Register(reduce_to);
+
+  // Leading-corner slice and its inverse, zero padding: the pad-dims pass uses them
+  // where a padded activation meets an op that must see the model's shape.
+  OpDef slice_to;
+  slice_to.name = "SliceTo";
+  slice_to.domain = "mpc";
+  slice_to.min_inputs = slice_to.max_inputs = 1;
+  slice_to.infer = [](const Node& n) -> Types { return PaddedShapeCheck(n, /*shrink=*/true); };
+  slice_to.grad = [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+    AttrMap attrs;
+    attrs.Set("shape", n.inputs[0]->shape);
+    return std::vector<Value*>{b.Op("PadTo", {dy[0]}, std::move(attrs))};
+  };
+  r.Register(slice_to);
+
+  OpDef pad_to;
+  pad_to.name = "PadTo";
+  pad_to.domain = "mpc";
+  pad_to.min_inputs = pad_to.max_inputs = 1;
+  pad_to.infer = [](const Node& n) -> Types { return PaddedShapeCheck(n, /*shrink=*/false); };
+  pad_to.grad = [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+    AttrMap attrs;
+    attrs.Set("shape", n.inputs[0]->shape);
+    return std::vector<Value*>{b.Op("SliceTo", {dy[0]}, std::move(attrs))};
+  };
+  r.Register(pad_to);
 
   OpDef broadcast_to;
   broadcast_to.name = "BroadcastTo";

@@ -46,6 +46,10 @@ class Tensor {
   Tensor CastTo(DType dtype) const;
   // Same buffer contents, new shape with equal element count.
   Tensor Reshaped(Shape shape) const;
+  // The leading corner of this tensor with a smaller (or equal) shape of the same rank,
+  // and the inverse: this tensor in the corner of a larger zero-filled one.
+  Tensor SlicedTo(const Shape& shape) const;
+  Tensor PaddedTo(const Shape& shape) const;
 
  private:
   struct FreeDeleter { void operator()(void* p) const; };

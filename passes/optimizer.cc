@@ -48,6 +48,10 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph, const PassContext& ctx) {
       MPC_ASSIGN_OR_RETURN(update, graph.AddNode("SgdUpdate", std::move(inputs), std::move(attrs),
                                                  graph.UniqueName("update/" + param->name)));
     }
+    // Optimizer state of a padded parameter is padded alike and unpadded in checkpoints.
+    for (Value* in : update->inputs) {
+      if (in && in->kind == ValueKind::kState && in->shape == param->shape) in->logical_shape = param->logical_shape;
+    }
     for (Node* reader : param->consumers) {
       if (reader != update) update->control_deps.push_back(reader);
     }

@@ -47,6 +47,14 @@ struct CompileInfo {
   Value* loss_scale = nullptr;       // state: the current scale (loss scaling on)
   Value* found_nonfinite = nullptr;  // output: 1 when this step's gradients overflowed
   Value* grad_norm = nullptr;        // output: global gradient norm (clipping on)
+  struct Padding {
+    std::string value;
+    int dim = 0;
+    int64_t from = 0, to = 0;
+  };
+  std::vector<Padding> padding;      // pad-dims decisions
+  double padding_extra_flops_pct = 0;  // GEMM FLOPs added by padding, % of unpadded
+  double padding_extra_bytes_pct = 0;  // parameter bytes added by padding, %
 };
 
 struct PassContext {

@@ -31,12 +31,20 @@ std::string CompileReportJson(const Program& p) {
     nodes.push_back(absl::StrFormat("{\"name\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"reason\":\"%s\"}",
                                     JsonEscape(d.node), d.op, DTypeName(d.dtype), JsonEscape(d.reason)));
   }
+  std::vector<std::string> padding;
+  for (const CompileInfo::Padding& d : p.info.padding) {
+    padding.push_back(absl::StrFormat("{\"value\":\"%s\",\"dim\":%d,\"from\":%d,\"to\":%d}", JsonEscape(d.value),
+                                      d.dim, d.from, d.to));
+  }
   const MemoryPlan& m = p.info.plan;
   return absl::StrCat(
       "{\"passes\":[", absl::StrJoin(passes, ","), "],",
       "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", p.info.casts_inserted,
                       DTypeName(p.info.compute_dtype)),
+      "\"padding\":[", absl::StrJoin(padding, ","), "],",
+      absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},",
+                      p.info.padding_extra_flops_pct, p.info.padding_extra_bytes_pct),
       absl::StrFormat("\"memory\":{\"planned_peak_bytes\":%d,\"unplanned_bytes\":%d,\"persistent_bytes\":%d,"
                       "\"unshared_activation_bytes\":%d},",
                       m.peak_bytes, m.unplanned_bytes, m.persistent_bytes, m.total_activation_bytes),
@@ -63,6 +71,10 @@ std::string CompileSummaryText(const Program& p) {
   } else {
     absl::StrAppendFormat(&out, "autocast: %d of %d nodes converted to %s, %d casts inserted\n", converted, forward,
                           DTypeName(p.info.compute_dtype), p.info.casts_inserted);
+  }
+  if (!p.info.padding.empty()) {
+    absl::StrAppendFormat(&out, "pad-dims: %d dimensions padded; +%.2f%% GEMM FLOPs, +%.2f%% parameter bytes\n",
+                          p.info.padding.size(), p.info.padding_extra_flops_pct, p.info.padding_extra_bytes_pct);
   }
   const MemoryPlan& m = p.info.plan;
   absl::StrAppendFormat(&out,

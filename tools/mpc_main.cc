@@ -31,6 +31,7 @@ ABSL_FLAG(std::string, o, "", "write the compiled training program as ONNX (doma
 ABSL_FLAG(std::string, device, "", "compile for this backend's capabilities (cpu, cuda); overrides the spec");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16 or fp16; overrides the spec's precision.compute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
+ABSL_FLAG(int32_t, pad_multiple, 0, "pad GEMM dims to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
 
 namespace {
@@ -50,6 +51,7 @@ int Compile() {
     if (!compute.ok()) return Fail(std::string(compute.status().message()));
     spec->mutable_precision()->set_compute(*compute);
   }
+  if (absl::GetFlag(FLAGS_pad_multiple) > 0) spec->mutable_padding()->set_multiple(absl::GetFlag(FLAGS_pad_multiple));
   if (!absl::GetFlag(FLAGS_loss_scaling).empty()) {
     if (auto st = mpc::ParseLossScalingFlag(absl::GetFlag(FLAGS_loss_scaling), spec->mutable_loss_scaling()); !st.ok()) {
       return Fail(std::string(st.message()));

@@ -23,6 +23,7 @@ ABSL_FLAG(bool, resume, false, "continue from the checkpoint in the checkpoint d
 ABSL_FLAG(std::string, export_onnx, "", "after training, write the model with its trained weights here");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16 or fp16; overrides the spec's precision.compute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
+ABSL_FLAG(int32_t, pad_multiple, 0, "pad GEMM dims to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training");
 
 namespace {
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   options.profile = absl::GetFlag(FLAGS_profile);
   options.precision = absl::GetFlag(FLAGS_precision);
   options.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
+  options.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
   if (options.spec_path.empty()) return Fail("--spec is required; see --help");
 
   auto engine = mpc::Engine::Create(options);

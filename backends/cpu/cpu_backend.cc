@@ -52,6 +52,7 @@ class CpuBackend : public Backend {
       RegisterCpuShapeKernels(*r);
       RegisterCpuOptimizerKernels(*r);
       RegisterCpuLossScalingKernels(*r);
+      RegisterCpuPadKernels(*r);
       RegisterCpuDnnlEltwiseKernels(*r);
       return r;
     }();

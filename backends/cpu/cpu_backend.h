@@ -27,6 +27,7 @@ void RegisterCpuSoftmaxLossKernels(KernelRegistry& r);
 void RegisterCpuShapeKernels(KernelRegistry& r);
 void RegisterCpuOptimizerKernels(KernelRegistry& r);
 void RegisterCpuLossScalingKernels(KernelRegistry& r);
+void RegisterCpuPadKernels(KernelRegistry& r);
 // Registered last: oneDNN's f32 eltwise/softmax replace the f32 loop kernels.
 void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r);
 

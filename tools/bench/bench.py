@@ -740,6 +740,13 @@ def main():
     commit = run_text(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
     dirty = run_text(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])
     mtime = datetime.datetime.fromtimestamp(os.path.getmtime(MPC_TRAIN)).astimezone()
+    build_type = "RelWithDebInfo (CMakeLists default)"
+    try:
+        for line in open(os.path.join(BUILD, "CMakeCache.txt")):
+            if line.startswith("CMAKE_BUILD_TYPE:") and line.split("=", 1)[1].strip():
+                build_type = line.split("=", 1)[1].strip()
+    except OSError:
+        pass
     noisy = [(r["model"], k, x["load"]) for r in results if not r.get("unsupported")
              for k, x in [("mpc", r["mpc"])] + [(f"torch[{v}]", t) for v, t in r["torch"].items()]
              if x["load"]["other_cpu_pct"] > 10]
@@ -762,7 +769,7 @@ def main():
               f"{os.cpu_count()} CPUs; threads used by both: {args.threads}")
     md.append(f"- `uname -a`: `{run_text(['uname', '-a'])}`")
     md.append(f"- mpc: commit `{commit}`{' (working tree has uncommitted changes)' if dirty else ''}, "
-              f"`build/mpc-train` built {mtime:%Y-%m-%d %H:%M}, oneDNN {rate_before.get('onednn')}")
+              f"`build/mpc-train` built {mtime:%Y-%m-%d %H:%M} ({build_type}), oneDNN {rate_before.get('onednn')}")
     if any_torch:
         md.append(f"- torch {any_torch['torch']}, numpy {any_torch['numpy']}, onnx {any_torch['onnx']}, "
                   f"Python {platform.python_version()}; AdamW foreach={any_torch['foreach']}")

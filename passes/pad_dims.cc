@@ -1,0 +1,234 @@
+// The pad-dims pass (see pad_dims.h).
+#include "passes/pad_dims.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "graph/graph_builder.h"
+#include "graph/op_registry.h"
+
+namespace mpc {
+namespace {
+
+int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// A parameter reached directly or through the single Cast autocast put in front of it.
+struct ParamRef {
+  Value* param = nullptr;
+  Node* cast = nullptr;  // the Cast between parameter and use, if any
+};
+
+ParamRef AsPaddableParam(Value* v, const Node* user) {
+  ParamRef ref;
+  if (v->kind == ValueKind::kParameter) {
+    if (v->consumers.size() == 1) ref.param = v;
+    return ref;
+  }
+  Node* p = v->producer;
+  if (p && p->op == "Cast" && v->consumers.size() == 1 && p->inputs[0]->kind == ValueKind::kParameter &&
+      p->inputs[0]->consumers.size() == 1) {
+    ref.param = p->inputs[0];
+    ref.cast = p;
+  }
+  (void)user;
+  return ref;
+}
+
+class Padder {
+ public:
+  Padder(Graph& g, CompileInfo& info) : g_(g), info_(info), b_(&g, "pad/") {}
+
+  // Pads `axis` of a parameter (and its Cast output) to `to` with zeros.
+  absl::Status PadParam(const ParamRef& ref, int axis, int64_t to) {
+    Value* p = ref.param;
+    if (p->shape[axis] == to) return absl::OkStatus();
+    if (p->logical_shape.empty()) p->logical_shape = p->shape;
+    Shape padded = p->shape;
+    padded[axis] = to;
+    info_.padding.push_back({p->name, axis, p->shape[axis], to});
+    extra_param_bytes_ += (NumElements(padded) - NumElements(p->shape)) * static_cast<int64_t>(DTypeSize(p->dtype));
+    p->data = p->data.PaddedTo(padded);
+    p->shape = padded;
+    if (ref.cast) MPC_RETURN_IF_ERROR(Reinfer(ref.cast));
+    return absl::OkStatus();
+  }
+
+  absl::Status Reinfer(Node* n) {
+    MPC_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().FindOrError(n->op, n->name));
+    auto types = def->infer(*n);
+    if (!types.ok()) {
+      return absl::Status(types.status().code(), absl::StrCat("node '", n->name, "' after padding: ", types.status().message()));
+    }
+    for (size_t i = 0; i < n->outputs.size(); ++i) n->outputs[i]->shape = (*types)[i].shape;
+    return absl::OkStatus();
+  }
+
+  // The model-shaped view of a padded value (one SliceTo per value, shared).
+  Value* Unpadded(Value* v) {
+    auto it = sliced_.find(v);
+    if (it != sliced_.end()) return it->second;
+    Shape shape = v->shape;
+    shape.back() = padded_.at(v);
+    AttrMap attrs;
+    attrs.Set("shape", shape);
+    Value* s = b_.Op("SliceTo", {v}, std::move(attrs));
+    sliced_[v] = s;
+    return s;
+  }
+
+  absl::StatusOr<bool> Run(const std::vector<Node*>& order, const std::function<int64_t(DType)>& multiple_for) {
+    for (Node* n : order) {
+      const OpDef* def = OpRegistry::Global().Find(n->op);
+      bool handled = false;
+      if (def->padding == PaddingRule::kContraction) {
+        MPC_ASSIGN_OR_RETURN(handled, PadGemm(n, multiple_for(n->inputs[0]->dtype)));
+      } else if (def->padding == PaddingRule::kZeroPreservingUnary) {
+        handled = PassThroughUnary(n);
+      } else if (def->padding == PaddingRule::kZeroPreservingBinary) {
+        MPC_ASSIGN_OR_RETURN(handled, PassThroughBinary(n));
+      }
+      if (!handled) MPC_RETURN_IF_ERROR(SliceInputs(n));
+      MPC_RETURN_IF_ERROR(b_.status());
+    }
+    // Graph outputs keep the model's shape and name.
+    std::vector<Value*> outputs = g_.outputs();
+    for (Value*& out : outputs) {
+      if (!padded_.contains(out)) continue;
+      const std::string name = out->name;
+      MPC_RETURN_IF_ERROR(g_.RenameValue(out, g_.UniqueName(name + "/padded")));
+      Value* s = Unpadded(out);
+      MPC_RETURN_IF_ERROR(b_.status());
+      MPC_RETURN_IF_ERROR(g_.RenameValue(s, name));
+      out = s;
+    }
+    g_.SetOutputs(outputs);
+    return !info_.padding.empty();
+  }
+
+  int64_t extra_param_bytes() const { return extra_param_bytes_; }
+  double base_flops = 0, padded_flops = 0;
+
+ private:
+  absl::Status SliceInputs(Node* n) {
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      Value* in = n->inputs[i];
+      if (in && padded_.contains(in)) {
+        Value* s = Unpadded(in);
+        MPC_RETURN_IF_ERROR(b_.status());
+        g_.SetNodeInput(n, static_cast<int>(i), s);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  bool PassThroughUnary(Node* n) {
+    Value* in = n->inputs.empty() ? nullptr : n->inputs[0];
+    if (!in || !padded_.contains(in)) return false;
+    if (!Reinfer(n).ok()) return false;
+    for (Value* out : n->outputs) padded_[out] = padded_[in];
+    return true;
+  }
+
+  absl::StatusOr<bool> PassThroughBinary(Node* n) {
+    Value* a = n->inputs[0];
+    Value* b = n->inputs[1];
+    if (!padded_.contains(a) && !padded_.contains(b)) return false;
+    Value* padded_side = padded_.contains(a) ? a : b;
+    Value* other = padded_side == a ? b : a;
+    const int64_t logical = padded_[padded_side];
+    const int64_t width = padded_side->shape.back();
+    if (padded_.contains(other)) {
+      if (other->shape.back() != width) return false;
+    } else if (!other->shape.empty() && other->shape.back() == logical && logical != 1) {
+      // An unpadded operand along the padded axis: only a parameter can be padded (with zeros).
+      ParamRef ref = AsPaddableParam(other, n);
+      if (!ref.param || ref.param->shape.empty()) return false;
+      MPC_RETURN_IF_ERROR(PadParam(ref, static_cast<int>(ref.param->shape.size()) - 1, width));
+    } else if (!other->shape.empty() && other->shape.back() != 1) {
+      return false;
+    } else if (n->op != "Mul") {
+      // Adding/subtracting a broadcast scalar would make the padding non-zero.
+      return false;
+    }
+    MPC_RETURN_IF_ERROR(Reinfer(n));
+    padded_[n->outputs[0]] = logical;
+    return true;
+  }
+
+  absl::StatusOr<bool> PadGemm(Node* n, int64_t m) {
+    Value* a = n->inputs[0];
+    Value* w = n->inputs[1];
+    Value* c = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
+    const bool ta = n->attrs.GetInt("transA", 0) != 0, tb = n->attrs.GetInt("transB", 0) != 0;
+    if (ta || a->shape.size() != 2 || n->attrs.Has("mpc_output_dtype")) return false;
+    ParamRef wref = AsPaddableParam(w, n);
+    const int k_axis = tb ? 1 : 0, n_axis = tb ? 0 : 1;
+    const int64_t m_rows = a->shape[0];
+    const int64_t k_logical = padded_.contains(a) ? padded_[a] : a->shape[1];
+    const int64_t n_logical = w->shape[n_axis];
+    base_flops += 2.0 * m_rows * k_logical * n_logical;
+    // Contraction: follow a padded input (its extra columns are zeros).
+    if (padded_.contains(a)) {
+      if (!wref.param) {
+        padded_flops += 2.0 * m_rows * k_logical * n_logical;
+        return false;  // cannot widen a non-parameter weight: slice the input instead
+      }
+      MPC_RETURN_IF_ERROR(PadParam(wref, k_axis, a->shape[1]));
+    }
+    // Output features: pad the weight's N (and a row bias) to the multiple.
+    const int64_t n_to = RoundUp(n_logical, m);
+    bool pad_n = m > 1 && n_to != n_logical && wref.param;
+    ParamRef cref;
+    if (pad_n && c) {
+      cref = AsPaddableParam(c, n);
+      const bool row_bias = c->shape == Shape{n_logical} || c->shape == Shape{1, n_logical};
+      if (!cref.param || !row_bias) pad_n = false;
+    }
+    if (pad_n) {
+      MPC_RETURN_IF_ERROR(PadParam(wref, n_axis, n_to));
+      if (c) MPC_RETURN_IF_ERROR(PadParam(cref, static_cast<int>(cref.param->shape.size()) - 1, n_to));
+    }
+    MPC_RETURN_IF_ERROR(Reinfer(n));
+    padded_flops += 2.0 * m_rows * a->shape[1] * n->outputs[0]->shape[1];
+    if (pad_n) {
+      padded_[n->outputs[0]] = n_logical;
+      info_.padding.push_back({n->outputs[0]->name, 1, n_logical, n_to});
+    }
+    return true;
+  }
+
+  Graph& g_;
+  CompileInfo& info_;
+  GraphBuilder b_;
+  absl::flat_hash_map<const Value*, int64_t> padded_;  // activation -> logical last-dim width
+  absl::flat_hash_map<const Value*, Value*> sliced_;
+  int64_t extra_param_bytes_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<bool> PadDimsPass::Run(Graph& g, const PassContext& ctx) {
+  const int forced = ctx.spec->padding().multiple();
+  if (forced < 0) return absl::InvalidArgumentError("spec field padding.multiple: must be >= 0");
+  auto multiple_for = [&](DType d) -> int64_t {
+    if (forced > 0) return forced;
+    return ctx.capabilities ? ctx.capabilities->PadMultiple(d) : 1;
+  };
+  // Already padded (the pass ran before): padding is idempotent.
+  for (const auto& v : g.values()) {
+    if (!v->logical_shape.empty()) return false;
+  }
+  MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  Padder padder(g, *ctx.info);
+  MPC_ASSIGN_OR_RETURN(bool changed, padder.Run(order, multiple_for));
+  int64_t param_bytes = 0;
+  for (const Value* p : g.ValuesOfKind(ValueKind::kParameter)) {
+    param_bytes += NumElements(p->logical_shape.empty() ? p->shape : p->logical_shape) * DTypeSize(p->dtype);
+  }
+  ctx.info->padding_extra_flops_pct =
+      padder.base_flops > 0 ? 100.0 * (padder.padded_flops - padder.base_flops) / padder.base_flops : 0;
+  ctx.info->padding_extra_bytes_pct = param_bytes ? 100.0 * padder.extra_param_bytes() / param_bytes : 0;
+  return changed;
+}
+
+}  // namespace mpc

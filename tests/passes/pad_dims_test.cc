@@ -1,0 +1,171 @@
+// pad-dims pass tests: where padding goes, where slices go, what stays untouched, and
+// that padded parameter regions stay exactly zero through AdamW with weight decay.
+#include "engine/executor.h"
+#include "backends/cpu/cpu_backend.h"
+#include "gtest/gtest.h"
+#include "graph/graph_builder.h"
+#include "passes/autodiff.h"
+#include "passes/loss_scaling.h"
+#include "passes/memory_plan.h"
+#include "passes/optimizer.h"
+#include "passes/pad_dims.h"
+#include "passes/simplify.h"
+#include "tests/test_util.h"
+
+namespace mpc {
+namespace {
+
+// x[B,in] -> (Gemm -> Relu)* -> Gemm -> SoftmaxCrossEntropyLoss, widths given.
+struct Model {
+  std::unique_ptr<Graph> g = std::make_unique<Graph>();
+  Value* loss = nullptr;
+};
+
+Model Mlp(const std::vector<int64_t>& widths, int64_t batch = 4) {
+  Model m;
+  GraphBuilder b(m.g.get());
+  Value* h = m.g->AddInput("x", DType::kF32, {batch, widths[0]});
+  Value* labels = m.g->AddInput("labels", DType::kI64, {batch});
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    Value* w = m.g->AddParameter("w" + std::to_string(i),
+                                 testing::RandomTensor(DType::kF32, {widths[i + 1], widths[i]}, 10 + i, -0.3, 0.3));
+    Value* bias = m.g->AddParameter("b" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1]}, 20 + i));
+    AttrMap attrs;
+    attrs.Set("transB", int64_t{1});
+    h = b.Op("Gemm", {h, w, bias}, attrs);
+    b.last_node()->name = "gemm" + std::to_string(i);
+    if (i + 2 < widths.size()) {
+      h = b.Op("Relu", {h});
+      b.last_node()->name = "relu" + std::to_string(i);
+    }
+  }
+  m.loss = b.Op("SoftmaxCrossEntropyLoss", {h, labels});
+  m.g->SetOutputs({m.loss});
+  EXPECT_TRUE(b.status().ok()) << b.status();
+  return m;
+}
+
+struct PassRun {
+  TrainSpec spec;
+  CompileInfo info;
+  Capabilities caps;
+  PassContext ctx() { return PassContext{&spec, &caps, &info}; }
+};
+
+int Count(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op == op;
+  return n;
+}
+
+TEST(PadDimsTest, HiddenAndClassDimsArePaddedWithOneSliceBeforeTheLoss) {
+  Model m = Mlp({784, 700, 300, 10});
+  PassRun r;
+  r.spec.mutable_padding()->set_multiple(8);
+  r.info.loss = m.loss;
+  auto changed = PadDimsPass().Run(*m.g, r.ctx());
+  ASSERT_TRUE(changed.ok() && *changed) << changed.status();
+  EXPECT_EQ(m.g->FindValue("w0")->shape, (Shape{704, 784}));  // 784 is already a multiple
+  EXPECT_EQ(m.g->FindValue("w0")->logical_shape, (Shape{700, 784}));
+  EXPECT_EQ(m.g->FindValue("w1")->shape, (Shape{304, 704}));  // N padded, K follows the input
+  EXPECT_EQ(m.g->FindValue("w2")->shape, (Shape{16, 304}));
+  EXPECT_EQ(m.g->FindValue("b2")->shape, (Shape{16}));
+  // The only slice sits between the last Gemm and the loss; relus carry the padding.
+  EXPECT_EQ(Count(*m.g, "SliceTo"), 1);
+  const Node* loss = m.loss->producer;
+  EXPECT_EQ(loss->inputs[0]->producer->op, "SliceTo");
+  EXPECT_EQ(loss->inputs[0]->shape, (Shape{4, 10}));
+  EXPECT_EQ(m.g->FindNode("relu0")->inputs[0]->producer->op, "Gemm");
+  EXPECT_EQ(m.g->FindNode("gemm1")->inputs[0]->producer->name, "relu0");
+  // Padded parameter regions are zero.
+  const Tensor& w1 = m.g->FindValue("w1")->data;
+  for (int64_t i = 0; i < 304; ++i) {
+    for (int64_t j = 0; j < 704; ++j) {
+      if (i >= 300 || j >= 700) ASSERT_EQ(w1.data<float>()[i * 704 + j], 0.0f) << i << "," << j;
+    }
+  }
+}
+
+TEST(PadDimsTest, AlignedDimsAreUntouchedAndThePassIsIdempotent) {
+  Model m = Mlp({64, 32, 16});
+  PassRun r;
+  r.spec.mutable_padding()->set_multiple(8);
+  auto changed = PadDimsPass().Run(*m.g, r.ctx());
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed);
+  EXPECT_EQ(Count(*m.g, "SliceTo"), 0);
+
+  Model p = Mlp({20, 30, 5});
+  ASSERT_TRUE(*PadDimsPass().Run(*p.g, r.ctx()));
+  const size_t nodes = p.g->nodes().size();
+  auto again = PadDimsPass().Run(*p.g, r.ctx());
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again);
+  EXPECT_EQ(p.g->nodes().size(), nodes);
+}
+
+TEST(PadDimsTest, SliceBeforeSoftmaxButNotBetweenTransparentOps) {
+  Graph g;
+  GraphBuilder b(&g);
+  Value* x = g.AddInput("x", DType::kF32, {4, 16});
+  Value* w = g.AddParameter("w", testing::RandomTensor(DType::kF32, {16, 12}, 1));
+  Value* y = b.Op("Gemm", {x, w});
+  Value* t = b.Op("Tanh", {b.Op("Relu", {y})});
+  Value* s = b.Op("Softmax", {t});
+  g.SetOutputs({s});
+  PassRun r;
+  r.spec.mutable_padding()->set_multiple(8);
+  ASSERT_TRUE(*PadDimsPass().Run(g, r.ctx()));
+  EXPECT_EQ(y->shape, (Shape{4, 16}));
+  EXPECT_EQ(t->shape, (Shape{4, 16}));  // Relu and Tanh keep zeros: no slice between them
+  EXPECT_EQ(Count(g, "SliceTo"), 1);
+  EXPECT_EQ(s->producer->inputs[0]->producer->op, "SliceTo");
+  EXPECT_EQ(s->shape, (Shape{4, 12}));
+}
+
+TEST(PadDimsTest, PaddedRegionsStayZeroAfterAdamWStepsWithWeightDecay) {
+  Model m = Mlp({24, 30, 5}, 8);
+  PassRun r;
+  r.spec.mutable_padding()->set_multiple(8);
+  auto* adamw = r.spec.mutable_optimizer()->mutable_adamw();
+  adamw->set_lr(0.05f);
+  adamw->set_weight_decay(0.1f);
+  r.info.loss = m.loss;
+  r.caps = CreateCpuBackend()->capabilities();
+  ASSERT_TRUE(PadDimsPass().Run(*m.g, r.ctx()).ok());
+  ASSERT_TRUE(AutodiffPass().Run(*m.g, r.ctx()).ok());
+  ASSERT_TRUE(OptimizerPass().Run(*m.g, r.ctx()).ok());
+  ASSERT_TRUE(SimplifyPass().Run(*m.g, r.ctx()).ok());
+  ASSERT_TRUE(MemoryPlanPass().Run(*m.g, r.ctx()).ok());
+  auto backend = CreateCpuBackend();
+  auto ex = Executor::Create(*m.g, r.info, *backend);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  for (int step = 0; step < 6; ++step) {
+    ASSERT_TRUE((*ex)->SetInput("x", testing::RandomTensor(DType::kF32, {8, 24}, 100 + step)).ok());
+    std::vector<int64_t> labels(8);
+    for (int i = 0; i < 8; ++i) labels[i] = (i + step) % 5;
+    ASSERT_TRUE((*ex)->SetInput("labels", Tensor::FromVector<int64_t>({8}, labels)).ok());
+    ASSERT_TRUE((*ex)->SetInput("lr", Tensor::Scalar(0.05f)).ok());
+    ASSERT_TRUE((*ex)->Run(0, step).ok());
+  }
+  int checked = 0;
+  for (const Value* v : (*ex)->PersistentValues()) {
+    if (v->logical_shape.empty()) continue;
+    Tensor t = *(*ex)->ReadPersistent(v->name);
+    const Shape& logical = v->logical_shape;
+    const auto strides = RowMajorStrides(t.shape());
+    bool moved = false;
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      bool outside = false;
+      for (size_t d = 0; d < logical.size(); ++d) outside |= (i / strides[d]) % t.shape()[d] >= logical[d];
+      if (outside) ASSERT_EQ(t.data<float>()[i], 0.0f) << v->name << "[" << i << "]";
+      else moved |= t.data<float>()[i] != 0.0f;
+    }
+    EXPECT_TRUE(moved) << v->name;  // the real region did train
+    ++checked;
+  }
+  EXPECT_GE(checked, 6);  // w0, b0, w1, b1 and their Adam moments
+}
+
+}  // namespace
+}  // namespace mpc
