@@ -3,10 +3,29 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
+#include "graph/float8.h"
 #include "graph/float_convert.h"
 
 namespace mpc {
+namespace {
+
+// double -> float rounding to odd: an inexact result becomes the neighbouring float whose
+// last bit is 1. Rounding that float to nearest even again for a format with at most 22
+// significand bits (f16, bf16, f8) equals rounding the double directly, so casting an f64
+// or integer tensor to those formats rounds once instead of twice (double rounding
+// would turn a value just past a halfway point into the tie and round it the wrong way).
+float DoubleToFloatRoundToOdd(double v) {
+  float f = static_cast<float>(v);
+  if (std::isnan(v) || static_cast<double>(f) == v || (FloatBits(f) & 1u) != 0) return f;
+  // f is even and inexact: the odd neighbour is the float on the other side of v. From
+  // an overflowed ±inf this steps back to ±FLT_MAX, which still rounds to the right value.
+  const float inf = std::numeric_limits<float>::infinity();
+  return std::nextafter(f, static_cast<double>(f) < v ? inf : -inf);
+}
+
+}  // namespace
 
 void Tensor::FreeDeleter::operator()(void* p) const { std::free(p); }
 
@@ -38,8 +57,8 @@ double Tensor::GetAsDouble(int64_t i) const {
     case DType::kI32: return data<int32_t>()[i];
     case DType::kU8: return data<uint8_t>()[i];
     case DType::kBool: return data<uint8_t>()[i] ? 1.0 : 0.0;
-    case DType::kF8E4M3:
-    case DType::kF8E5M2: return std::nan("");  // FP8 decoding lives with the FP8 numerics.
+    case DType::kF8E4M3: return F8E4M3ToFloat(data<uint8_t>()[i]);
+    case DType::kF8E5M2: return F8E5M2ToFloat(data<uint8_t>()[i]);
   }
   return 0;
 }
@@ -52,14 +71,14 @@ Tensor Tensor::CastTo(DType dtype) const {
     switch (dtype) {
       case DType::kF32: out.data<float>()[i] = static_cast<float>(v); break;
       case DType::kF64: out.data<double>()[i] = v; break;
-      case DType::kF16: out.data<uint16_t>()[i] = FloatToHalf(static_cast<float>(v)); break;
-      case DType::kBF16: out.data<uint16_t>()[i] = FloatToBf16(static_cast<float>(v)); break;
+      case DType::kF16: out.data<uint16_t>()[i] = FloatToHalf(DoubleToFloatRoundToOdd(v)); break;
+      case DType::kBF16: out.data<uint16_t>()[i] = FloatToBf16(DoubleToFloatRoundToOdd(v)); break;
+      case DType::kF8E4M3: out.data<uint8_t>()[i] = FloatToF8E4M3(DoubleToFloatRoundToOdd(v)); break;
+      case DType::kF8E5M2: out.data<uint8_t>()[i] = FloatToF8E5M2(DoubleToFloatRoundToOdd(v)); break;
       case DType::kI64: out.data<int64_t>()[i] = static_cast<int64_t>(v); break;
       case DType::kI32: out.data<int32_t>()[i] = static_cast<int32_t>(v); break;
       case DType::kU8: out.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
       case DType::kBool: out.data<uint8_t>()[i] = v != 0.0; break;
-      case DType::kF8E4M3:
-      case DType::kF8E5M2: break;
     }
   }
   return out;
@@ -68,6 +87,53 @@ Tensor Tensor::CastTo(DType dtype) const {
 Tensor Tensor::Reshaped(Shape shape) const {
   Tensor out(*this);
   out.shape_ = std::move(shape);
+  return out;
+}
+
+}  // namespace mpc
+
+namespace mpc {
+namespace {
+
+// Copies the common leading corner of `from` into `to` (same rank), row by row.
+void CopyCorner(const Tensor& from, Tensor& to) {
+  const Shape& fs = from.shape();
+  const Shape& ts = to.shape();
+  const size_t rank = fs.size();
+  const size_t elem = DTypeSize(from.dtype());
+  if (rank == 0) {
+    std::memcpy(to.raw(), from.raw(), elem);
+    return;
+  }
+  Shape common(rank);
+  for (size_t i = 0; i < rank; ++i) common[i] = std::min(fs[i], ts[i]);
+  const auto f_strides = RowMajorStrides(fs), t_strides = RowMajorStrides(ts);
+  const int64_t rows = NumElements(Shape(common.begin(), common.end() - 1));
+  const size_t row_bytes = static_cast<size_t>(common.back()) * elem;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, fo = 0, to_off = 0;
+    for (int d = static_cast<int>(rank) - 2; d >= 0; --d) {
+      const int64_t idx = rem % common[d];
+      rem /= common[d];
+      fo += idx * f_strides[d];
+      to_off += idx * t_strides[d];
+    }
+    std::memcpy(static_cast<char*>(to.raw()) + to_off * elem, static_cast<const char*>(from.raw()) + fo * elem,
+                row_bytes);
+  }
+}
+
+}  // namespace
+
+Tensor Tensor::SlicedTo(const Shape& shape) const {
+  Tensor out(dtype_, shape);
+  CopyCorner(*this, out);
+  return out;
+}
+
+Tensor Tensor::PaddedTo(const Shape& shape) const {
+  Tensor out(dtype_, shape);
+  CopyCorner(*this, out);
   return out;
 }
 
