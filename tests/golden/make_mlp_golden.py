@@ -86,6 +86,21 @@ RUNS = [
                     "weight_decay": 0.01},
         "autocast": False,
     },
+    # bf16 autocast (torch.autocast('cpu', dtype=torch.bfloat16)); compared within the
+    # bf16 tolerance of DESIGN.md, since accumulation order differs from PyTorch's.
+    {
+        "name": "bf16_sgd",
+        "optimizer": "sgd",
+        "hparams": {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-3},
+        "autocast": True,
+    },
+    {
+        "name": "bf16_adamw",
+        "optimizer": "adamw",
+        "hparams": {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+                    "weight_decay": 0.01},
+        "autocast": True,
+    },
 ]
 
 
@@ -189,6 +204,8 @@ def spec_text(run):
         "schedule { constant {} }",
         "seed: %d" % c["seed"],
     ]
+    if run["autocast"]:
+        lines.append("precision { compute: BF16 }")
     return "\n".join(lines) + "\n"
 
 
