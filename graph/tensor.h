@@ -12,6 +12,11 @@
 
 namespace mpc {
 
+// Copies the common leading corner of a row-major `src` into `dst` (same rank, any
+// extents), element size `elem` bytes: the slicing/padding primitive behind
+// Tensor::SlicedTo/PaddedTo and the SliceTo/PadTo kernels.
+void CopyLeadingCorner(const void* src, const Shape& src_shape, void* dst, const Shape& dst_shape, size_t elem);
+
 class Tensor {
  public:
   Tensor() = default;

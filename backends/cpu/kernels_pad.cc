@@ -4,36 +4,16 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
+#include "graph/tensor.h"
 
 namespace mpc {
 namespace {
 
-// Copies the common leading corner of `in` into `out`; with `zero_rest`, out is first
-// cleared (PadTo), so the padding is zeros every step.
+// PadTo clears its output first, so the padding is zeros every step.
 void CopyCorner(const TensorView& in, const TensorView& out, bool zero_rest) {
   const size_t elem = DTypeSize(in.dtype);
   if (zero_rest) std::memset(out.data, 0, out.num_elements() * elem);
-  const size_t rank = in.shape.size();
-  if (rank == 0) {
-    std::memcpy(out.data, in.data, elem);
-    return;
-  }
-  Shape common(rank);
-  for (size_t i = 0; i < rank; ++i) common[i] = std::min(in.shape[i], out.shape[i]);
-  const auto is = RowMajorStrides(in.shape), os = RowMajorStrides(out.shape);
-  const int64_t rows = NumElements(Shape(common.begin(), common.end() - 1));
-  const size_t row_bytes = static_cast<size_t>(common.back()) * elem;
-#pragma omp parallel for if (rows > 256)
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t rem = r, io = 0, oo = 0;
-    for (int d = static_cast<int>(rank) - 2; d >= 0; --d) {
-      const int64_t idx = rem % common[d];
-      rem /= common[d];
-      io += idx * is[d];
-      oo += idx * os[d];
-    }
-    std::memcpy(static_cast<char*>(out.data) + oo * elem, static_cast<const char*>(in.data) + io * elem, row_bytes);
-  }
+  CopyLeadingCorner(in.data, in.shape, out.data, out.shape, elem);
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSlice(const Node&, Backend&) {
