@@ -93,47 +93,40 @@ Tensor Tensor::Reshaped(Shape shape) const {
 }  // namespace mpc
 
 namespace mpc {
-namespace {
 
-// Copies the common leading corner of `from` into `to` (same rank), row by row.
-void CopyCorner(const Tensor& from, Tensor& to) {
-  const Shape& fs = from.shape();
-  const Shape& ts = to.shape();
-  const size_t rank = fs.size();
-  const size_t elem = DTypeSize(from.dtype());
+void CopyLeadingCorner(const void* src, const Shape& src_shape, void* dst, const Shape& dst_shape, size_t elem) {
+  const size_t rank = src_shape.size();
   if (rank == 0) {
-    std::memcpy(to.raw(), from.raw(), elem);
+    std::memcpy(dst, src, elem);
     return;
   }
   Shape common(rank);
-  for (size_t i = 0; i < rank; ++i) common[i] = std::min(fs[i], ts[i]);
-  const auto f_strides = RowMajorStrides(fs), t_strides = RowMajorStrides(ts);
+  for (size_t i = 0; i < rank; ++i) common[i] = std::min(src_shape[i], dst_shape[i]);
+  const auto s_strides = RowMajorStrides(src_shape), d_strides = RowMajorStrides(dst_shape);
   const int64_t rows = NumElements(Shape(common.begin(), common.end() - 1));
   const size_t row_bytes = static_cast<size_t>(common.back()) * elem;
+#pragma omp parallel for if (rows > 256)
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t rem = r, fo = 0, to_off = 0;
+    int64_t rem = r, so = 0, d_off = 0;
     for (int d = static_cast<int>(rank) - 2; d >= 0; --d) {
       const int64_t idx = rem % common[d];
       rem /= common[d];
-      fo += idx * f_strides[d];
-      to_off += idx * t_strides[d];
+      so += idx * s_strides[d];
+      d_off += idx * d_strides[d];
     }
-    std::memcpy(static_cast<char*>(to.raw()) + to_off * elem, static_cast<const char*>(from.raw()) + fo * elem,
-                row_bytes);
+    std::memcpy(static_cast<char*>(dst) + d_off * elem, static_cast<const char*>(src) + so * elem, row_bytes);
   }
 }
 
-}  // namespace
-
 Tensor Tensor::SlicedTo(const Shape& shape) const {
   Tensor out(dtype_, shape);
-  CopyCorner(*this, out);
+  CopyLeadingCorner(raw(), shape_, out.raw(), shape, DTypeSize(dtype_));
   return out;
 }
 
 Tensor Tensor::PaddedTo(const Shape& shape) const {
-  Tensor out(dtype_, shape);
-  CopyCorner(*this, out);
+  Tensor out(dtype_, shape);  // zero-filled
+  CopyLeadingCorner(raw(), shape_, out.raw(), shape, DTypeSize(dtype_));
   return out;
 }
 
