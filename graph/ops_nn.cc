@@ -2,6 +2,11 @@
 // ops they need (SoftmaxGrad, LogSoftmaxGrad, DropoutGrad). Gemm and MatMul gradients
 // are themselves Gemm/MatMul nodes, so backward GEMMs go through the same kernels (and
 // later the same autocast and padding decisions) as forward ones.
+//
+// Gemm and MatMul take an optional attribute `mpc_output_dtype` (an ONNX TensorProto
+// element type, e.g. 1 = float): the product is written in that dtype instead of the
+// inputs' (bf16 operands with an f32 result, accumulated in f32 either way). Only f32
+// or the inputs' own dtype is allowed.
 #include "base/status_macros.h"
 #include "graph/ops_common.h"
 
@@ -10,6 +15,22 @@ namespace {
 
 using Grads = absl::StatusOr<std::vector<Value*>>;
 using Types = absl::StatusOr<std::vector<TensorType>>;
+
+// The output dtype of a Gemm/MatMul: mpc_output_dtype when set, else the inputs'.
+absl::StatusOr<DType> ProductDType(const Node& n) {
+  const DType in = n.inputs[0]->dtype;
+  if (!n.attrs.Has("mpc_output_dtype")) return in;
+  const int64_t code = n.attrs.GetInt("mpc_output_dtype", 0);
+  auto out = DTypeFromOnnx(static_cast<int32_t>(code));
+  if (!out.ok() || (*out != DType::kF32 && *out != in)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        n.op, " node '", n.name, "': mpc_output_dtype ", code,
+        (out.ok() ? absl::StrCat(" (", DTypeName(*out), ")") : std::string(" (not an ONNX element type)")),
+        " is not allowed for ", DTypeName(in), " inputs; use 1 (float) or ", DTypeToOnnx(in), " (", DTypeName(in),
+        ")"));
+  }
+  return *out;
+}
 
 Types InferGemm(const Node& n) {
   MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 3));
@@ -35,12 +56,15 @@ Types InferGemm(const Node& n) {
                                                      " does not broadcast to [", m, ",", nn, "]"));
     }
   }
-  return std::vector<TensorType>{{a->dtype, {m, nn}}};
+  MPC_ASSIGN_OR_RETURN(DType out, ProductDType(n));
+  return std::vector<TensorType>{{out, {m, nn}}};
 }
 
 Grads GradGemm(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
-  Value* dy = dys[0];
   Value* a = n.inputs[0];
+  // With mpc_output_dtype the output (and so dY) may be f32 over bf16/f16 operands:
+  // the backward GEMMs take operands of one dtype, the operands' own.
+  Value* dy = b.Cast(dys[0], a->dtype);
   Value* w = n.inputs[1];
   const int64_t ta = n.attrs.GetInt("transA", 0) != 0, tb = n.attrs.GetInt("transB", 0) != 0;
   const float alpha = n.attrs.GetFloat("alpha", 1.0f), beta = n.attrs.GetFloat("beta", 1.0f);
@@ -57,9 +81,10 @@ Grads GradGemm(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
   Value* dw = tb ? gemm(dy, a, 1, ta) : gemm(a, dy, ta ? 0 : 1, 0);
   std::vector<Value*> grads{da, dw};
   if (n.inputs.size() > 2 && n.inputs[2]) {
-    Value* dc = b.ReduceSumTo(dy, n.inputs[2]->shape);
-    if (beta != 1.0f) dc = b.Mul(dc, b.ScalarConstant(beta, dy->dtype));
-    grads.push_back(dc);
+    // Reduced from the incoming dY (f32 when the output is f32), rounded once at the end.
+    Value* dc = b.ReduceSumTo(dys[0], n.inputs[2]->shape);
+    if (beta != 1.0f) dc = b.Mul(dc, b.ScalarConstant(beta, dys[0]->dtype));
+    grads.push_back(b.Cast(dc, n.inputs[2]->dtype));
   }
   return grads;
 }
@@ -80,12 +105,13 @@ Types InferMatMul(const Node& n) {
   MPC_ASSIGN_OR_RETURN(Shape batch, BroadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
   batch.push_back(a[a.size() - 2]);
   batch.push_back(b.back());
-  return std::vector<TensorType>{{n.inputs[0]->dtype, batch}};
+  MPC_ASSIGN_OR_RETURN(DType out, ProductDType(n));
+  return std::vector<TensorType>{{out, batch}};
 }
 
 Grads GradMatMul(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
-  Value* dy = dys[0];
   Value* x = n.inputs[0];
+  Value* dy = b.Cast(dys[0], x->dtype);  // see GradGemm
   Value* w = n.inputs[1];
   Value* wt = b.Transpose(w, ops::SwapLastTwo(static_cast<int>(w->shape.size())));
   Value* xt = b.Transpose(x, ops::SwapLastTwo(static_cast<int>(x->shape.size())));

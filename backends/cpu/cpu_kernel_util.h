@@ -1,12 +1,15 @@
 // Small building blocks for CPU kernels: wrapping a lambda as a Kernel, registering a
-// templated kernel for several dtypes, and walking broadcast operands row by row.
+// templated kernel for every float dtype (f32, f64, bf16, f16), the accumulator type a
+// templated kernel reduces in, and walking broadcast operands row by row.
 #pragma once
 
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "backends/backend.h"
+#include "graph/half_types.h"
 
 namespace mpc::cpu {
 
@@ -25,11 +28,21 @@ std::unique_ptr<Kernel> MakeKernel(F fn) {
   return std::make_unique<LambdaKernel<F>>(std::move(fn));
 }
 
-// Registers Factory<float> and Factory<double> (the reference dtype) for an op.
+// The type a kernel over T computes and accumulates in: f64 for the f64 reference
+// kernels, f32 for everything else (DESIGN.md: reductions, softmax, norms and losses
+// accumulate in f32 whatever their I/O dtype). Converting a Bf16/Half to it is exact.
+template <typename T>
+using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Registers Factory<float>, Factory<double> (the reference dtype), Factory<Bf16> and
+// Factory<Half> for an op. The 16-bit instantiations compute in f32 (half_types.h) and
+// round on store, so a templated kernel must keep its intermediates in Acc<T>.
 template <template <typename> class Factory>
 void RegisterFloatKernels(KernelRegistry& r, const std::string& op) {
   r.Register(op, "cpu", DType::kF32, Factory<float>::Create);
   r.Register(op, "cpu", DType::kF64, Factory<double>::Create);
+  r.Register(op, "cpu", DType::kBF16, Factory<Bf16>::Create);
+  r.Register(op, "cpu", DType::kF16, Factory<Half>::Create);
 }
 
 // Per-operand element strides aligned to the output's rank, 0 along broadcast axes.

@@ -1,6 +1,9 @@
 // CPU elementwise kernels: broadcasting Add/Sub/Mul/Div, Neg, and the activations with
-// their output-based gradients. Same-shape operands take a flat vectorizable loop;
-// broadcasts walk the output row by row with per-operand strides.
+// their output-based gradients, in f32, f64, bf16 and f16. Same-shape operands take a
+// flat vectorizable loop; broadcasts walk the output row by row with per-operand
+// strides. Every kernel loads its operands into Acc<T> (f32 for the 16-bit formats),
+// evaluates there and rounds once on the store, so a bf16/f16 result is the f32 result
+// rounded to the format.
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
@@ -28,6 +31,7 @@ struct DivOp { template <typename T> T operator()(T a, T b) const { return a / b
 
 template <typename T, typename Op>
 absl::Status RunBinary(KernelContext& ctx) {
+  using A = Acc<T>;
   const TensorView& a = ctx.inputs[0];
   const TensorView& b = ctx.inputs[1];
   const TensorView& y = ctx.outputs[0];
@@ -38,13 +42,13 @@ absl::Status RunBinary(KernelContext& ctx) {
   const int64_t n = y.num_elements();
   if (a.shape == y.shape && b.shape == y.shape) {
 #pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], pb[i]);
+    for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(op(A(pa[i]), A(pb[i])));
     return absl::OkStatus();
   }
   if (b.num_elements() == 1 && a.shape == y.shape) {
-    const T s = pb[0];
+    const A s = pb[0];
 #pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], s);
+    for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(op(A(pa[i]), s));
     return absl::OkStatus();
   }
   const auto as = BroadcastStrides(a.shape, y.shape);
@@ -52,7 +56,7 @@ absl::Status RunBinary(KernelContext& ctx) {
   const int64_t inner = y.shape.empty() ? 1 : y.shape.back();
   const int64_t sa = as.empty() ? 0 : as.back(), sb = bs.empty() ? 0 : bs.back();
   ForEachBroadcastRow(y.shape, as, bs, [&](int64_t yo, int64_t ao, int64_t bo) {
-    for (int64_t i = 0; i < inner; ++i) py[yo + i] = op(pa[ao + i * sa], pb[bo + i * sb]);
+    for (int64_t i = 0; i < inner; ++i) py[yo + i] = static_cast<T>(op(A(pa[ao + i * sa]), A(pb[bo + i * sb])));
   });
   return absl::OkStatus();
 }
@@ -67,14 +71,14 @@ struct BinaryFactory {
   };
 };
 
-// y = f(x) and dx = g(dy, y), flat loops.
+// y = f(x) and dx = g(dy, y), flat loops; f and g take and return Acc<T>.
 template <typename T, typename F>
 absl::Status MapUnary(KernelContext& ctx, F f) {
   const T* x = ctx.inputs[0].as<T>();
   T* y = ctx.outputs[0].as<T>();
   const int64_t n = ctx.outputs[0].num_elements();
 #pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(f(Acc<T>(x[i])));
   return absl::OkStatus();
 }
 
@@ -85,7 +89,7 @@ absl::Status MapGrad(KernelContext& ctx, F f) {
   T* dx = ctx.outputs[0].as<T>();
   const int64_t n = ctx.outputs[0].num_elements();
 #pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) dx[i] = f(dy[i], y[i]);
+  for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(f(Acc<T>(dy[i]), Acc<T>(y[i])));
   return absl::OkStatus();
 }
 
@@ -93,7 +97,8 @@ absl::Status MapGrad(KernelContext& ctx, F f) {
   template <typename T>                                                                 \
   struct Name {                                                                         \
     static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {      \
-      return MakeKernel([](KernelContext& ctx) { return MapUnary<T>(ctx, [](T x) { return expr; }); }); \
+      using A = Acc<T>;                                                                 \
+      return MakeKernel([](KernelContext& ctx) { return MapUnary<T>(ctx, [](A x) -> A { return expr; }); }); \
     }                                                                                   \
   };
 
@@ -101,17 +106,18 @@ absl::Status MapGrad(KernelContext& ctx, F f) {
   template <typename T>                                                                 \
   struct Name {                                                                         \
     static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {      \
-      return MakeKernel([](KernelContext& ctx) { return MapGrad<T>(ctx, [](T dy, T y) { return expr; }); }); \
+      using A = Acc<T>;                                                                 \
+      return MakeKernel([](KernelContext& ctx) { return MapGrad<T>(ctx, [](A dy, A y) -> A { return expr; }); }); \
     }                                                                                   \
   };
 
 MPC_UNARY_FACTORY(NegKernel, -x)
-MPC_UNARY_FACTORY(ReluKernel, x > T(0) ? x : T(0))
-MPC_UNARY_FACTORY(SigmoidKernel, T(1) / (T(1) + std::exp(-x)))
+MPC_UNARY_FACTORY(ReluKernel, x > A(0) ? x : A(0))
+MPC_UNARY_FACTORY(SigmoidKernel, A(1) / (A(1) + std::exp(-x)))
 MPC_UNARY_FACTORY(TanhKernel, std::tanh(x))
-MPC_GRAD_FACTORY(ReluGradKernel, y > T(0) ? dy : T(0))
-MPC_GRAD_FACTORY(SigmoidGradKernel, dy * y * (T(1) - y))
-MPC_GRAD_FACTORY(TanhGradKernel, dy * (T(1) - y * y))
+MPC_GRAD_FACTORY(ReluGradKernel, y > A(0) ? dy : A(0))
+MPC_GRAD_FACTORY(SigmoidGradKernel, dy * y * (A(1) - y))
+MPC_GRAD_FACTORY(TanhGradKernel, dy * (A(1) - y * y))
 
 }  // namespace
 }  // namespace cpu

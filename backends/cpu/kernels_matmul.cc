@@ -1,262 +1,339 @@
-// CPU GEMM kernels. f32 runs on oneDNN's matmul primitive, built once per node with
-// the node's static shapes; transposed operands are expressed as strides (no copies),
-// Gemm's bias is oneDNN's bias argument (or a sum post-op for a full C), alpha an
-// output scale, and a fused activation (attribute `mpc_activation`, set by the fusion
-// pass) a ReLU post-op. f64 is a plain triple loop: it is the reference.
+// CPU GEMM kernels, f32 and f64 (bf16/f16 live in kernels_matmul_lowp.cc). f32 runs on
+// oneDNN's matmul primitive, built once per node with the node's static shapes;
+// transposed operands are expressed as strides (no copies), Gemm's bias is oneDNN's
+// bias argument (or a sum post-op for a full C), alpha an output scale, and a fused
+// activation (attribute `mpc_activation`, set by the fusion pass) a ReLU post-op. f64
+// is plain loops: it is the reference. Also here: the oneDNN wrappers and dtype
+// conversions kernels_matmul.h shares with the low-precision kernels.
+#include "backends/cpu/kernels_matmul.h"
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_kernel_util.h"
-#include "oneapi/dnnl/dnnl.hpp"
+#include "graph/float_convert.h"
 
 namespace mpc {
-namespace {
+namespace cpu {
 
 using dnnl::memory;
-using cpu::MakeKernel;
 
-memory::desc MatrixDesc(int64_t rows, int64_t cols, bool stored_transposed) {
-  // Logical rows x cols; stored either row-major or as its transpose.
-  return memory::desc({rows, cols}, memory::data_type::f32,
+memory::data_type DnnlType(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return memory::data_type::bf16;
+    case DType::kF16: return memory::data_type::f16;
+    case DType::kF32: return memory::data_type::f32;
+    default: return memory::data_type::undef;  // oneDNN then rejects the descriptor
+  }
+}
+
+void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case DType::kBF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+#pragma omp parallel for simd if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(s[i]);
+      break;
+    }
+    case DType::kF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+#pragma omp parallel for if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(s[i]);
+      break;
+    }
+    default: break;  // callers only pass float dtypes (checked at kernel creation)
+  }
+}
+
+void ConvertFromF32(const float* src, void* dst, DType dtype, int64_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case DType::kBF16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+#pragma omp parallel for simd if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) d[i] = FloatToBf16(src[i]);
+      break;
+    }
+    case DType::kF16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+#pragma omp parallel for if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) d[i] = FloatToHalf(src[i]);
+      break;
+    }
+    default: break;
+  }
+}
+
+namespace {
+
+// Logical rows x cols in `dtype`; stored either row-major or as its transpose.
+memory::desc MatrixDesc(int64_t rows, int64_t cols, bool stored_transposed, DType dtype) {
+  return memory::desc({rows, cols}, DnnlType(dtype),
                       stored_transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
 }
 
-struct GemmDims {
-  int64_t m, n, k;
-  bool ta, tb;
-};
+float LoadAsFloat(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16: return Bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16: return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
 
-GemmDims DimsOf(const Node& node) {
+void StoreFloat(void* p, DType dtype, int64_t i, float v) {
+  switch (dtype) {
+    case DType::kBF16: static_cast<uint16_t*>(p)[i] = FloatToBf16(v); break;
+    case DType::kF16: static_cast<uint16_t*>(p)[i] = FloatToHalf(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+
+// y[i, j] = c[broadcast(i, j)], the element copied when the dtypes agree.
+template <typename Word>
+void BroadcastWords(const void* c, void* y, const std::vector<int64_t>& cs, int64_t m, int64_t n) {
+  const Word* pc = static_cast<const Word*>(c);
+  Word* py = static_cast<Word*>(y);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) py[i * n + j] = pc[i * cs[0] + j * cs[1]];
+  }
+}
+
+}  // namespace
+
+GemmSpec GemmSpecOf(const Node& node) {
+  GemmSpec s;
   const Shape& a = node.inputs[0]->shape;
   const Shape& y = node.outputs[0]->shape;
-  const bool ta = node.attrs.GetInt("transA", 0) != 0, tb = node.attrs.GetInt("transB", 0) != 0;
-  return {y[0], y[1], ta ? a[0] : a[1], ta, tb};
+  s.ta = node.attrs.GetInt("transA", 0) != 0;
+  s.tb = node.attrs.GetInt("transB", 0) != 0;
+  s.m = y[0];
+  s.n = y[1];
+  s.k = s.ta ? a[0] : a[1];
+  s.alpha = node.attrs.GetFloat("alpha", 1.0f);
+  s.beta = node.attrs.GetFloat("beta", 1.0f);
+  s.relu = node.attrs.GetString("mpc_activation", "") == "Relu";
+  const Value* c = node.inputs.size() > 2 ? node.inputs[2] : nullptr;
+  if (c && s.beta != 0.0f) s.c_shape = c->shape;
+  s.operand = node.inputs[0]->dtype;
+  s.out = node.outputs[0]->dtype;
+  return s;
 }
 
-class DnnlGemmKernel : public Kernel {
- public:
-  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
-    auto k = std::make_unique<DnnlGemmKernel>();
-    const GemmDims d = DimsOf(node);
-    const float alpha = node.attrs.GetFloat("alpha", 1.0f), beta = node.attrs.GetFloat("beta", 1.0f);
-    const Value* c = node.inputs.size() > 2 ? node.inputs[2] : nullptr;
-    k->n_ = d.n;
-    k->m_ = d.m;
-    if (c && beta != 0.0f) {
-      // A bias row ([N], [1,N]) with alpha = beta = 1 maps onto oneDNN's bias (with an
-      // output scale alpha != 1 oneDNN does not give alpha*AB + bias); anything else is
-      // broadcast into the output and added by a sum post-op scaled by beta.
-      const Shape& cs = c->shape;
-      const bool row = (cs == Shape{d.n} || cs == Shape{1, d.n}) && beta == 1.0f && alpha == 1.0f;
-      if (row) k->bias_mode_ = BiasMode::kRow;
-      else {
-        k->bias_mode_ = BiasMode::kSum;
-        k->c_shape_ = cs;
-        k->beta_ = beta;
-      }
-    }
+absl::StatusOr<std::unique_ptr<DnnlGemm>> DnnlGemm::Create(const GemmSpec& spec, DType operand, DType bias_dtype,
+                                                           DType out) {
+  auto g = std::make_unique<DnnlGemm>();
+  g->m_ = spec.m;
+  g->n_ = spec.n;
+  g->out_ = out;
+  if (spec.c_shape) {
+    // A bias row ([N], [1,N]) with alpha = beta = 1 maps onto oneDNN's bias (with an
+    // output scale alpha != 1 oneDNN does not give alpha*AB + bias); anything else is
+    // broadcast into the output and added by a sum post-op scaled by beta.
+    const Shape& cs = *spec.c_shape;
+    const bool row = (cs == Shape{spec.n} || cs == Shape{1, spec.n}) && spec.beta == 1.0f && spec.alpha == 1.0f;
+    g->bias_mode_ = row ? BiasMode::kRow : BiasMode::kSum;
+    g->c_strides_ = BroadcastStrides(cs, {spec.m, spec.n});
+  }
+  try {  // everything oneDNN may throw from, including descriptors of unsupported types
     dnnl::post_ops post;
-    if (k->bias_mode_ == BiasMode::kSum) post.append_sum(beta);
-    if (node.attrs.GetString("mpc_activation", "") == "Relu") {
-      post.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    }
+    if (g->bias_mode_ == BiasMode::kSum) post.append_sum(spec.beta);
+    if (spec.relu) post.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     dnnl::primitive_attr attr;
     attr.set_post_ops(post);
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    const memory::desc a_md = MatrixDesc(d.m, d.k, d.ta);
-    const memory::desc b_md = MatrixDesc(d.k, d.n, d.tb);
-    const memory::desc y_md({d.m, d.n}, memory::data_type::f32, memory::format_tag::ab);
-    const memory::desc bias_md({1, d.n}, memory::data_type::f32, memory::format_tag::ab);
-    try {
-      auto desc = k->bias_mode_ == BiasMode::kRow ? dnnl::matmul::desc(a_md, b_md, bias_md, y_md)
-                                                  : dnnl::matmul::desc(a_md, b_md, y_md);
-      dnnl::matmul::primitive_desc pd(desc, attr, CpuDnnlEngine());
-      k->primitive_ = dnnl::matmul(pd);
-      auto& eng = CpuDnnlEngine();
-      k->a_ = memory(a_md, eng, DNNL_MEMORY_NONE);
-      k->b_ = memory(b_md, eng, DNNL_MEMORY_NONE);
-      k->y_ = memory(y_md, eng, DNNL_MEMORY_NONE);
-      k->bias_ = memory(bias_md, eng, DNNL_MEMORY_NONE);
-    } catch (const dnnl::error& e) {
-      return absl::InternalError(absl::StrCat("oneDNN matmul setup failed for M=", d.m, " N=", d.n, " K=", d.k,
-                                              ": ", e.what()));
-    }
-    return std::unique_ptr<Kernel>(std::move(k));
+    if (spec.alpha != 1.0f) attr.set_output_scales(0, {spec.alpha});
+    const memory::desc a_md = MatrixDesc(spec.m, spec.k, spec.ta, operand);
+    const memory::desc b_md = MatrixDesc(spec.k, spec.n, spec.tb, operand);
+    const memory::desc y_md({spec.m, spec.n}, DnnlType(out), memory::format_tag::ab);
+    const memory::desc bias_md({1, spec.n}, DnnlType(bias_dtype), memory::format_tag::ab);
+    auto desc = g->bias_mode_ == BiasMode::kRow ? dnnl::matmul::desc(a_md, b_md, bias_md, y_md)
+                                                : dnnl::matmul::desc(a_md, b_md, y_md);
+    dnnl::matmul::primitive_desc pd(desc, attr, CpuDnnlEngine());
+    g->primitive_ = dnnl::matmul(pd);
+    auto& eng = CpuDnnlEngine();
+    g->a_ = memory(a_md, eng, DNNL_MEMORY_NONE);
+    g->b_ = memory(b_md, eng, DNNL_MEMORY_NONE);
+    g->y_ = memory(y_md, eng, DNNL_MEMORY_NONE);
+    g->bias_ = memory(bias_md, eng, DNNL_MEMORY_NONE);
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("oneDNN matmul setup failed for M=", spec.m, " N=", spec.n, " K=", spec.k,
+                                            " (", DTypeName(operand), " operands, ", DTypeName(out),
+                                            " output): ", e.what()));
   }
-
-  absl::Status Run(KernelContext& ctx) override {
-    float* y = ctx.outputs[0].as<float>();
-    if (bias_mode_ == BiasMode::kSum) BroadcastInto(ctx.inputs[2], y);
-    a_.set_data_handle(ctx.inputs[0].data);
-    b_.set_data_handle(ctx.inputs[1].data);
-    y_.set_data_handle(y);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, y_}};
-    if (bias_mode_ == BiasMode::kRow) {
-      bias_.set_data_handle(ctx.inputs[2].data);
-      args.emplace(DNNL_ARG_BIAS, bias_);
-    }
-    primitive_.execute(CpuDnnlStream(), args);
-    CpuDnnlStream().wait();
-    return absl::OkStatus();
-  }
-
- private:
-  enum class BiasMode { kNone, kRow, kSum };
-
-  // Writes C broadcast to [M, N] into y (the sum post-op then adds beta * y).
-  void BroadcastInto(const TensorView& c, float* y) const {
-    const float* pc = c.as<float>();
-    const auto cs = cpu::BroadcastStrides(c.shape, {m_, n_});
-    for (int64_t i = 0; i < m_; ++i) {
-      for (int64_t j = 0; j < n_; ++j) y[i * n_ + j] = pc[i * cs[0] + j * cs[1]];
-    }
-  }
-
-  dnnl::matmul primitive_;
-  memory a_, b_, y_, bias_;
-  BiasMode bias_mode_ = BiasMode::kNone;
-  Shape c_shape_;
-  float beta_ = 1.0f;
-  int64_t m_ = 0, n_ = 0;
-};
-
-// Reference Gemm in f64 (also correct for f32, used nowhere on the fast path).
-template <typename T>
-struct RefGemm {
-  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
-    const GemmDims d = DimsOf(node);
-    const T alpha = node.attrs.GetFloat("alpha", 1.0f), beta = node.attrs.GetFloat("beta", 1.0f);
-    const bool relu = node.attrs.GetString("mpc_activation", "") == "Relu";
-    return MakeKernel([d, alpha, beta, relu](KernelContext& ctx) {
-      const T* a = ctx.inputs[0].as<T>();
-      const T* b = ctx.inputs[1].as<T>();
-      const bool has_c = ctx.inputs.size() > 2 && ctx.inputs[2].data;
-      std::vector<int64_t> cs = has_c ? cpu::BroadcastStrides(ctx.inputs[2].shape, {d.m, d.n})
-                                      : std::vector<int64_t>{0, 0};
-      T* y = ctx.outputs[0].as<T>();
-#pragma omp parallel for if (d.m * d.n * d.k > 100000)
-      for (int64_t i = 0; i < d.m; ++i) {
-        for (int64_t j = 0; j < d.n; ++j) {
-          T acc = 0;
-          for (int64_t p = 0; p < d.k; ++p) {
-            acc += a[d.ta ? p * d.m + i : i * d.k + p] * b[d.tb ? j * d.k + p : p * d.n + j];
-          }
-          T v = alpha * acc;
-          if (has_c) v += beta * ctx.inputs[2].as<T>()[i * cs[0] + j * cs[1]];
-          y[i * d.n + j] = relu && v < T(0) ? T(0) : v;
-        }
-      }
-      return absl::OkStatus();
-    });
-  }
-};
-
-// MatMul with numpy batch broadcasting: each batch index maps to a (possibly
-// broadcast) A and B matrix; each product is a 2-D GEMM.
-template <typename T>
-void MatMulLoop(const TensorView& a, const TensorView& b, const TensorView& y) {
-  const int r = static_cast<int>(y.shape.size());
-  const int64_t m = y.shape[r - 2], n = y.shape[r - 1], k = a.shape.back();
-  const Shape batch(y.shape.begin(), y.shape.end() - 2);
-  const Shape a_batch(a.shape.begin(), a.shape.end() - 2), b_batch(b.shape.begin(), b.shape.end() - 2);
-  const auto as = cpu::BroadcastStrides(a_batch, batch), bs = cpu::BroadcastStrides(b_batch, batch);
-  const int64_t count = NumElements(batch);
-  const T* pa = a.as<T>();
-  const T* pb = b.as<T>();
-  T* py = y.as<T>();
-#pragma omp parallel for collapse(2) if (count * m * n * k > 100000)
-  for (int64_t bi = 0; bi < count; ++bi) {
-    for (int64_t i = 0; i < m; ++i) {
-      int64_t rem = bi, ao = 0, bo = 0;
-      for (int d = static_cast<int>(batch.size()) - 1; d >= 0; --d) {
-        const int64_t idx = rem % batch[d];
-        rem /= batch[d];
-        ao += idx * as[d];
-        bo += idx * bs[d];
-      }
-      const T* am = pa + ao * m * k;
-      const T* bm = pb + bo * k * n;
-      T* ym = py + bi * m * n;
-      for (int64_t j = 0; j < n; ++j) ym[i * n + j] = 0;
-      for (int64_t p = 0; p < k; ++p) {
-        const T av = am[i * k + p];
-        for (int64_t j = 0; j < n; ++j) ym[i * n + j] += av * bm[p * n + j];
-      }
-    }
-  }
+  return g;
 }
 
-template <typename T>
-struct RefMatMul {
-  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {
-    return MakeKernel([](KernelContext& ctx) {
-      MatMulLoop<T>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
-      return absl::OkStatus();
-    });
+void DnnlGemm::Run(const void* a, const void* b, const void* c, DType c_dtype, void* y) {
+  if (bias_mode_ == BiasMode::kSum) {
+    // Writes C broadcast to [M, N] into y; the sum post-op then adds beta * y.
+    const std::vector<int64_t>& cs = c_strides_;
+    if (c_dtype == out_ && DTypeSize(out_) == 4) BroadcastWords<uint32_t>(c, y, cs, m_, n_);
+    else if (c_dtype == out_ && DTypeSize(out_) == 2) BroadcastWords<uint16_t>(c, y, cs, m_, n_);
+    else {
+      for (int64_t i = 0; i < m_; ++i) {
+        for (int64_t j = 0; j < n_; ++j) StoreFloat(y, out_, i * n_ + j, LoadAsFloat(c, c_dtype, i * cs[0] + j * cs[1]));
+      }
+    }
   }
-};
+  a_.set_data_handle(const_cast<void*>(a));
+  b_.set_data_handle(const_cast<void*>(b));
+  y_.set_data_handle(y);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, y_}};
+  if (bias_mode_ == BiasMode::kRow) {
+    bias_.set_data_handle(const_cast<void*>(c));
+    args.emplace(DNNL_ARG_BIAS, bias_);
+  }
+  primitive_.execute(CpuDnnlStream(), args);
+  CpuDnnlStream().wait();
+}
 
-// f32 MatMul: when B is a single matrix, A's batch folds into M and one oneDNN matmul
-// does it; equal batch dims use oneDNN's batched matmul; other broadcasts fall back
-// to the loop.
-class DnnlMatMulKernel : public Kernel {
- public:
-  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
-    const Shape& a = node.inputs[0]->shape;
-    const Shape& b = node.inputs[1]->shape;
-    const Shape& y = node.outputs[0]->shape;
-    const int64_t k = a.back(), n = b.back();
+MatMulPlan PlanMatMul(const Node& node) {
+  const Shape& a = node.inputs[0]->shape;
+  const Shape& b = node.inputs[1]->shape;
+  MatMulPlan p;
+  p.k = a.back();
+  p.n = b.back();
+  if (b.size() == 2) {
+    p.mode = MatMulPlan::Mode::kFold;
+    p.m = NumElements(a) / p.k;
+  } else if (Shape(a.begin(), a.end() - 2) == Shape(b.begin(), b.end() - 2)) {
+    p.mode = MatMulPlan::Mode::kBatched;
+    p.batch = NumElements(Shape(a.begin(), a.end() - 2));
+    p.m = a[a.size() - 2];
+  } else {
+    p.mode = MatMulPlan::Mode::kLoop;
+  }
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<DnnlMatMul>> DnnlMatMul::Create(const MatMulPlan& p, DType operand, DType out) {
+  if (p.mode == MatMulPlan::Mode::kLoop) {
+    return absl::InternalError("DnnlMatMul: a broadcast batch has no single oneDNN matmul; use MatMulLoop");
+  }
+  auto mm = std::make_unique<DnnlMatMul>();
+  try {
     memory::desc a_md, b_md, y_md;
-    if (b.size() == 2) {
-      const int64_t m = NumElements(a) / k;
-      a_md = memory::desc({m, k}, memory::data_type::f32, memory::format_tag::ab);
-      b_md = memory::desc({k, n}, memory::data_type::f32, memory::format_tag::ab);
-      y_md = memory::desc({m, n}, memory::data_type::f32, memory::format_tag::ab);
-    } else if (Shape(a.begin(), a.end() - 2) == Shape(b.begin(), b.end() - 2)) {
-      const int64_t batch = NumElements(Shape(a.begin(), a.end() - 2));
-      const int64_t m = a[a.size() - 2];
-      a_md = memory::desc({batch, m, k}, memory::data_type::f32, memory::format_tag::abc);
-      b_md = memory::desc({batch, k, n}, memory::data_type::f32, memory::format_tag::abc);
-      y_md = memory::desc({batch, m, n}, memory::data_type::f32, memory::format_tag::abc);
+    if (p.mode == MatMulPlan::Mode::kFold) {
+      a_md = memory::desc({p.m, p.k}, DnnlType(operand), memory::format_tag::ab);
+      b_md = memory::desc({p.k, p.n}, DnnlType(operand), memory::format_tag::ab);
+      y_md = memory::desc({p.m, p.n}, DnnlType(out), memory::format_tag::ab);
     } else {
-      return RefMatMul<float>::Create(node, backend);
+      a_md = memory::desc({p.batch, p.m, p.k}, DnnlType(operand), memory::format_tag::abc);
+      b_md = memory::desc({p.batch, p.k, p.n}, DnnlType(operand), memory::format_tag::abc);
+      y_md = memory::desc({p.batch, p.m, p.n}, DnnlType(out), memory::format_tag::abc);
     }
-    (void)y;
-    auto kernel = std::make_unique<DnnlMatMulKernel>();
-    try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, y_md), CpuDnnlEngine());
-      kernel->primitive_ = dnnl::matmul(pd);
-      kernel->a_ = memory(a_md, CpuDnnlEngine(), DNNL_MEMORY_NONE);
-      kernel->b_ = memory(b_md, CpuDnnlEngine(), DNNL_MEMORY_NONE);
-      kernel->y_ = memory(y_md, CpuDnnlEngine(), DNNL_MEMORY_NONE);
-    } catch (const dnnl::error& e) {
-      return absl::InternalError(absl::StrCat("oneDNN matmul setup failed: ", e.what()));
-    }
-    return std::unique_ptr<Kernel>(std::move(kernel));
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, y_md), CpuDnnlEngine());
+    mm->primitive_ = dnnl::matmul(pd);
+    mm->a_ = memory(a_md, CpuDnnlEngine(), DNNL_MEMORY_NONE);
+    mm->b_ = memory(b_md, CpuDnnlEngine(), DNNL_MEMORY_NONE);
+    mm->y_ = memory(y_md, CpuDnnlEngine(), DNNL_MEMORY_NONE);
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("oneDNN matmul setup failed (", DTypeName(operand), " operands, ",
+                                            DTypeName(out), " output): ", e.what()));
   }
+  return mm;
+}
 
-  absl::Status Run(KernelContext& ctx) override {
-    a_.set_data_handle(ctx.inputs[0].data);
-    b_.set_data_handle(ctx.inputs[1].data);
-    y_.set_data_handle(ctx.outputs[0].data);
-    primitive_.execute(CpuDnnlStream(), {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, y_}});
-    CpuDnnlStream().wait();
+void DnnlMatMul::Run(const void* a, const void* b, void* y) {
+  a_.set_data_handle(const_cast<void*>(a));
+  b_.set_data_handle(const_cast<void*>(b));
+  y_.set_data_handle(y);
+  primitive_.execute(CpuDnnlStream(), {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, y_}});
+  CpuDnnlStream().wait();
+}
+
+}  // namespace cpu
+
+namespace {
+
+using cpu::MakeKernel;
+
+// C's data and dtype as a Gemm kernel sees them (nullptr when absent).
+const void* GemmC(const KernelContext& ctx) { return ctx.inputs.size() > 2 ? ctx.inputs[2].data : nullptr; }
+DType GemmCDType(const KernelContext& ctx) {
+  return ctx.inputs.size() > 2 ? ctx.inputs[2].dtype : ctx.inputs[0].dtype;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateF32Gemm(const Node& node, Backend&) {
+  auto gemm = cpu::DnnlGemm::Create(cpu::GemmSpecOf(node), DType::kF32, DType::kF32, DType::kF32);
+  if (!gemm.ok()) return gemm.status();
+  return MakeKernel([g = std::shared_ptr<cpu::DnnlGemm>(std::move(*gemm))](KernelContext& ctx) {
+    g->Run(ctx.inputs[0].data, ctx.inputs[1].data, GemmC(ctx), GemmCDType(ctx), ctx.outputs[0].data);
     return absl::OkStatus();
-  }
+  });
+}
 
- private:
-  dnnl::matmul primitive_;
-  memory a_, b_, y_;
-};
+// Reference Gemm in T's accumulator (f64 for the f64 kernel), output in Y.
+template <typename T, typename Y>
+absl::StatusOr<std::unique_ptr<Kernel>> RefGemm(const cpu::GemmSpec& d) {
+  using A = cpu::Acc<T>;
+  return MakeKernel([d](KernelContext& ctx) {
+    const T* a = ctx.inputs[0].as<T>();
+    const T* b = ctx.inputs[1].as<T>();
+    const bool has_c = ctx.inputs.size() > 2 && ctx.inputs[2].data;
+    std::vector<int64_t> cs = has_c ? cpu::BroadcastStrides(ctx.inputs[2].shape, {d.m, d.n})
+                                    : std::vector<int64_t>{0, 0};
+    Y* y = ctx.outputs[0].as<Y>();
+    const A alpha = d.alpha, beta = d.beta;
+#pragma omp parallel for if (d.m * d.n * d.k > 100000)
+    for (int64_t i = 0; i < d.m; ++i) {
+      for (int64_t j = 0; j < d.n; ++j) {
+        A acc = 0;
+        for (int64_t p = 0; p < d.k; ++p) {
+          acc += A(a[d.ta ? p * d.m + i : i * d.k + p]) * A(b[d.tb ? j * d.k + p : p * d.n + j]);
+        }
+        A v = alpha * acc;
+        if (has_c) v += beta * A(ctx.inputs[2].as<T>()[i * cs[0] + j * cs[1]]);
+        y[i * d.n + j] = static_cast<Y>(d.relu && v < A(0) ? A(0) : v);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateF64Gemm(const Node& node, Backend&) {
+  const cpu::GemmSpec spec = cpu::GemmSpecOf(node);
+  return spec.out == DType::kF32 ? RefGemm<double, float>(spec) : RefGemm<double, double>(spec);
+}
+
+template <typename T, typename Y>
+std::unique_ptr<Kernel> LoopMatMul() {
+  return MakeKernel([](KernelContext& ctx) {
+    cpu::MatMulLoop<T, Y>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
+    return absl::OkStatus();
+  });
+}
+
+// f32 MatMul: one oneDNN matmul when B is a single matrix (A's batch folds into M) or
+// the batch dims are equal; other broadcasts fall back to the loop.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateF32MatMul(const Node& node, Backend&) {
+  const cpu::MatMulPlan plan = cpu::PlanMatMul(node);
+  if (plan.mode == cpu::MatMulPlan::Mode::kLoop) return LoopMatMul<float, float>();
+  auto mm = cpu::DnnlMatMul::Create(plan, DType::kF32, DType::kF32);
+  if (!mm.ok()) return mm.status();
+  return MakeKernel([m = std::shared_ptr<cpu::DnnlMatMul>(std::move(*mm))](KernelContext& ctx) {
+    m->Run(ctx.inputs[0].data, ctx.inputs[1].data, ctx.outputs[0].data);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateF64MatMul(const Node& node, Backend&) {
+  if (node.outputs[0]->dtype == DType::kF32) return LoopMatMul<double, float>();
+  return LoopMatMul<double, double>();
+}
 
 }  // namespace
 
 void RegisterCpuMatmulKernels(KernelRegistry& r) {
-  r.Register("Gemm", "cpu", DType::kF32, DnnlGemmKernel::Create);
-  r.Register("Gemm", "cpu", DType::kF64, RefGemm<double>::Create);
-  r.Register("MatMul", "cpu", DType::kF32, DnnlMatMulKernel::Create);
-  r.Register("MatMul", "cpu", DType::kF64, RefMatMul<double>::Create);
+  r.Register("Gemm", "cpu", DType::kF32, CreateF32Gemm);
+  r.Register("Gemm", "cpu", DType::kF64, CreateF64Gemm);
+  r.Register("MatMul", "cpu", DType::kF32, CreateF32MatMul);
+  r.Register("MatMul", "cpu", DType::kF64, CreateF64MatMul);
+  RegisterCpuMatmulLowpKernels(r);
 }
 
 }  // namespace mpc

@@ -1,6 +1,10 @@
 // CPU data-movement kernels: Reshape/Flatten/Identity (copies: buffers are planned
-// separately), Transpose, Cast, and the broadcast pair ReduceSumTo/BroadcastTo.
+// separately), Transpose, Cast, and the broadcast pair ReduceSumTo/BroadcastTo (f32,
+// f64, bf16, f16; ReduceSumTo sums in Acc<T>, f32 for the 16-bit formats, and rounds
+// once). Cast has direct loops for the f32 <-> bf16/f16 casts autocast inserts.
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
@@ -56,6 +60,16 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateTranspose(const Node& node, Backen
   });
 }
 
+// double -> float rounding to odd, as Tensor::CastTo does: rounding that float to
+// nearest even again for a 16-bit format equals rounding the double directly, so an
+// f64 -> bf16/f16 Cast rounds once, bit-identical to Tensor::CastTo.
+float ToFloatRoundToOdd(double v) {
+  const float f = static_cast<float>(v);
+  if (std::isnan(v) || static_cast<double>(f) == v || (FloatBits(f) & 1u) != 0) return f;
+  const float inf = std::numeric_limits<float>::infinity();
+  return std::nextafter(f, static_cast<double>(f) < v ? inf : -inf);
+}
+
 // Element read/write through double, with round-to-nearest-even for 16-bit floats.
 double Load(const TensorView& t, int64_t i) {
   switch (t.dtype) {
@@ -75,8 +89,8 @@ void Store(const TensorView& t, int64_t i, double v) {
   switch (t.dtype) {
     case DType::kF32: t.as<float>()[i] = static_cast<float>(v); break;
     case DType::kF64: t.as<double>()[i] = v; break;
-    case DType::kF16: t.as<uint16_t>()[i] = FloatToHalf(static_cast<float>(v)); break;
-    case DType::kBF16: t.as<uint16_t>()[i] = FloatToBf16(static_cast<float>(v)); break;
+    case DType::kF16: t.as<uint16_t>()[i] = FloatToHalf(ToFloatRoundToOdd(v)); break;
+    case DType::kBF16: t.as<uint16_t>()[i] = FloatToBf16(ToFloatRoundToOdd(v)); break;
     case DType::kI64: t.as<int64_t>()[i] = static_cast<int64_t>(v); break;
     case DType::kI32: t.as<int32_t>()[i] = static_cast<int32_t>(v); break;
     case DType::kU8: t.as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
@@ -96,6 +110,27 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCast(const Node& node, Backend&) {
     const TensorView& out = ctx.outputs[0];
     if (in.dtype == DType::kF32 && out.dtype == DType::kF64) {
       for (int64_t i = 0; i < n; ++i) out.as<double>()[i] = in.as<float>()[i];
+    } else if (in.dtype == DType::kF32 && (out.dtype == DType::kBF16 || out.dtype == DType::kF16)) {
+      // The hot casts of a mixed-precision program: no per-element dtype dispatch.
+      const float* x = in.as<float>();
+      uint16_t* y = out.as<uint16_t>();
+      if (out.dtype == DType::kBF16) {
+#pragma omp parallel for simd if (n > 32768)
+        for (int64_t i = 0; i < n; ++i) y[i] = FloatToBf16(x[i]);
+      } else {
+#pragma omp parallel for if (n > 32768)
+        for (int64_t i = 0; i < n; ++i) y[i] = FloatToHalf(x[i]);
+      }
+    } else if (out.dtype == DType::kF32 && (in.dtype == DType::kBF16 || in.dtype == DType::kF16)) {
+      const uint16_t* x = in.as<uint16_t>();
+      float* y = out.as<float>();
+      if (in.dtype == DType::kBF16) {
+#pragma omp parallel for simd if (n > 32768)
+        for (int64_t i = 0; i < n; ++i) y[i] = Bf16ToFloat(x[i]);
+      } else {
+#pragma omp parallel for if (n > 32768)
+        for (int64_t i = 0; i < n; ++i) y[i] = HalfToFloat(x[i]);
+      }
     } else {
 #pragma omp parallel for if (n > 32768)
       for (int64_t i = 0; i < n; ++i) Store(out, i, Load(in, i));
@@ -112,7 +147,7 @@ struct ReduceSumToKernel {
     return MakeKernel([](KernelContext& ctx) {
       const TensorView& in = ctx.inputs[0];
       const TensorView& out = ctx.outputs[0];
-      using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      using Acc = cpu::Acc<T>;
       const auto os = cpu::BroadcastStrides(out.shape, in.shape);
       const int64_t n_out = out.num_elements();
       T* y = out.as<T>();
@@ -133,7 +168,7 @@ struct ReduceSumToKernel {
               off += (rem % in.shape[d]) * os[d];
               rem /= in.shape[d];
             }
-            acc[off + j] += x[r * inner + j];
+            acc[off + j] += Acc(x[r * inner + j]);
           }
         }
         for (int64_t i = 0; i < n_out; ++i) y[i] = static_cast<T>(acc[i]);
@@ -146,7 +181,7 @@ struct ReduceSumToKernel {
           off += (rem % in.shape[d]) * os[d];
           rem /= in.shape[d];
         }
-        for (int64_t i = 0; i < inner; ++i) acc[off + i * inner_stride] += x[r * inner + i];
+        for (int64_t i = 0; i < inner; ++i) acc[off + i * inner_stride] += Acc(x[r * inner + i]);
       }
       for (int64_t i = 0; i < n_out; ++i) y[i] = static_cast<T>(acc[i]);
       return absl::OkStatus();

@@ -1,7 +1,8 @@
 // CPU softmax-family and loss kernels: Softmax/LogSoftmax on any axis and their
 // gradients, SoftmaxCrossEntropyLoss (+ fused gradient), MeanSquaredError (+ gradient),
-// and Dropout (+ gradient). Every reduction accumulates in at least f32 (f64 for the
-// f64 reference kernels), per DESIGN.md.
+// and Dropout (+ gradient), in f32, f64, bf16 and f16. Every reduction and every
+// intermediate is in Acc<T> (f32, or f64 for the f64 reference kernels), per DESIGN.md;
+// a bf16/f16 kernel rounds only its stored outputs. Loss values are summed in f64.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -12,10 +13,8 @@
 namespace mpc {
 namespace {
 
+using cpu::Acc;
 using cpu::MakeKernel;
-
-// Accumulator type: at least f32.
-template <typename T> using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // Softmax-like ops see the tensor as [outer, axis, inner].
 struct AxisSplit {
@@ -244,12 +243,13 @@ struct DropoutKernel {
       T* y = ctx.outputs[0].as<T>();
       uint8_t* mask = ctx.outputs.size() > 1 ? ctx.outputs[1].as<uint8_t>() : nullptr;
       const int64_t n = ctx.inputs[0].num_elements();
-      const T scale = static_cast<T>(1.0 / (1.0 - r));
+      // The scale stays in Acc<T>: a bf16 scale would be off by up to 2^-9 relative.
+      const Acc<T> scale = static_cast<Acc<T>>(1.0 / (1.0 - r));
       const bool active = training && r > 0;
 #pragma omp parallel for if (n > 32768)
       for (int64_t i = 0; i < n; ++i) {
         const bool keep = !active || UniformAt(ctx.seed, node_id, ctx.step, i) >= r;
-        y[i] = keep ? (active ? x[i] * scale : x[i]) : T(0);
+        y[i] = keep ? (active ? static_cast<T>(Acc<T>(x[i]) * scale) : x[i]) : T(0);
         if (mask) mask[i] = keep;
       }
       return absl::OkStatus();
@@ -260,13 +260,13 @@ struct DropoutKernel {
 template <typename T>
 struct DropoutGradKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
-    const T scale = static_cast<T>(1.0 / (1.0 - node.attrs.GetFloat("ratio", 0.5f)));
+    const Acc<T> scale = static_cast<Acc<T>>(1.0 / (1.0 - node.attrs.GetFloat("ratio", 0.5f)));
     return MakeKernel([scale](KernelContext& ctx) {
       const T* dy = ctx.inputs[0].as<T>();
       const uint8_t* mask = ctx.inputs[1].as<uint8_t>();
       T* dx = ctx.outputs[0].as<T>();
       const int64_t n = ctx.outputs[0].num_elements();
-      for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] * scale : T(0);
+      for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? static_cast<T>(Acc<T>(dy[i]) * scale) : T(0);
       return absl::OkStatus();
     });
   }

@@ -1,10 +1,17 @@
 // Op numerics, after ggml's test-backend-ops: one table of cases (op, attributes,
 // inputs, a float64 reference written here as plain loops) and one harness that runs
 // every case twice:
-//   OpForward   the op on the CPU backend in f32 (and in f64) against the reference,
-//               with DESIGN.md's tolerance (||out - ref|| / ||ref|| < 1e-5 for f32);
+//   OpForward   the op on the CPU backend in f32, f64, bf16 and f16 against the
+//               reference, with DESIGN.md's tolerances (||out - ref|| / ||ref||: f32
+//               < 1e-5, bf16 < 1e-2, f16 < 2e-3; NaN never passes). A bf16/f16 run
+//               rounds the inputs to the format first and the reference computes in
+//               f64 from those rounded values, so the check measures the kernel alone;
+//               and, sharper, every bf16/f16 output element must be within 1 ulp of
+//               the reference rounded to the format ("compute in f32, round once");
 //   OpGradient  the op in f64 under a scalar loss L = sum(out * R) (R fixed, random),
 //               autodiff's gradient of L against central finite differences.
+// Backward-only ops (ReluGrad, SoftmaxGrad, ReduceSumTo...) have forward cases too, so
+// the kernels autocast paints for the backward pass are checked in every dtype.
 // OpCoverage fails when an op in the registry has no forward case, or is
 // differentiable and has no gradient case. The OpHarness* suites check that the
 // checks themselves can fail (a wrong reference, a wrong gradient, a missing op).
@@ -43,6 +50,8 @@ using ::mpc::testing::RelativeError;
 
 constexpr double kF32Tol = 1e-5;   // DESIGN.md: f32 vs an f64 reference
 constexpr double kF64Tol = 1e-12;  // the f64 kernels are the gradient checks' reference
+constexpr double kBf16Tol = 1e-2;  // DESIGN.md: bf16 vs an f64 reference
+constexpr double kF16Tol = 2e-3;   // DESIGN.md: f16 vs an f64 reference
 constexpr double kFdStep = 1e-6;
 constexpr double kFdTol = 1e-6;    // |analytic - numeric| <= kFdTol * max(1, |numeric|)
 constexpr int kFdMaxElements = 30;
@@ -62,7 +71,7 @@ struct In {
   std::string name;
   Shape shape;
   Role role = Role::kFloat;
-  std::optional<DType> dtype;  // fixed dtype; unset: the run's float dtype (f32 or f64)
+  std::optional<DType> dtype;  // fixed dtype; unset: the run's float dtype
   double lo = -1, hi = 1;
   double min_abs = 0;  // |x| >= min_abs (Relu's kink, Div's denominators)
   Tensor value;        // kConst / kFed: the data (cast to `dtype` or the float dtype)
@@ -120,6 +129,18 @@ In Labels(const std::string& name, const std::vector<int64_t>& v, DType dtype = 
   in.dtype = dtype;
   in.shape = {static_cast<int64_t>(v.size())};
   in.value = Tensor::FromVector<int64_t>(in.shape, v).CastTo(dtype);
+  return in;
+}
+
+// A fixed bool tensor fed as a graph input (DropoutGrad's mask): every third element 0.
+In Mask(const std::string& name, const Shape& shape) {
+  In in;
+  in.name = name;
+  in.role = Role::kFed;
+  in.dtype = DType::kBool;
+  in.shape = shape;
+  in.value = Tensor(DType::kBool, shape);
+  for (int64_t i = 0; i < in.value.num_elements(); ++i) in.value.data<uint8_t>()[i] = i % 3 != 0;
   return in;
 }
 
@@ -330,6 +351,71 @@ Tensor RefMse(const Tensor& p, const Tensor& t) {
   return y;
 }
 
+// SoftmaxGrad: y * (dy - sum(dy * y));  LogSoftmaxGrad: dy - exp(y) * sum(dy), along axis.
+Tensor RefSoftmaxGrad(const Tensor& dy, const Tensor& y, int64_t axis, bool log) {
+  const Shape& s = y.shape();
+  const int rank = static_cast<int>(s.size());
+  const int ax = static_cast<int>(axis < 0 ? axis + rank : axis);
+  Tensor dx = F64(s);
+  for (int64_t i = 0; i < dx.num_elements(); ++i) {
+    auto idx = Unravel(i, s);
+    double sum = 0;
+    for (int64_t d = 0; d < s[ax]; ++d) {
+      idx[ax] = d;
+      const int64_t k = Ravel(idx, s);
+      sum += log ? P(dy)[k] : P(dy)[k] * P(y)[k];
+    }
+    P(dx)[i] = log ? P(dy)[i] - std::exp(P(y)[i]) * sum : P(y)[i] * (P(dy)[i] - sum);
+  }
+  return dx;
+}
+
+// d(SoftmaxCrossEntropyLoss)/dscores for an incoming dloss: scale * (softmax - onehot),
+// ignored rows zero, scale = dloss / counted rows (mean) or dloss (sum).
+Tensor RefSceGrad(const Tensor& dloss, const Tensor& scores, const Tensor& labels, bool mean,
+                  std::optional<int64_t> ignore) {
+  const int64_t n = scores.shape()[0], c = scores.shape()[1];
+  int64_t counted = 0;
+  for (int64_t i = 0; i < n; ++i) counted += !(ignore && static_cast<int64_t>(P(labels)[i]) == *ignore);
+  const double scale = mean ? P(dloss)[0] / counted : P(dloss)[0];
+  Tensor dx = F64(scores.shape());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t label = static_cast<int64_t>(P(labels)[i]);
+    if (ignore && label == *ignore) continue;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < c; ++j) mx = std::max(mx, P(scores)[i * c + j]);
+    for (int64_t j = 0; j < c; ++j) sum += std::exp(P(scores)[i * c + j] - mx);
+    for (int64_t j = 0; j < c; ++j) {
+      P(dx)[i * c + j] = scale * (std::exp(P(scores)[i * c + j] - mx) / sum - (j == label ? 1.0 : 0.0));
+    }
+  }
+  return dx;
+}
+
+// Sum of x over the axes along which `shape` broadcasts to x's shape.
+Tensor RefReduceSumTo(const Tensor& x, const Shape& shape) {
+  Tensor y = F64(shape);
+  for (int64_t i = 0; i < x.num_elements(); ++i) P(y)[BroadcastOffset(Unravel(i, x.shape()), shape)] += P(x)[i];
+  return y;
+}
+
+Tensor RefBroadcastTo(const Tensor& x, const Shape& shape) {
+  Tensor y = F64(shape);
+  for (int64_t i = 0; i < y.num_elements(); ++i) P(y)[i] = P(x)[BroadcastOffset(Unravel(i, shape), x.shape())];
+  return y;
+}
+
+// Rounds a double straight to the nearest bf16/f16 value (ties to even), kept in double.
+double RoundToFormat(double v, DType dtype) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  const int mantissa_bits = dtype == DType::kBF16 ? 8 : 11;  // significant bits
+  const int min_exponent = dtype == DType::kBF16 ? -126 : -14;
+  int e;
+  std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
+  const int spacing_exp = std::max(e - 1, min_exponent) - (mantissa_bits - 1);
+  return std::ldexp(std::nearbyint(std::ldexp(v, -spacing_exp)), spacing_exp);
+}
+
 Tensor Ones(const Shape& s) {
   Tensor y = F64(s);
   for (int64_t i = 0; i < y.num_elements(); ++i) P(y)[i] = 1;
@@ -384,6 +470,22 @@ std::vector<OpCase> GemmCases() {
       }
     }
   }
+  {
+    // mpc_output_dtype = 1: the product in f32 whatever the operands' dtype. Gemm is
+    // linear in each operand, so a large FD step is exact and survives the f32 output.
+    OpCase c;
+    c.name = "Gemm_tA0_tB1_CN_OutputF32";
+    c.op = "Gemm";
+    c.attrs.Set("transB", int64_t{1});
+    c.attrs.Set("mpc_output_dtype", int64_t{1});
+    c.inputs = {X("A", {m, k}), X("B", {n, k}), X("C", {n})};
+    c.out_dtypes = {DType::kF32};
+    c.fd_step = 0.25;
+    c.ref = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefGemm(in[0], in[1], &in[2], 1.0, 1.0, false, true)};
+    };
+    cases.push_back(std::move(c));
+  }
   return cases;
 }
 
@@ -403,6 +505,18 @@ std::vector<OpCase> MatMulCases() {
     c.name = absl::StrCat("MatMul_", name);
     c.op = "MatMul";
     c.inputs = {X("A", a), X("B", b)};
+    c.ref = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefMatMul(in[0], in[1])}; };
+    cases.push_back(std::move(c));
+  }
+  for (const auto& [name, a, b] : std::vector<std::tuple<const char*, Shape, Shape>>{
+           {"Batched3D_OutputF32", {2, 3, 5}, {2, 5, 4}}, {"BroadcastBatch_OutputF32", {2, 1, 3, 5}, {3, 5, 4}}}) {
+    OpCase c;  // see Gemm_tA0_tB1_CN_OutputF32
+    c.name = absl::StrCat("MatMul_", name);
+    c.op = "MatMul";
+    c.attrs.Set("mpc_output_dtype", int64_t{1});
+    c.inputs = {X("A", a), X("B", b)};
+    c.out_dtypes = {DType::kF32};
+    c.fd_step = 0.25;
     c.ref = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefMatMul(in[0], in[1])}; };
     cases.push_back(std::move(c));
   }
@@ -572,6 +686,61 @@ std::vector<OpCase> ShapeCases() {
     };
     cases.push_back(std::move(c));
   }
+  // The casts autocast inserts, to and from the 16-bit formats: bit-exact RNE. From
+  // f64 the kernel must round once (no double rounding through f32). Forward only:
+  // the Cast gradient is covered above, and a finite difference cannot resolve the
+  // 16-bit rounding.
+  for (auto [name, from, to] : std::vector<std::tuple<const char*, DType, DType>>{
+           {"F32ToBf16", DType::kF32, DType::kBF16}, {"F32ToF16", DType::kF32, DType::kF16},
+           {"F64ToBf16", DType::kF64, DType::kBF16}, {"F64ToF16", DType::kF64, DType::kF16},
+           {"Bf16ToF32", DType::kBF16, DType::kF32}, {"F16ToF32", DType::kF16, DType::kF32},
+           {"Bf16ToF64", DType::kBF16, DType::kF64}, {"F16ToF64", DType::kF16, DType::kF64}}) {
+    OpCase c;
+    c.name = absl::StrCat("Cast_", name);
+    c.op = "Cast";
+    c.attrs.Set("to", static_cast<int64_t>(DTypeToOnnx(to)));
+    c.inputs = {XTyped("x", {4, 7}, from)};
+    c.out_dtypes = {to};
+    c.exact = true;
+    c.gradient = false;
+    c.ref = [to = to](const std::vector<Tensor>& in) {
+      Tensor y = F64(in[0].shape());
+      for (int64_t i = 0; i < y.num_elements(); ++i) {
+        const double x = P(in[0])[i];
+        P(y)[i] = to == DType::kBF16 || to == DType::kF16 ? RoundToFormat(x, to) : x;
+      }
+      return std::vector<Tensor>{y};
+    };
+    cases.push_back(std::move(c));
+  }
+  // f64 values just past a 16-bit halfway point by less than f32 can see: rounding
+  // through f32 first lands on the tie and rounds it the wrong way.
+  for (auto [name, to] : std::vector<std::tuple<const char*, DType>>{{"F64ToBf16_NearTies", DType::kBF16},
+                                                                     {"F64ToF16_NearTies", DType::kF16}}) {
+    const double half_ulp = std::ldexp(1.0, to == DType::kBF16 ? -8 : -11);  // at 1.0
+    const double tiny = std::ldexp(1.0, -40);
+    const std::vector<double> values = {1 + half_ulp + tiny, -(1 + half_ulp + tiny), 1 + 3 * half_ulp - tiny,
+                                        1 + half_ulp - tiny, 0.5 + half_ulp / 2 + tiny, 1 + half_ulp};
+    OpCase c;
+    c.name = absl::StrCat("Cast_", name);
+    c.op = "Cast";
+    c.attrs.Set("to", static_cast<int64_t>(DTypeToOnnx(to)));
+    In x;
+    x.name = "x";
+    x.role = Role::kConst;
+    x.dtype = DType::kF64;
+    x.value = Tensor::FromVector<double>({static_cast<int64_t>(values.size())}, values);
+    c.inputs = {x};
+    c.out_dtypes = {to};
+    c.exact = true;
+    c.gradient = false;
+    c.ref = [to = to](const std::vector<Tensor>& in) {
+      Tensor y = F64(in[0].shape());
+      for (int64_t i = 0; i < y.num_elements(); ++i) P(y)[i] = RoundToFormat(P(in[0])[i], to);
+      return std::vector<Tensor>{y};
+    };
+    cases.push_back(std::move(c));
+  }
   return cases;
 }
 
@@ -687,11 +856,126 @@ std::vector<OpCase> LossCases() {
   return cases;
 }
 
+// Backward-only ops, forward-checked (they have no gradients of their own). Autocast
+// paints them like any op, so each must hold DESIGN.md's tolerance in every dtype.
+std::vector<OpCase> BackwardOpCases() {
+  std::vector<OpCase> cases;
+  auto add = [&](OpCase c) {
+    c.gradient = false;
+    cases.push_back(std::move(c));
+  };
+  const Shape s = {3, 5};
+  {
+    OpCase c;
+    c.name = "ReluGrad_Rank2";
+    c.op = "ReluGrad";
+    c.inputs = {X("dy", s), X("y", s, -1, 1, 0.1)};
+    c.exact = true;
+    c.ref = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefBinary(in[0], in[1], [](double dy, double y) { return y > 0 ? dy : 0.0; })};
+    };
+    add(std::move(c));
+  }
+  {
+    OpCase c;
+    c.name = "SigmoidGrad_Rank2";
+    c.op = "SigmoidGrad";
+    c.inputs = {X("dy", s), X("y", s, 0.05, 0.95)};
+    c.ref = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefBinary(in[0], in[1], [](double dy, double y) { return dy * y * (1 - y); })};
+    };
+    add(std::move(c));
+  }
+  {
+    OpCase c;
+    c.name = "TanhGrad_Rank2";
+    c.op = "TanhGrad";
+    c.inputs = {X("dy", s), X("y", s, -0.95, 0.95)};
+    c.ref = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefBinary(in[0], in[1], [](double dy, double y) { return dy * (1 - y * y); })};
+    };
+    add(std::move(c));
+  }
+  for (const char* op : {"SoftmaxGrad", "LogSoftmaxGrad"}) {
+    const bool log = std::string(op) == "LogSoftmaxGrad";
+    for (int64_t axis : {-1, 1}) {
+      OpCase c;
+      c.name = absl::StrCat(op, "_Rank3_Axis", Num(static_cast<double>(axis)));
+      c.op = op;
+      c.attrs.Set("axis", axis);
+      // y as the forward op would give it: probabilities, or log-probabilities.
+      c.inputs = {X("dy", {2, 4, 3}), log ? X("y", {2, 4, 3}, -3, -0.05) : X("y", {2, 4, 3}, 0.05, 0.6)};
+      c.ref = [axis, log](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{RefSoftmaxGrad(in[0], in[1], axis, log)};
+      };
+      add(std::move(c));
+    }
+  }
+  for (auto [name, mean, ignore] : std::vector<std::tuple<const char*, bool, std::optional<int64_t>>>{
+           {"Mean", true, std::nullopt}, {"Sum_IgnoreIndexM100", false, -100}}) {
+    OpCase c;
+    c.name = absl::StrCat("SoftmaxCrossEntropyGrad_", name);
+    c.op = "SoftmaxCrossEntropyGrad";
+    c.attrs.Set("reduction", std::string(mean ? "mean" : "sum"));
+    if (ignore) c.attrs.Set("ignore_index", *ignore);
+    c.inputs = {X("dloss", {}, 0.5, 1.5), X("scores", {6, 5}, -2, 2),
+                Labels("labels", ignore ? std::vector<int64_t>{0, -100, 4, 1, -100, 3}
+                                        : std::vector<int64_t>{0, 3, 4, 1, 2, 3})};
+    c.ref = [mean = mean, ignore = ignore](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefSceGrad(in[0], in[1], in[2], mean, ignore)};
+    };
+    add(std::move(c));
+  }
+  {
+    OpCase c;
+    c.name = "MeanSquaredErrorGrad_Rank2";
+    c.op = "MeanSquaredErrorGrad";
+    c.inputs = {X("dloss", {}, 0.5, 1.5), X("pred", s), X("target", s)};
+    c.ref = [](const std::vector<Tensor>& in) {
+      const double scale = 2 * P(in[0])[0] / static_cast<double>(in[1].num_elements());
+      return std::vector<Tensor>{RefBinary(in[1], in[2], [scale](double p, double t) { return scale * (p - t); })};
+    };
+    add(std::move(c));
+  }
+  {
+    OpCase c;
+    c.name = "DropoutGrad_Ratio0p3";
+    c.op = "DropoutGrad";
+    c.attrs.Set("ratio", 0.3f);
+    c.inputs = {X("dy", s), Mask("mask", s)};
+    c.ref = [](const std::vector<Tensor>& in) {
+      const double scale = 1.0 / (1.0 - static_cast<double>(0.3f));  // the attribute is f32
+      return std::vector<Tensor>{RefBinary(in[0], in[1], [scale](double dy, double m) { return m != 0 ? dy * scale : 0.0; })};
+    };
+    add(std::move(c));
+  }
+  for (const auto& [name, from, to] : std::vector<std::tuple<const char*, Shape, Shape>>{
+           {"RowsToRow", {4, 5}, {5}}, {"ToColumn", {2, 3, 4}, {3, 1}}, {"ToScalar", {3, 4}, {}},
+           {"Rank3To1N", {2, 3, 4}, {1, 4}}}) {
+    OpCase c;
+    c.name = absl::StrCat("ReduceSumTo_", name);
+    c.op = "ReduceSumTo";
+    c.attrs.Set("shape", std::vector<int64_t>(to.begin(), to.end()));
+    c.inputs = {X("x", from)};
+    c.ref = [to = to](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefReduceSumTo(in[0], to)}; };
+    add(std::move(c));
+    OpCase bc;
+    bc.name = absl::StrCat("BroadcastTo_", name);
+    bc.op = "BroadcastTo";
+    bc.attrs.Set("shape", std::vector<int64_t>(from.begin(), from.end()));
+    bc.inputs = {X("x", to)};
+    bc.exact = true;
+    bc.ref = [from = from](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefBroadcastTo(in[0], from)}; };
+    add(std::move(bc));
+  }
+  return cases;
+}
+
 const std::vector<OpCase>& AllCases() {
   static const std::vector<OpCase>* cases = [] {
     auto* all = new std::vector<OpCase>();
     for (auto family : {GemmCases, MatMulCases, BinaryCases, UnaryCases, SoftmaxCases, ShapeCases, DropoutCases,
-                        LossCases}) {
+                        LossCases, BackwardOpCases}) {
       for (OpCase& c : family()) all->push_back(std::move(c));
     }
     return all;
@@ -853,6 +1137,39 @@ absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
   return ::testing::AssertionSuccess();
 }
 
+// A 16-bit kernel computes in f32 from its (already rounded) inputs and rounds each
+// output once, so every element is the f64 reference rounded to the format, give or
+// take one ulp where the f32 evaluation lands across a rounding boundary. An f16/bf16
+// accumulator, or a second rounding, shows up here long before the norm tolerance.
+::testing::AssertionResult CheckRoundedOnce(const std::vector<Tensor>& got, const std::vector<Tensor>& ref,
+                                            DType dtype) {
+  auto ordered = [](uint16_t h) -> int64_t { return (h & 0x8000) ? -int64_t(h & 0x7fff) : int64_t(h & 0x7fff); };
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (got[i].dtype() != dtype) continue;  // fixed-dtype outputs (masks, f32 products)
+    for (int64_t k = 0; k < ref[i].num_elements(); ++k) {
+      const double want = RoundToFormat(ref[i].GetAsDouble(k), dtype);
+      const Tensor want_t = Tensor::FromVector<double>({}, {want}).CastTo(dtype);  // exact: want is in the format
+      const int64_t ulps = std::abs(ordered(got[i].data<uint16_t>()[k]) - ordered(want_t.data<uint16_t>()[0]));
+      if (ulps > 1) {
+        return ::testing::AssertionFailure() << "output " << i << " element " << k << ": got " << got[i].GetAsDouble(k)
+                                             << ", the reference " << ref[i].GetAsDouble(k) << " rounds to " << want
+                                             << " (" << ulps << " ulp apart)";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// DESIGN.md's tolerance for a run in `float_dtype` (f64: the reference dtype itself).
+double Tolerance(DType float_dtype) {
+  switch (float_dtype) {
+    case DType::kF64: return kF64Tol;
+    case DType::kBF16: return kBf16Tol;
+    case DType::kF16: return kF16Tol;
+    default: return kF32Tol;
+  }
+}
+
 ::testing::AssertionResult CheckForward(const OpCase& c, DType float_dtype) {
   auto run = RunForward(c, float_dtype);
   if (!run.ok()) return ::testing::AssertionFailure() << run.status();
@@ -861,8 +1178,16 @@ absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
   for (size_t i = 0; i < ref.size(); ++i) {
     dtypes.push_back(i < c.out_dtypes.size() && c.out_dtypes[i] ? *c.out_dtypes[i] : float_dtype);
   }
-  const double tol = c.exact ? 0.0 : float_dtype == DType::kF64 ? kF64Tol : kF32Tol;
-  return CompareOutputs(run->outputs, ref, dtypes, tol);
+  // Kernels compute in at least f32 from the inputs they are given (the reference sees
+  // the same values), so the error is set by the outputs' dtype: an f32 product of bf16
+  // operands (mpc_output_dtype) is held to f32's tolerance, in an f64 run as well.
+  double tol = 0;
+  for (DType d : dtypes) {
+    if (IsFloating(d)) tol = std::max(tol, Tolerance(d));
+  }
+  ::testing::AssertionResult close = CompareOutputs(run->outputs, ref, dtypes, c.exact ? 0.0 : tol);
+  if (!close || (float_dtype != DType::kBF16 && float_dtype != DType::kF16)) return close;
+  return CheckRoundedOnce(run->outputs, ref, float_dtype);
 }
 
 struct GradSample {
@@ -1001,13 +1326,15 @@ absl::StatusOr<std::vector<GradSample>> RunGradientCheck(const OpCase& c) {
 std::string CaseName(const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; }
 
 // ---------------------------------------------------------------------------------
-// Forward: every case in f32 (DESIGN.md tolerance) and in f64 (the reference dtype
-// the gradient checks run in).
+// Forward: every case in f32, bf16 and f16 (DESIGN.md tolerances) and in f64 (the
+// reference dtype the gradient checks run in).
 
 class OpForward : public ::testing::TestWithParam<OpCase> {};
 
 TEST_P(OpForward, F32MatchesFloat64Reference) { EXPECT_TRUE(CheckForward(GetParam(), DType::kF32)); }
 TEST_P(OpForward, F64MatchesFloat64Reference) { EXPECT_TRUE(CheckForward(GetParam(), DType::kF64)); }
+TEST_P(OpForward, Bf16MatchesFloat64Reference) { EXPECT_TRUE(CheckForward(GetParam(), DType::kBF16)); }
+TEST_P(OpForward, F16MatchesFloat64Reference) { EXPECT_TRUE(CheckForward(GetParam(), DType::kF16)); }
 
 INSTANTIATE_TEST_SUITE_P(, OpForward, ::testing::ValuesIn(ForwardCases()), CaseName);
 
@@ -1076,8 +1403,12 @@ TEST_P(OpForwardDropoutTraining, KeepsScaledValuesAtTheExpectedRate) {
   ASSERT_EQ(run.mask.dtype(), DType::kBool);
   const int64_t n = run.x.num_elements();
   // The kernel may compute x * (1/(1-p)): allow the one rounding that adds (none in f64
-  // beyond the last bit; exact when 1/(1-p) is a power of two).
-  const double ulp = dtype == DType::kF32 ? std::ldexp(1.0, -23) : std::ldexp(1.0, -51);
+  // beyond the last bit; exact when 1/(1-p) is a power of two). bf16/f16 round the
+  // f32 product once to the format.
+  const double ulp = dtype == DType::kF32    ? std::ldexp(1.0, -23)
+                     : dtype == DType::kBF16 ? std::ldexp(1.0, -7)
+                     : dtype == DType::kF16  ? std::ldexp(1.0, -10)
+                                             : std::ldexp(1.0, -51);
   const double p_stored = Tensor::FromVector<double>({}, {p}).CastTo(dtype).GetAsDouble(0);
   int64_t kept = 0, bad = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -1119,7 +1450,7 @@ std::string DropoutName(const ::testing::TestParamInfo<std::tuple<DType, double,
 }
 
 INSTANTIATE_TEST_SUITE_P(, OpForwardDropoutTraining,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64),
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64, DType::kBF16, DType::kF16),
                                             ::testing::Values(0.1, 0.3, 0.5, 0.8), ::testing::Bool()),
                          DropoutName);
 
@@ -1214,6 +1545,22 @@ TEST(OpForwardHarness, RejectsAWrongReference) {
   P(nan)[0] = NAN;
   P(nan)[1] = 1;
   EXPECT_FALSE(CompareOutputs({nan}, {Ones({2})}, {DType::kF64}, 1.0));
+}
+
+TEST(OpForwardHarness, RoundedOnceCatchesWhatTheNormToleranceLetsThrough) {
+  const OpCase& c = FindCase("Softmax_Rank3_Axis1");
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    auto run = RunForward(c, dtype);
+    ASSERT_TRUE(run.ok()) << run.status();
+    const std::vector<Tensor> ref = c.ref(run->inputs);
+    ASSERT_TRUE(CheckRoundedOnce(run->outputs, ref, dtype));
+    // One element off by three ulps of the format (a bf16 accumulator, a double
+    // rounding): far inside the norm tolerance, caught by the rounding check.
+    std::vector<Tensor> off = ref;
+    P(off[0])[7] *= 1 + 3 * std::ldexp(1.0, dtype == DType::kBF16 ? -7 : -10);
+    EXPECT_TRUE(CompareOutputs(run->outputs, off, {dtype}, Tolerance(dtype))) << DTypeName(dtype);
+    EXPECT_FALSE(CheckRoundedOnce(run->outputs, off, dtype)) << DTypeName(dtype);
+  }
 }
 
 TEST(OpGradientHarness, RejectsAWrongGradient) {

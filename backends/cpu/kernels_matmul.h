@@ -1,0 +1,131 @@
+// Shared pieces of the CPU GEMM kernels (kernels_matmul.cc: f32/f64 and registration;
+// kernels_matmul_lowp.cc: bf16/f16). DnnlGemm and DnnlMatMul wrap one oneDNN matmul
+// primitive each, built once per node, for any operand/output data types oneDNN
+// accepts; the kernels choose those types. Dtype conversion helpers let a low-precision
+// kernel stage operands through f32 scratch buffers sized at creation.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernel_util.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace mpc::cpu {
+
+// Everything a Gemm node asks for: Y = alpha * op(A) op(B) + beta * C, optionally ReLU.
+struct GemmSpec {
+  int64_t m = 0, n = 0, k = 0;
+  bool ta = false, tb = false;
+  float alpha = 1.0f, beta = 1.0f;
+  bool relu = false;                 // mpc_activation = "Relu" (set by the fusion pass)
+  std::optional<Shape> c_shape;      // set when C is present and beta != 0
+  DType operand = DType::kF32;       // A, B and C
+  DType out = DType::kF32;           // Y (mpc_output_dtype)
+};
+GemmSpec GemmSpecOf(const Node& node);
+
+// One oneDNN matmul computing a GemmSpec with A/B (and a row bias) in `operand` and Y
+// in `out` (f32 or bf16 each). A C that is a bias row with alpha = beta = 1 becomes
+// oneDNN's bias (in `bias_dtype`); any other C is broadcast into Y (converted to Y's
+// dtype) and added by a sum post-op scaled by beta; alpha is an output scale. Run
+// allocates nothing.
+class DnnlGemm {
+ public:
+  static absl::StatusOr<std::unique_ptr<DnnlGemm>> Create(const GemmSpec& spec, DType operand, DType bias_dtype,
+                                                          DType out);
+  // c: C's data (nullptr when absent), in c_dtype. A row bias must be in bias_dtype.
+  void Run(const void* a, const void* b, const void* c, DType c_dtype, void* y);
+  bool row_bias() const { return bias_mode_ == BiasMode::kRow; }
+
+ private:
+  enum class BiasMode { kNone, kRow, kSum };
+  dnnl::matmul primitive_;
+  dnnl::memory a_, b_, y_, bias_;
+  BiasMode bias_mode_ = BiasMode::kNone;
+  std::vector<int64_t> c_strides_;  // C's element strides over [M, N], 0 where broadcast
+  int64_t m_ = 0, n_ = 0;
+  DType out_ = DType::kF32;
+};
+
+// How a MatMul maps onto oneDNN: B a single matrix (A's batch folds into M), equal
+// batch dims (oneDNN's batched matmul), or anything else (a broadcast: the loop).
+struct MatMulPlan {
+  enum class Mode { kFold, kBatched, kLoop } mode = Mode::kLoop;
+  int64_t batch = 1, m = 0, k = 0, n = 0;
+};
+MatMulPlan PlanMatMul(const Node& node);
+
+// One oneDNN matmul for a kFold/kBatched plan with A/B in `operand` and Y in `out`.
+class DnnlMatMul {
+ public:
+  static absl::StatusOr<std::unique_ptr<DnnlMatMul>> Create(const MatMulPlan& plan, DType operand, DType out);
+  void Run(const void* a, const void* b, void* y);
+
+ private:
+  dnnl::matmul primitive_;
+  dnnl::memory a_, b_, y_;
+};
+
+// MatMul with numpy batch broadcasting, by loops: each batch index maps to a (possibly
+// broadcast) A and B matrix. Products accumulate in Acc<T> (f32 for bf16/f16, f64 for
+// f64) and each output element is rounded to Y once. j runs in fixed-size chunks with a
+// stack accumulator, so the inner loop stays contiguous and nothing is allocated.
+template <typename T, typename Y>
+void MatMulLoop(const TensorView& a, const TensorView& b, const TensorView& y) {
+  using A = Acc<T>;
+  constexpr int64_t kChunk = 256;
+  const int r = static_cast<int>(y.shape.size());
+  const int64_t m = y.shape[r - 2], n = y.shape[r - 1], k = a.shape.back();
+  const Shape batch(y.shape.begin(), y.shape.end() - 2);
+  const Shape a_batch(a.shape.begin(), a.shape.end() - 2), b_batch(b.shape.begin(), b.shape.end() - 2);
+  const auto as = BroadcastStrides(a_batch, batch), bs = BroadcastStrides(b_batch, batch);
+  const int64_t count = NumElements(batch);
+  const T* pa = a.as<T>();
+  const T* pb = b.as<T>();
+  Y* py = y.as<Y>();
+#pragma omp parallel for collapse(2) if (count * m * n * k > 100000)
+  for (int64_t bi = 0; bi < count; ++bi) {
+    for (int64_t i = 0; i < m; ++i) {
+      int64_t rem = bi, ao = 0, bo = 0;
+      for (int d = static_cast<int>(batch.size()) - 1; d >= 0; --d) {
+        const int64_t idx = rem % batch[d];
+        rem /= batch[d];
+        ao += idx * as[d];
+        bo += idx * bs[d];
+      }
+      const T* am = pa + ao * m * k;
+      const T* bm = pb + bo * k * n;
+      Y* ym = py + bi * m * n;
+      for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+        const int64_t jn = std::min(kChunk, n - j0);
+        A acc[kChunk];
+        for (int64_t j = 0; j < jn; ++j) acc[j] = A(0);
+        for (int64_t p = 0; p < k; ++p) {
+          const A av = A(am[i * k + p]);
+          const T* brow = bm + p * n + j0;
+          for (int64_t j = 0; j < jn; ++j) acc[j] += av * A(brow[j]);
+        }
+        for (int64_t j = 0; j < jn; ++j) ym[i * n + j0 + j] = static_cast<Y>(acc[j]);
+      }
+    }
+  }
+}
+
+// Element conversions between f32 and a float dtype (f32, bf16, f16; RNE to 16 bits),
+// parallel over n elements.
+void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n);
+void ConvertFromF32(const float* src, void* dst, DType dtype, int64_t n);
+
+dnnl::memory::data_type DnnlType(DType dtype);
+
+}  // namespace mpc::cpu
+
+namespace mpc {
+// The bf16/f16 Gemm and MatMul kernels (kernels_matmul_lowp.cc), added by
+// RegisterCpuMatmulKernels.
+void RegisterCpuMatmulLowpKernels(KernelRegistry& r);
+}  // namespace mpc
