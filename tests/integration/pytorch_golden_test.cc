@@ -52,9 +52,14 @@ TEST_P(PyTorchGoldenTest, TwentyStepsMatchPerStepAndFinalWeights) {
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(static_cast<int64_t>(got->size()), want->num_elements()) << name;
     if (bf16) {
-      // Rounding differs element by element; compare each tensor as a whole.
+      // Rounding differs element by element; compare each tensor as a whole. AdamW
+      // normalises each update, which amplifies rounding noise in small gradients: in
+      // the golden data, PyTorch's own f32 and bf16 AdamW weights already differ by
+      // 1.1-1.5% after 20 steps (SGD: 0.05-0.4%). The per-step losses above carry the
+      // bf16 tolerance; the weights get a bound of twice that noise for AdamW.
+      const double bound = run == "bf16_adamw" ? 3e-2 : 1e-2;
       const Tensor mine = Tensor::FromVector<float>(want->shape(), *got);
-      EXPECT_LT(testing::RelativeError(mine, *want), 1e-2) << run << " " << name;
+      EXPECT_LT(testing::RelativeError(mine, *want), bound) << run << " " << name;
       continue;
     }
     for (int64_t i = 0; i < want->num_elements(); ++i) {
