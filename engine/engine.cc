@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -47,6 +48,7 @@ struct Engine::Impl {
   int64_t eval_batch_size = 0;
   std::string fingerprint;
   std::unique_ptr<MetricsWriter> metrics;
+  std::vector<std::string> fp8_reported;  // FP8 tensors matching fp8.report_tensor
 
   absl::Status CheckDataMatchesModel(const Dataset& data, const Program& program, const std::string& what) const;
   absl::StatusOr<EvalMetrics> RunEval();
@@ -182,6 +184,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   impl->feature_batch = Tensor(impl->train_data.features.dtype(), fshape);
   impl->label_batch = Tensor(impl->train_data.labels.dtype(), lshape);
   impl->fingerprint = Fingerprint(impl->train_program, spec);
+  if (spec.fp8().has_report_tensor()) {
+    std::regex re;
+    try {
+      re = std::regex(spec.fp8().report_tensor());
+    } catch (const std::regex_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("spec field fp8.report_tensor: '", spec.fp8().report_tensor(),
+                                                     "' is not a valid regex: ", e.what()));
+    }
+    for (const std::string& t : impl->train_program.info.fp8_tensors) {
+      if (std::regex_match(t, re)) impl->fp8_reported.push_back(t);
+    }
+  }
 
   bool resumed = false;
   if (options.resume && !impl->checkpoint_dir.empty() && CheckpointExists(impl->checkpoint_dir)) {
@@ -221,6 +235,12 @@ absl::StatusOr<StepMetrics> Engine::Step() {
   if (info.grad_norm) {
     MPC_ASSIGN_OR_RETURN(Tensor norm, m.train_exec->Fetch(info.grad_norm->name));
     out.grad_norm = norm.GetAsDouble(0);
+  }
+  for (const std::string& t : m.fp8_reported) {
+    MPC_ASSIGN_OR_RETURN(Tensor amax, m.train_exec->ReadPersistent(t + ".fp8_last_amax"));
+    MPC_ASSIGN_OR_RETURN(Tensor scale, m.train_exec->ReadPersistent(t + ".fp8_scale"));
+    out.fp8[t + ".amax"] = amax.GetAsDouble(0);
+    out.fp8[t + ".scale"] = scale.GetAsDouble(0);
   }
   out.step = ++m.step;
   return out;

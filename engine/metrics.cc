@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace mpc {
 
@@ -36,11 +37,19 @@ void MetricsWriter::WriteLine(const std::string& line) {
   std::fflush(file_);
 }
 
+// ,"fp8":{"<tensor>.amax":..,"<tensor>.scale":..} when fp8.report_tensor matched something.
+static std::string Fp8Json(const StepMetrics& m) {
+  if (m.fp8.empty()) return "";
+  std::vector<std::string> fields;
+  for (const auto& [name, v] : m.fp8) fields.push_back(absl::StrCat("\"", name, "\":", JsonNumber(v)));
+  return absl::StrCat(",\"fp8\":{", absl::StrJoin(fields, ","), "}");
+}
+
 void MetricsWriter::WriteTrain(const StepMetrics& m) {
   WriteLine(absl::StrCat("{\"kind\":\"train\",\"step\":", m.step, ",\"epoch\":", m.epoch, ",\"loss\":",
                          JsonNumber(m.loss), ",\"lr\":", JsonNumber(m.lr), ",\"loss_scale\":", JsonNumber(m.loss_scale),
                          ",\"skipped\":", m.skipped ? "true" : "false",
-                         m.grad_norm >= 0 ? absl::StrCat(",\"grad_norm\":", JsonNumber(m.grad_norm)) : "", "}"));
+                         m.grad_norm >= 0 ? absl::StrCat(",\"grad_norm\":", JsonNumber(m.grad_norm)) : "", Fp8Json(m), "}"));
 }
 
 void MetricsWriter::WriteEval(const EvalMetrics& m) {

@@ -29,7 +29,7 @@ struct EngineOptions {
   std::string metrics_path;    // JSON Lines metrics file; empty: none
   bool resume = false;         // continue from the checkpoint in checkpoint_dir, if any
   bool profile = false;        // time every kernel; see Engine::Profile()
-  std::string precision;       // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16
+  std::string precision;       // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16, fp8
   std::string loss_scaling;    // overrides TrainSpec.loss_scaling: off, dynamic, static:S
   int pad_multiple = 0;        // overrides TrainSpec.padding.multiple when > 0 (1 = off)
 };
@@ -42,6 +42,9 @@ struct StepMetrics {
   double loss_scale = 1;  // the scale this step's backward pass used (1 when off)
   bool skipped = false;   // non-finite gradients: the update was skipped
   double grad_norm = -1;  // global gradient norm before clipping (-1 when not clipping)
+  // FP8 tensors matching fp8.report_tensor: "<tensor>.amax" (the amax this step's scale
+  // update used) and "<tensor>.scale" (the scale the next step quantizes with).
+  std::map<std::string, double> fp8;
 };
 
 struct EvalMetrics {

@@ -8,6 +8,7 @@
 #include "graph/onnx_import.h"
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
+#include "passes/fp8.h"
 #include "passes/fuse_epilogues.h"
 #include "passes/loss_scaling.h"
 #include "passes/memory_plan.h"
@@ -65,6 +66,7 @@ PassPipeline MakeTrainingPipeline(const PipelineOptions& options) {
   p.Add(std::make_unique<AutocastPass>());
   p.Add(std::make_unique<PadDimsPass>());
   p.Add(std::make_unique<AutodiffPass>());
+  p.Add(std::make_unique<Fp8Pass>());
   p.Add(std::make_unique<LossScalingPass>());
   p.Add(std::make_unique<OptimizerPass>());
   p.Add(std::make_unique<SimplifyPass>());
@@ -77,6 +79,8 @@ PassPipeline MakeEvalPipeline(const PipelineOptions& options) {
   PassPipeline p(options);
   p.Add(std::make_unique<AutocastPass>());
   p.Add(std::make_unique<PadDimsPass>());
+  // Evaluation GEMMs run in FP8 too, with the scales training left (shared by name).
+  p.Add(std::make_unique<Fp8Pass>());
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
   p.Add(std::make_unique<MemoryPlanPass>());

@@ -18,6 +18,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterLossOps(*r);
     RegisterTrainingOps(*r);
     RegisterLossScalingOps(*r);
+    RegisterFp8Ops(*r);
     return r;
   }();
   return *registry;

@@ -74,5 +74,6 @@ void RegisterShapeOps(OpRegistry& registry);
 void RegisterLossOps(OpRegistry& registry);
 void RegisterTrainingOps(OpRegistry& registry);
 void RegisterLossScalingOps(OpRegistry& registry);
+void RegisterFp8Ops(OpRegistry& registry);
 
 }  // namespace mpc

@@ -97,7 +97,8 @@ absl::StatusOr<PrecisionSpec::Compute> ParsePrecision(const std::string& name) {
   if (name == "tf32") return PrecisionSpec::TF32;
   if (name == "bf16") return PrecisionSpec::BF16;
   if (name == "fp16" || name == "f16") return PrecisionSpec::FP16;
-  return absl::InvalidArgumentError(absl::StrCat("--precision '", name, "': expected f32, tf32, bf16 or fp16"));
+  if (name == "fp8") return PrecisionSpec::FP8;
+  return absl::InvalidArgumentError(absl::StrCat("--precision '", name, "': expected f32, tf32, bf16, fp16 or fp8"));
 }
 
 absl::StatusOr<bool> AutocastPass::Run(Graph& g, const PassContext& ctx) {
@@ -106,7 +107,9 @@ absl::StatusOr<bool> AutocastPass::Run(Graph& g, const PassContext& ctx) {
   info.paint.clear();
   info.casts_inserted = 0;
   MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
-  const bool low_precision = p.compute() == PrecisionSpec::BF16 || p.compute() == PrecisionSpec::FP16;
+  // FP8 paints like BF16: the fp8 pass later moves eligible GEMMs' operands to FP8.
+  const bool low_precision = p.compute() == PrecisionSpec::BF16 || p.compute() == PrecisionSpec::FP16 ||
+                             p.compute() == PrecisionSpec::FP8;
   if (!low_precision) {
     // f32 (and tf32, a GEMM mode): nothing converts; the report still explains every node.
     const std::string reason = p.compute() == PrecisionSpec::TF32 ? "precision tf32: f32 storage, TF32 GEMMs where supported"
@@ -114,7 +117,7 @@ absl::StatusOr<bool> AutocastPass::Run(Graph& g, const PassContext& ctx) {
     for (Node* n : order) info.paint.push_back({n->name, n->op, DType::kF32, reason});
     return false;
   }
-  const DType low = p.compute() == PrecisionSpec::BF16 ? DType::kBF16 : DType::kF16;
+  const DType low = p.compute() == PrecisionSpec::FP16 ? DType::kF16 : DType::kBF16;
   info.compute_dtype = low;
   MPC_ASSIGN_OR_RETURN(auto lists, BuildLists(p));
   auto class_of = [&](const Node* n) {

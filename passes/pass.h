@@ -55,6 +55,17 @@ struct CompileInfo {
   std::vector<Padding> padding;      // pad-dims decisions
   double padding_extra_flops_pct = 0;  // GEMM FLOPs added by padding, % of unpadded
   double padding_extra_bytes_pct = 0;  // parameter bytes added by padding, %
+  // fp8 pass (passes/fp8.h): the GEMMs that run in FP8 (forward and backward), the
+  // forward GEMMs it left in the autocast dtype and why, and its meta tensors.
+  struct Fp8Gemm {
+    std::string node;
+    std::string format_a, format_b;  // operand formats, "e4m3" | "e5m2"
+    std::string forward_node;        // the forward GEMM (itself for a forward GEMM)
+  };
+  std::vector<Fp8Gemm> fp8_gemms;
+  std::vector<std::pair<std::string, std::string>> fp8_skipped;  // (node, reason)
+  std::vector<std::string> fp8_tensors;  // "<gemm>/input" etc.; states add ".fp8_scale"...
+  std::string fp8_fallback;              // FP8 requested but left in bf16: why
 };
 
 struct PassContext {

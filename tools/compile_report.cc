@@ -36,6 +36,15 @@ std::string CompileReportJson(const Program& p) {
     padding.push_back(absl::StrFormat("{\"value\":\"%s\",\"dim\":%d,\"from\":%d,\"to\":%d}", JsonEscape(d.value),
                                       d.dim, d.from, d.to));
   }
+  std::vector<std::string> fp8;
+  for (const CompileInfo::Fp8Gemm& d : p.info.fp8_gemms) {
+    fp8.push_back(absl::StrFormat("{\"node\":\"%s\",\"format_a\":\"%s\",\"format_b\":\"%s\",\"forward\":\"%s\"}",
+                                  JsonEscape(d.node), d.format_a, d.format_b, JsonEscape(d.forward_node)));
+  }
+  std::vector<std::string> fp8_skipped;
+  for (const auto& [node, reason] : p.info.fp8_skipped) {
+    fp8_skipped.push_back(absl::StrFormat("{\"node\":\"%s\",\"reason\":\"%s\"}", JsonEscape(node), JsonEscape(reason)));
+  }
   const MemoryPlan& m = p.info.plan;
   return absl::StrCat(
       "{\"passes\":[", absl::StrJoin(passes, ","), "],",
@@ -43,6 +52,8 @@ std::string CompileReportJson(const Program& p) {
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", p.info.casts_inserted,
                       DTypeName(p.info.compute_dtype)),
       "\"padding\":[", absl::StrJoin(padding, ","), "],",
+      "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
+      p.info.fp8_fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(p.info.fp8_fallback), "\","),
       absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},",
                       p.info.padding_extra_flops_pct, p.info.padding_extra_bytes_pct),
       absl::StrFormat("\"memory\":{\"planned_peak_bytes\":%d,\"unplanned_bytes\":%d,\"persistent_bytes\":%d,"
@@ -75,6 +86,19 @@ std::string CompileSummaryText(const Program& p) {
   if (!p.info.padding.empty()) {
     absl::StrAppendFormat(&out, "pad-dims: %d dimensions padded; +%.2f%% GEMM FLOPs, +%.2f%% parameter bytes\n",
                           p.info.padding.size(), p.info.padding_extra_flops_pct, p.info.padding_extra_bytes_pct);
+  }
+  if (!p.info.fp8_fallback.empty()) {
+    absl::StrAppendFormat(&out, "fp8: %s\n", p.info.fp8_fallback);
+  } else if (!p.info.fp8_gemms.empty() || !p.info.fp8_skipped.empty()) {
+    std::vector<std::string> forward;
+    int64_t backward = 0;
+    for (const CompileInfo::Fp8Gemm& d : p.info.fp8_gemms) {
+      if (d.node == d.forward_node) forward.push_back(d.node);
+      else ++backward;
+    }
+    absl::StrAppendFormat(&out, "fp8: %d of %d forward GEMMs in FP8 (%s) + %d backward; %d left in %s\n",
+                          forward.size(), forward.size() + p.info.fp8_skipped.size(), absl::StrJoin(forward, ", "),
+                          backward, p.info.fp8_skipped.size(), DTypeName(p.info.compute_dtype));
   }
   const MemoryPlan& m = p.info.plan;
   absl::StrAppendFormat(&out,

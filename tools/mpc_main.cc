@@ -29,7 +29,7 @@ ABSL_FLAG(std::string, dump_dir, "", "directory for --dump-after files");
 ABSL_FLAG(std::string, disable_passes, "", "comma-separated pass names to skip");
 ABSL_FLAG(std::string, o, "", "write the compiled training program as ONNX (domain mpc for our ops)");
 ABSL_FLAG(std::string, device, "", "compile for this backend's capabilities (cpu, cuda); overrides the spec");
-ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16 or fp16; overrides the spec's precision.compute");
+ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides the spec's precision.compute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0, "pad GEMM dims to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the mpc compiler tool.\n"
       "usage: mpc compile --spec S [--model M] [--report FILE.json] [--dump-after REGEX --dump-dir DIR]\n"
-      "                   [--disable-passes a,b] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16]");
+      "                   [--disable-passes a,b] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16|fp8]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) return Fail("missing command; usage: mpc compile --spec S ... (see mpc --help)");

@@ -53,6 +53,7 @@ class CpuBackend : public Backend {
       RegisterCpuOptimizerKernels(*r);
       RegisterCpuLossScalingKernels(*r);
       RegisterCpuPadKernels(*r);
+      RegisterCpuFp8Kernels(*r);
       RegisterCpuDnnlEltwiseKernels(*r);
       return r;
     }();

@@ -28,6 +28,7 @@ void RegisterCpuShapeKernels(KernelRegistry& r);
 void RegisterCpuOptimizerKernels(KernelRegistry& r);
 void RegisterCpuLossScalingKernels(KernelRegistry& r);
 void RegisterCpuPadKernels(KernelRegistry& r);
+void RegisterCpuFp8Kernels(KernelRegistry& r);
 // Registered last: oneDNN's f32 eltwise/softmax replace the f32 loop kernels.
 void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r);
 
