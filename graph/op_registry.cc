@@ -2,7 +2,6 @@
 #include "graph/op_registry.h"
 
 #include <algorithm>
-#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,16 +25,6 @@ const OpRegistry& OpRegistry::Global() {
 
 void OpRegistry::Register(OpDef def) {
   std::string name = def.name;
-  static const std::map<std::string, PaddingRule> kRules = {
-      {"Relu", PaddingRule::kZeroPreservingUnary},     {"Tanh", PaddingRule::kZeroPreservingUnary},
-      {"Neg", PaddingRule::kZeroPreservingUnary},      {"Identity", PaddingRule::kZeroPreservingUnary},
-      {"Cast", PaddingRule::kZeroPreservingUnary},     {"Dropout", PaddingRule::kZeroPreservingUnary},
-      {"Gelu", PaddingRule::kZeroPreservingUnary},     {"Add", PaddingRule::kZeroPreservingBinary},
-      {"Sub", PaddingRule::kZeroPreservingBinary},     {"Mul", PaddingRule::kZeroPreservingBinary},
-      {"Gemm", PaddingRule::kContraction},
-  };
-  // Padding rules are kept in one table so a reviewer sees the whole policy at once.
-  if (auto it = kRules.find(name); it != kRules.end()) def.padding = it->second;
   ops_[name] = std::move(def);
 }
 

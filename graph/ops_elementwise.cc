@@ -13,18 +13,20 @@ using ops::SameAsInput;
 
 using Grads = absl::StatusOr<std::vector<Value*>>;
 
-OpDef Binary(const std::string& name, GradFn grad) {
+OpDef Binary(const std::string& name, PaddingRule padding, GradFn grad) {
   OpDef def;
   def.name = name;
+  def.padding = padding;
   def.min_inputs = def.max_inputs = 2;
   def.infer = BroadcastBinary;
   def.grad = std::move(grad);
   return def;
 }
 
-OpDef Unary(const std::string& name, GradFn grad, const std::string& domain = "") {
+OpDef Unary(const std::string& name, PaddingRule padding, GradFn grad, const std::string& domain = "") {
   OpDef def;
   def.name = name;
+  def.padding = padding;
   def.domain = domain;
   def.min_inputs = def.max_inputs = 1;
   def.infer = [](const Node& n) -> absl::StatusOr<std::vector<TensorType>> {
@@ -54,37 +56,37 @@ OpDef ActivationGrad(const std::string& name) {
 }  // namespace
 
 void RegisterElementwiseOps(OpRegistry& r) {
-  r.Register(Binary("Add", [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+  r.Register(Binary("Add", PaddingRule::kZeroPreservingBinary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
     return std::vector<Value*>{b.ReduceSumTo(dy[0], n.inputs[0]->shape),
                                b.ReduceSumTo(dy[0], n.inputs[1]->shape)};
   }));
-  r.Register(Binary("Sub", [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+  r.Register(Binary("Sub", PaddingRule::kZeroPreservingBinary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
     return std::vector<Value*>{b.ReduceSumTo(dy[0], n.inputs[0]->shape),
                                b.ReduceSumTo(b.Neg(dy[0]), n.inputs[1]->shape)};
   }));
-  r.Register(Binary("Mul", [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+  r.Register(Binary("Mul", PaddingRule::kZeroPreservingBinary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
     Value* x = n.inputs[0];
     Value* y = n.inputs[1];
     return std::vector<Value*>{b.ReduceSumTo(b.Mul(dy[0], y), x->shape),
                                b.ReduceSumTo(b.Mul(dy[0], x), y->shape)};
   }));
-  r.Register(Binary("Div", [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+  r.Register(Binary("Div", PaddingRule::kOpaque, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
     // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b, written with the output to reuse it.
     Value* den = n.inputs[1];
     Value* quotient = n.outputs[0];
     return std::vector<Value*>{b.ReduceSumTo(b.Div(dy[0], den), n.inputs[0]->shape),
                                b.ReduceSumTo(b.Neg(b.Div(b.Mul(dy[0], quotient), den)), den->shape)};
   }));
-  r.Register(Unary("Neg", [](GraphBuilder& b, const Node&, const std::vector<Value*>& dy) -> Grads {
+  r.Register(Unary("Neg", PaddingRule::kZeroPreservingUnary, [](GraphBuilder& b, const Node&, const std::vector<Value*>& dy) -> Grads {
     return std::vector<Value*>{b.Neg(dy[0])};
   }));
-  r.Register(Unary("Relu", [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+  r.Register(Unary("Relu", PaddingRule::kZeroPreservingUnary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
     return std::vector<Value*>{b.Op("ReluGrad", {dy[0], n.outputs[0]})};
   }));
-  r.Register(Unary("Sigmoid", [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+  r.Register(Unary("Sigmoid", PaddingRule::kOpaque, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
     return std::vector<Value*>{b.Op("SigmoidGrad", {dy[0], n.outputs[0]})};
   }));
-  r.Register(Unary("Tanh", [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+  r.Register(Unary("Tanh", PaddingRule::kZeroPreservingUnary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
     return std::vector<Value*>{b.Op("TanhGrad", {dy[0], n.outputs[0]})};
   }));
   r.Register(ActivationGrad("ReluGrad"));     // dY * (Y > 0)

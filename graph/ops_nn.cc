@@ -188,6 +188,7 @@ void RegisterNnOps(OpRegistry& r) {
   gemm.max_inputs = 3;
   gemm.infer = InferGemm;
   gemm.grad = GradGemm;
+  gemm.padding = PaddingRule::kContraction;
   r.Register(gemm);
 
   OpDef matmul;
@@ -211,6 +212,7 @@ void RegisterNnOps(OpRegistry& r) {
   dropout.infer = InferDropout;
   dropout.grad = GradDropout;
   dropout.stochastic = true;
+  dropout.padding = PaddingRule::kZeroPreservingUnary;  // drops or rescales: 0 stays 0
   r.Register(dropout);
 
   OpDef dropout_grad;

@@ -161,6 +161,7 @@ void RegisterShapeOps(OpRegistry& r) {
   identity.name = "Identity";
   identity.min_inputs = identity.max_inputs = 1;
   identity.infer = [](const Node& n) { return ops::SameAsInput(n, 0); };
+  identity.padding = PaddingRule::kZeroPreservingUnary;
   identity.grad = [](GraphBuilder&, const Node&, const std::vector<Value*>& dy) -> Grads {
     return std::vector<Value*>{dy[0]};
   };
@@ -170,6 +171,7 @@ void RegisterShapeOps(OpRegistry& r) {
   cast.name = "Cast";
   cast.min_inputs = cast.max_inputs = 1;
   cast.infer = InferCast;
+  cast.padding = PaddingRule::kZeroPreservingUnary;  // casts keep 0 exactly
   // The gradient of a Cast is a Cast back to the input's dtype.
   cast.grad = [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
     if (!IsFloating(n.inputs[0]->dtype)) return std::vector<Value*>{nullptr};
