@@ -7,6 +7,9 @@
 #include "absl/strings/str_join.h"
 #include "backends/cpu/cpu_backend.h"
 #include "base/status_macros.h"
+#ifdef MPC_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace mpc {
 
@@ -75,8 +78,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device
   }
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #ifdef MPC_WITH_CUDA
-    return absl::UnavailableError(
-        "device 'cuda': the CUDA backend is not part of this build yet; use --device cpu");
+    int index = 0;
+    if (device != "cuda") {
+      const std::string n = device.substr(5);
+      if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown device '", device, "'; expected cuda or cuda:N"));
+      }
+      index = std::stoi(n);
+    }
+    return CreateCudaBackend(index);
 #else
     return absl::UnavailableError(
         "device 'cuda': this build has no CUDA backend (configure with -DMPC_WITH_CUDA=ON on a "

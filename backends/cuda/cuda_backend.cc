@@ -1,0 +1,140 @@
+// CudaBackend: device discovery and capabilities from cudaDeviceProp, one non-blocking
+// stream, cudaMalloc/cudaFree, stream-ordered copies (host reads synchronise), and the
+// "cuda" kernel registry.
+#include "backends/cuda/cuda_backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "backends/cuda/cuda_device.h"
+#include "backends/cuda/cuda_status.h"
+#include "base/status_macros.h"
+
+namespace mpc {
+namespace cuda {
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
+  std::unique_ptr<CudaBackend> b(new CudaBackend());
+  b->device_ = device;
+  MPC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  cudaDeviceProp prop;
+  MPC_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  b->cc_major_ = prop.major;
+  b->cc_minor_ = prop.minor;
+  MPC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking));
+
+  Capabilities& caps = b->caps_;
+  const int cc = b->compute_capability();
+  caps.device = absl::StrCat("cuda:", device, " (", prop.name, ", sm_", prop.major, prop.minor, ")");
+  caps.native_compute = {DType::kF32, DType::kBF16, DType::kF16};
+  caps.tf32 = cc >= 80;
+  caps.fp8 = cc >= 89;
+  if (caps.fp8) {
+    caps.native_compute.push_back(DType::kF8E4M3);
+    caps.native_compute.push_back(DType::kF8E5M2);
+  }
+  caps.pad_multiple[DType::kF16] = 8;
+  caps.pad_multiple[DType::kBF16] = 8;
+  if (caps.fp8) {
+    caps.pad_multiple[DType::kF8E4M3] = 16;
+    caps.pad_multiple[DType::kF8E5M2] = 16;
+  }
+  if (caps.tf32) caps.pad_multiple[DType::kF32] = 4;
+  CudaBackend* self = b.get();
+  caps.has_kernel = [self](const std::string& op, DType dtype) { return self->kernels().Has(op, "cuda", dtype); };
+  return b;
+}
+
+CudaBackend::~CudaBackend() {
+  // Teardown errors are ignored: there is no one left to report them to.
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (workspace_) cudaFree(workspace_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+absl::StatusOr<void*> CudaBackend::Allocate(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    return CudaStatus(e, absl::StrCat("cudaMalloc(", bytes, " bytes) on ", caps_.device).c_str());
+  }
+  return p;
+}
+
+void CudaBackend::Free(void* ptr) {
+  if (!ptr) return;
+  // Buffers may still be read by queued kernels; cudaFree synchronises the device.
+  cudaFree(ptr);
+}
+
+absl::Status CudaBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  // From pageable host memory the call returns once the source is staged, so the
+  // caller may reuse `src` immediately; the copy itself stays ordered on the stream.
+  MPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
+  MPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  MPC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Synchronize() {
+  MPC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  // Surfaces asynchronous kernel faults that the stream sync alone may not report.
+  MPC_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+const KernelRegistry& CudaBackend::kernels() const {
+  static const KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();
+    RegisterCudaGemmKernels(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+absl::StatusOr<cublasLtHandle_t> CudaBackend::CublasLt() {
+  if (lt_) return lt_;
+  MPC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  MPC_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_));
+  const cudaError_t e = cudaMalloc(&workspace_, kCublasLtWorkspaceBytes);
+  if (e != cudaSuccess) {
+    workspace_ = nullptr;
+    return CudaStatus(e, "cudaMalloc(cuBLASLt workspace, 32 MiB)");
+  }
+  return lt_;
+}
+
+absl::StatusOr<CudaBackend*> AsCuda(Backend& backend) {
+  auto* c = dynamic_cast<CudaBackend*>(&backend);
+  if (!c) return absl::InternalError(absl::StrCat("a CUDA kernel was given the '", backend.name(), "' backend"));
+  return c;
+}
+
+}  // namespace cuda
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later runtime calls start clean
+    return absl::UnavailableError(absl::StrCat("no CUDA device: cudaGetDeviceCount: ", cudaGetErrorString(e), " (",
+                                               cudaGetErrorName(e), "); use --device cpu"));
+  }
+  if (count == 0) return absl::UnavailableError("no CUDA device: the runtime reports 0 devices; use --device cpu");
+  if (device < 0 || device >= count) {
+    return absl::UnavailableError(absl::StrCat("no CUDA device: cuda:", device, " requested but ", count,
+                                               " device(s) present; use --device cpu"));
+  }
+  auto b = cuda::CudaBackend::Create(device);
+  if (!b.ok()) {
+    return absl::UnavailableError(absl::StrCat("no CUDA device: cuda:", device, " failed to initialise: ",
+                                               b.status().message(), "; use --device cpu"));
+  }
+  return std::unique_ptr<Backend>(std::move(*b));
+}
+
+}  // namespace mpc

@@ -1,0 +1,55 @@
+// CudaBackend: one device, one stream, plain cudaMalloc buffers, the "cuda" kernel
+// registry, and the process's shared cuBLASLt handle and workspace. Kernels receive a
+// Backend& and reach the stream and cuBLASLt through AsCuda().
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+
+namespace mpc::cuda {
+
+class CudaBackend : public Backend {
+ public:
+  // Call only after the device is known to exist (CreateCudaBackend checks).
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  const Capabilities& capabilities() const override { return caps_; }
+  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  void Free(void* ptr) override;
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
+  absl::Status Synchronize() override;
+  const KernelRegistry& kernels() const override;
+
+  int device() const { return device_; }
+  int compute_capability() const { return cc_major_ * 10 + cc_minor_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // The cuBLASLt handle and its workspace, created on first use (so a program without
+  // GEMMs never touches cuBLASLt) and shared by every GEMM kernel of this backend.
+  static constexpr size_t kCublasLtWorkspaceBytes = size_t{32} << 20;
+  absl::StatusOr<cublasLtHandle_t> CublasLt();
+  void* cublaslt_workspace() const { return workspace_; }
+
+ private:
+  CudaBackend() = default;
+  int device_ = 0;
+  int cc_major_ = 0, cc_minor_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  Capabilities caps_;
+};
+
+// The CudaBackend behind a kernel's Backend& (an error if it is another backend).
+absl::StatusOr<CudaBackend*> AsCuda(Backend& backend);
+
+}  // namespace mpc::cuda
