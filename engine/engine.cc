@@ -120,6 +120,26 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  std::string device = options.device;
+  if (device.empty()) {
+    auto spec = LoadTrainSpec(options.spec_path);
+    if (spec.ok()) device = spec->device();
+  }
+  if (device == "auto") {
+    // The GPU when there is one and the CUDA backend can run this program (it does not
+    // cover every op yet); otherwise the CPU. Errors unrelated to the device (bad spec,
+    // bad model) come back from the CPU attempt unchanged.
+    EngineOptions attempt = options;
+    attempt.device = "cuda";
+    auto on_gpu = CreateForDevice(attempt);
+    if (on_gpu.ok()) return on_gpu;
+    attempt.device = "cpu";
+    return CreateForDevice(attempt);
+  }
+  return CreateForDevice(options);
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateForDevice(const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (options.spec_path.empty()) return absl::InvalidArgumentError("no training spec given (--spec FILE)");

@@ -24,7 +24,7 @@ namespace mpc {
 struct EngineOptions {
   std::string spec_path;       // mpc.TrainSpec in protobuf text format (required)
   std::string model_path;      // overrides TrainSpec.model when set
-  std::string device;          // overrides TrainSpec.device when set ("cpu", "cuda")
+  std::string device;          // overrides TrainSpec.device when set ("cpu", "cuda", "auto")
   std::string checkpoint_dir;  // overrides TrainSpec.checkpoint.dir when set
   std::string metrics_path;    // JSON Lines metrics file; empty: none
   bool resume = false;         // continue from the checkpoint in checkpoint_dir, if any
@@ -111,6 +111,7 @@ class Engine {
   struct Impl;
 
  private:
+  static absl::StatusOr<std::unique_ptr<Engine>> CreateForDevice(const EngineOptions& options);
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
