@@ -11,6 +11,7 @@
 #include "engine/mpc.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cli_test_util.h"
+#include "tests/integration/golden_spec_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -84,30 +85,11 @@ TEST(Fp8TrainingTest, CompileReportListsFp8Gemms) {
   EXPECT_NE(json.find("first GEMM of the model"), std::string::npos) << json;
 }
 
-std::string GoldenSpec(const std::string& extra, const std::string& dir) {
-  const std::string golden = testing::SourcePath("tests/golden/mlp");
-  std::string text = ReadFile(golden + "/adamw.spec");
-  text = absl::StrReplaceAll(text, {{"\"model.onnx\"", "\"" + golden + "/model.onnx\""},
-                                    {"\"features.npy\"", "\"" + golden + "/features.npy\""},
-                                    {"\"labels.npy\"", "\"" + golden + "/labels.npy\""}});
-  const std::string path = dir + "/fp8.spec";
-  std::ofstream(path) << text << "\n" << extra << "\n";
-  return path;
-}
-
-std::map<std::string, std::vector<float>> Snapshot(const Engine& e) {
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& names : {e.ParameterNames(), e.StateNames()}) {
-    for (const std::string& n : names) out[n] = *e.GetParameter(n);
-  }
-  return out;
-}
-
 TEST(Fp8TrainingTest, Fp8MetaResumesExactly) {
   const std::string dir = testing::MakeTempDir("fp8_resume");
   EngineOptions options;
   // A short history so that it rolls over several times before and after the checkpoint.
-  options.spec_path = GoldenSpec("fp8 { amax_history_len: 4 margin: 1 }", dir);
+  options.spec_path = testing::WriteGoldenSpec("adamw", "fp8 { amax_history_len: 4 margin: 1 }", dir, "fp8.spec");
   options.precision = "fp8";
   options.pad_multiple = 16;
   auto straight = Engine::Create(options);
@@ -143,7 +125,7 @@ TEST(Fp8TrainingTest, Fp8MetaResumesExactly) {
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(s->loss, all[i].loss) << "step " << i + 1;
   }
-  EXPECT_EQ(Snapshot(**straight), Snapshot(**resumed));
+  EXPECT_EQ(testing::SnapshotState(**straight), testing::SnapshotState(**resumed));
 }
 
 }  // namespace

@@ -9,40 +9,21 @@
 #include "absl/strings/str_replace.h"
 #include "engine/mpc.h"
 #include "gtest/gtest.h"
+#include "tests/integration/golden_spec_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
 namespace {
-
-std::string GoldenSpec(const std::string& run, const std::string& extra, const std::string& dir) {
-  const std::string golden = testing::SourcePath("tests/golden/mlp");
-  std::ifstream in(golden + "/" + run + ".spec");
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  text = absl::StrReplaceAll(text, {{"\"model.onnx\"", "\"" + golden + "/model.onnx\""},
-                                    {"\"features.npy\"", "\"" + golden + "/features.npy\""},
-                                    {"\"labels.npy\"", "\"" + golden + "/labels.npy\""}});
-  const std::string path = dir + "/" + run + ".spec";
-  std::ofstream(path) << text << "\n" << extra << "\n";
-  return path;
-}
-
-std::map<std::string, std::vector<float>> Snapshot(const Engine& e) {
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& names : {e.ParameterNames(), e.StateNames()}) {
-    for (const std::string& n : names) out[n] = *e.GetParameter(n);
-  }
-  return out;
-}
 
 double Scale(const Engine& e) { return (*e.GetParameter("loss_scale"))[0]; }
 
 TEST(LossScalingTest, InjectedOverflowSkipsTheStepBitwiseAndBacksOffThenGrows) {
   const std::string dir = testing::MakeTempDir("ls_fault");
   EngineOptions options;
-  options.spec_path = GoldenSpec("adamw",
+  options.spec_path = testing::WriteGoldenSpec("adamw",
                                  "loss_scaling { mode: DYNAMIC init_scale: 1024 growth_interval: 3 }\n"
                                  "debug { inject_nonfinite { step: 4 parameter: \"2.weight\" value: \"nan\" } }",
-                                 dir);
+                                 dir, "train.spec");
   auto engine = Engine::Create(options);
   ASSERT_TRUE(engine.ok()) << engine.status();
   Engine& e = **engine;
@@ -53,12 +34,12 @@ TEST(LossScalingTest, InjectedOverflowSkipsTheStepBitwiseAndBacksOffThenGrows) {
   }
   // Steps 1-3 grew the scale once (interval 3): 1024 -> 2048; step 4 is clean (tracker 1).
   EXPECT_EQ(Scale(e), 2048);
-  const auto before = Snapshot(e);
+  const auto before = testing::SnapshotState(e);
   auto faulty = e.Step();  // 0-based step 4: NaN injected
   ASSERT_TRUE(faulty.ok()) << faulty.status();
   EXPECT_TRUE(faulty->skipped);
   EXPECT_EQ(faulty->loss_scale, 2048);
-  const auto after = Snapshot(e);
+  const auto after = testing::SnapshotState(e);
   for (const auto& [name, values] : before) {
     if (name.rfind("loss_scale", 0) == 0) continue;
     EXPECT_EQ(values, after.at(name)) << name << " changed during a skipped step";
@@ -79,7 +60,7 @@ TEST(LossScalingTest, ClippingSeesUnscaledGradients) {
   const std::string dir = testing::MakeTempDir("ls_clip");
   const std::string clip = "optimizer { clip_grad_norm: 0.05 }\n";
   EngineOptions plain, scaled;
-  plain.spec_path = GoldenSpec("sgd", "", dir);
+  plain.spec_path = testing::WriteGoldenSpec("sgd", "", dir, "train.spec");
   // The golden spec already sets `optimizer { sgd {...} }`; merge the clip field in.
   std::ifstream in(plain.spec_path);
   std::string text((std::istreambuf_iterator<char>(in)), {});
@@ -110,10 +91,10 @@ TEST(LossScalingTest, ClippingSeesUnscaledGradients) {
 TEST(LossScalingTest, ScalerStateResumesExactly) {
   const std::string dir = testing::MakeTempDir("ls_resume");
   EngineOptions options;
-  options.spec_path = GoldenSpec("adamw",
+  options.spec_path = testing::WriteGoldenSpec("adamw",
                                  "loss_scaling { mode: DYNAMIC init_scale: 256 growth_interval: 4 }\n"
                                  "debug { inject_nonfinite { step: 2 parameter: \"0.bias\" } }",
-                                 dir);
+                                 dir, "train.spec");
   auto straight = Engine::Create(options);
   ASSERT_TRUE(straight.ok()) << straight.status();
   std::vector<StepMetrics> all;
@@ -134,7 +115,7 @@ TEST(LossScalingTest, ScalerStateResumesExactly) {
     EXPECT_EQ(s->skipped, all[i].skipped);
   }
   EXPECT_TRUE(all[2].skipped);
-  EXPECT_EQ(Snapshot(**straight), Snapshot(**resumed));
+  EXPECT_EQ(testing::SnapshotState(**straight), testing::SnapshotState(**resumed));
 }
 
 }  // namespace
