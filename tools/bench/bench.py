@@ -373,9 +373,12 @@ def run_mpc_fifo(spec, threads, log_path):
                 except BlockingIOError:
                     chunk = b""
                 buf += chunk
+                lines = []
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
-                    records.append((now, json.loads(line)))
+                    lines.append(json.loads(line))
+                if lines:
+                    records.append((now, lines))
                 continue
             if status is None:
                 pid, st, _ = os.wait4(proc.pid, os.WNOHANG)
@@ -435,16 +438,34 @@ def bench_mpc(name, cfg, assets, batch, warmup, steps, threads, timing, precisio
     probe = LoadProbe()
     res = {"spec": spec}
     if timing == "fifo":
-        records, maxrss = run_mpc_fifo(spec, threads, os.path.join(d, f"mpc-train_{precision}.log"))
-        train = [(t, r) for t, r in records if r.get("kind") == "train"]
-        summary = [r for _, r in records if r.get("kind") == "summary"][0]
+        chunks, maxrss = run_mpc_fifo(spec, threads, os.path.join(d, f"mpc-train_{precision}.log"))
+        # Each chunk is what one read returned: (arrival time, records). Step k's time is the gap
+        # between the arrivals of records k-1 and k. When the reader fell behind and k records came
+        # in one read, their gap is split evenly over them (counted in `merged`).
+        times, train, prev, merged = [], [], None, 0
+        for t, recs in chunks:
+            tr = [r for r in recs if r.get("kind") == "train"]
+            if not tr:
+                continue
+            if prev is not None:
+                times += [(t - prev) / len(tr)] * len(tr)
+                merged += len(tr) - 1
+            else:
+                times += [None] * len(tr)  # step 1 (and any that came with it): no start time
+            train += tr
+            prev = t
+        summary = [r for _, recs in chunks for r in recs if r.get("kind") == "summary"][0]
         if len(train) != warmup + steps:
             raise RuntimeError(f"expected {warmup + steps} train records, got {len(train)}")
-        times = [train[i][0] - train[i - 1][0] for i in range(1, len(train))]  # step 2.. onwards
-        timed = times[warmup - 1:] if warmup >= 1 else times
+        # Records that came with the first one have no start time; they are left out.
+        timed = [x for x in times[warmup:] if x is not None]
+        if len(timed) < max(1, steps // 2):
+            raise RuntimeError(f"only {len(timed)} of {steps} steps could be timed; use a larger --warmup")
+        res["merged_reads"] = merged
         res.update(step_times=timed, median_s=statistics.median(timed), mean_s=statistics.fmean(timed),
-                   method="per-step: arrival times of the flushed metrics records (named pipe), median")
-        res["losses"] = [r["loss"] for _, r in train]
+                   method="per step: the gaps between arrivals of the flushed metrics records, read from a named "
+                          "pipe (records that arrive in one read share their gap evenly), median")
+        res["losses"] = [r["loss"] for r in train]
     else:
         spec_w = write_spec(name, cfg, onnx_path, feats, labels, batch, warmup, precision)
         rw, _ = run_mpc_plain(spec_w, threads, os.path.join(d, "m_w.jsonl"), os.path.join(d, "mpc-train-w.log"))
@@ -820,6 +841,8 @@ def main():
         for k, x in [("mpc", r["mpc"])] + [(f"torch [{v}]", t) for v, t in r["torch"].items()]:
             st = x["step_times"]
             w, n = x.get("warmup", warmup), x.get("steps", steps)
+            if x.get("merged_reads"):
+                k += f" ({x['merged_reads']} records came in a shared read)"
             md.append(f"| {r['model']} | {r['precision']} | {k} | {w} + {n} | {fmt_ms(x['median_s'])} | {fmt_ms(x['mean_s'])} | "
                       f"{fmt_ms(min(st))}–{fmt_ms(max(st))} | "
                       f"{x['losses'][0]:.6f} | {x['losses'][-1]:.6f} ({len(x['losses'])}) | {x['load']['other_cpu_pct']}% | "
