@@ -18,6 +18,9 @@ const OpRegistry& OpRegistry::Global() {
     RegisterTrainingOps(*r);
     RegisterLossScalingOps(*r);
     RegisterFp8Ops(*r);
+    RegisterConvOps(*r);
+    RegisterNormOps(*r);
+    RegisterTensorOps(*r);
     return r;
   }();
   return *registry;

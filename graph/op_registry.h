@@ -75,5 +75,8 @@ void RegisterLossOps(OpRegistry& registry);
 void RegisterTrainingOps(OpRegistry& registry);
 void RegisterLossScalingOps(OpRegistry& registry);
 void RegisterFp8Ops(OpRegistry& registry);
+void RegisterConvOps(OpRegistry& registry);    // graph/ops_conv.cc: Conv, pooling
+void RegisterNormOps(OpRegistry& registry);    // graph/ops_norm.cc: normalisations, math, reductions
+void RegisterTensorOps(OpRegistry& registry);  // graph/ops_tensor.cc: indexing and data movement
 
 }  // namespace mpc

@@ -54,6 +54,9 @@ class CpuBackend : public Backend {
       RegisterCpuLossScalingKernels(*r);
       RegisterCpuPadKernels(*r);
       RegisterCpuFp8Kernels(*r);
+      RegisterCpuConvKernels(*r);
+      RegisterCpuNormKernels(*r);
+      RegisterCpuTensorKernels(*r);
       RegisterCpuDnnlEltwiseKernels(*r);
       return r;
     }();

@@ -29,6 +29,9 @@ void RegisterCpuOptimizerKernels(KernelRegistry& r);
 void RegisterCpuLossScalingKernels(KernelRegistry& r);
 void RegisterCpuPadKernels(KernelRegistry& r);
 void RegisterCpuFp8Kernels(KernelRegistry& r);
+void RegisterCpuConvKernels(KernelRegistry& r);    // kernels_conv*.cc, kernels_pool.cc
+void RegisterCpuNormKernels(KernelRegistry& r);    // kernels_norm*.cc, kernels_math.cc
+void RegisterCpuTensorKernels(KernelRegistry& r);  // kernels_tensor*.cc
 // Registered last: oneDNN's f32 eltwise/softmax replace the f32 loop kernels.
 void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r);
 
