@@ -177,10 +177,11 @@ absl::StatusOr<Dataset> LoadDataSource(const DataSource& source, const std::stri
     data.features = FirstRows(data.features, source.limit());
     data.labels = FirstRows(data.labels, source.limit());
   }
-  // The loaders already return f32 features; this keeps the promise if one ever does not.
-  if (data.features.dtype() != DType::kF32) data.features = data.features.CastTo(DType::kF32);
+  // Features are f32, or i64 token ids; scaling only makes sense for values, so scaled
+  // integer features become f32 first.
   const float scale = source.scale(), shift = source.shift();
   if (scale != 1.0f || shift != 0.0f) {
+    if (data.features.dtype() != DType::kF32) data.features = data.features.CastTo(DType::kF32);
     float* x = data.features.data<float>();
     for (int64_t i = 0; i < data.features.num_elements(); ++i) x[i] = x[i] * scale + shift;
   }

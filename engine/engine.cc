@@ -65,6 +65,26 @@ namespace {
 
 Shape RowShape(const Tensor& t) { return Shape(t.shape().begin() + 1, t.shape().end()); }
 
+// Gives the features the model input's dtype: integer data feeds a float input as
+// values (IDX bytes, .npy ints); a float file cannot feed integer ids (embeddings).
+absl::Status MatchFeatureDType(Dataset& data, const Value& input, const std::string& what) {
+  const DType have = data.features.dtype();
+  if (have == input.dtype) return absl::OkStatus();
+  if (IsFloating(input.dtype)) {
+    data.features = data.features.CastTo(DType::kF32);
+    if (input.dtype != DType::kF32) data.features = data.features.CastTo(input.dtype);
+    return absl::OkStatus();
+  }
+  if (!IsFloating(have)) {
+    data.features = data.features.CastTo(input.dtype);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the ", what, " features are ", DTypeName(have), " but model input '", input.name, "' takes ",
+      DTypeName(input.dtype), " (integer ids, e.g. for an embedding); save the features as an integer .npy "
+      "array and do not set scale/shift"));
+}
+
 std::string Fingerprint(const Program& program, const TrainSpec& spec) {
   std::string key = spec.optimizer().has_adamw() ? "adamw" : absl::StrCat("sgd", spec.optimizer().sgd().momentum() != 0);
   std::vector<const Value*> persistent;
@@ -91,10 +111,11 @@ absl::Status Engine::Impl::CheckDataMatchesModel(const Dataset& data, const Prog
   }
   const Value* logits = program.graph->FindValue(program.logits_output);
   if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
-    if (data.labels.dtype() != DType::kI64 || data.labels.shape().size() != 1) {
+    if (data.labels.dtype() != DType::kI64 || data.labels.shape().empty()) {
       return absl::InvalidArgumentError(absl::StrCat("the ", what, " labels are ", DTypeName(data.labels.dtype()),
                                                      ShapeToString(data.labels.shape()),
-                                                     "; softmax cross-entropy needs integer class indices [N]"));
+                                                     "; softmax cross-entropy needs integer class indices [N] "
+                                                     "(or [N, T] for one class per position)"));
     }
     const int64_t classes = logits->shape.back();
     for (int64_t i = 0; i < data.labels.num_elements(); ++i) {
@@ -177,11 +198,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateForDevice(const EngineOpti
   ProgramOptions popts;
   popts.model_path = impl->model_path;
   popts.batch_size = batch;
+  if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) popts.label_row = RowShape(impl->train_data.labels);
   popts.training = true;
   MPC_ASSIGN_OR_RETURN(impl->train_program, CompileProgram(spec, impl->backend->capabilities(), popts));
   popts.batch_size = impl->eval_batch_size;
   popts.training = false;
   MPC_ASSIGN_OR_RETURN(impl->eval_program, CompileProgram(spec, impl->backend->capabilities(), popts));
+  const Value* features_input = impl->train_program.graph->FindValue(impl->train_program.features_input);
+  MPC_RETURN_IF_ERROR(MatchFeatureDType(impl->train_data, *features_input, "training data"));
+  if (impl->has_eval_data) {
+    MPC_RETURN_IF_ERROR(MatchFeatureDType(impl->eval_data, *features_input, "evaluation data"));
+    if (RowShape(impl->eval_data.labels) != popts.label_row &&
+        spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the evaluation labels have shape ", ShapeToString(RowShape(impl->eval_data.labels)),
+          " per example but the training labels ", ShapeToString(popts.label_row), "; they must agree"));
+    }
+  }
   MPC_RETURN_IF_ERROR(impl->CheckDataMatchesModel(impl->train_data, impl->train_program, "training data"));
   if (impl->has_eval_data) {
     MPC_RETURN_IF_ERROR(impl->CheckDataMatchesModel(impl->eval_data, impl->train_program, "evaluation data"));
@@ -269,27 +302,31 @@ absl::StatusOr<StepMetrics> Engine::Step() {
 absl::StatusOr<EvalMetrics> Engine::Impl::RunEval() {
   const Dataset& data = has_eval_data ? eval_data : train_data;
   const int64_t n = data.size(), b = eval_batch_size;
+  const bool classify = spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY;
   const Shape row = RowShape(data.features);
   const int64_t row_elems = NumElements(row);
-  Tensor features(DType::kF32, {b, row_elems});
+  const size_t row_bytes = static_cast<size_t>(row_elems) * DTypeSize(data.features.dtype());
+  Tensor features(data.features.dtype(), {b, row_elems});
+  // Class labels: one per example, or one per position (a language model's tokens);
+  // loss and accuracy are means over every labelled position.
+  const int64_t positions = classify ? NumElements(RowShape(data.labels)) : 1;
   double loss_sum = 0;
   int64_t correct = 0;
-  const bool classify = spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY;
   for (int64_t start = 0; start < n; start += b) {
     const int64_t valid = std::min(b, n - start);
     // A last partial batch is padded with its first row; only `valid` rows count.
     for (int64_t i = 0; i < b; ++i) {
       const int64_t src = start + (i < valid ? i : 0);
-      std::memcpy(features.data<float>() + i * row_elems, data.features.data<float>() + src * row_elems,
-                  row_elems * sizeof(float));
+      std::memcpy(static_cast<char*>(features.raw()) + i * row_bytes,
+                  static_cast<const char*>(data.features.raw()) + src * row_bytes, row_bytes);
     }
     MPC_RETURN_IF_ERROR(eval_exec->SetInput(eval_program.features_input, features));
     MPC_RETURN_IF_ERROR(eval_exec->Run(spec.seed(), step));
     MPC_ASSIGN_OR_RETURN(Tensor logits, eval_exec->Fetch(eval_program.logits_output));
-    const int64_t width = logits.num_elements() / b;
-    for (int64_t i = 0; i < valid; ++i) {
+    const int64_t width = logits.num_elements() / (b * positions);
+    for (int64_t i = 0; i < valid * positions; ++i) {
       if (classify) {
-        const int64_t label = data.labels.data<int64_t>()[start + i];
+        const int64_t label = data.labels.data<int64_t>()[start * positions + i];
         double mx = -INFINITY;
         int64_t arg = 0;
         for (int64_t j = 0; j < width; ++j) {
@@ -316,8 +353,8 @@ absl::StatusOr<EvalMetrics> Engine::Impl::RunEval() {
   out.step = step;
   out.epoch = last_epoch;
   out.examples = n;
-  out.loss = loss_sum / n;
-  out.accuracy = classify ? static_cast<double>(correct) / n : 0.0;
+  out.loss = loss_sum / (n * positions);
+  out.accuracy = classify ? static_cast<double>(correct) / (n * positions) : 0.0;
   return out;
 }
 
@@ -380,12 +417,15 @@ absl::Status Engine::LoadCheckpoint(const std::string& dir) {
 
 absl::Status Engine::ExportOnnx(const std::string& path) {
   Impl& m = *impl_;
-  // A fresh forward graph from the model file, with the trained weights swapped in.
+  // A fresh forward graph from the model file, with the trained weights and the
+  // model's own state (batch-norm running statistics) swapped in.
   ImportOptions import;
   import.batch_size = m.spec.batch_size();
   MPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxFile(m.model_path, import));
-  for (Value* p : graph->ValuesOfKind(ValueKind::kParameter)) {
-    MPC_ASSIGN_OR_RETURN(p->data, m.ReadModelShaped(p->name));
+  for (ValueKind kind : {ValueKind::kParameter, ValueKind::kState}) {
+    for (Value* p : graph->ValuesOfKind(kind)) {
+      MPC_ASSIGN_OR_RETURN(p->data, m.ReadModelShaped(p->name));
+    }
   }
   ExportOptions options;
   options.metadata["mpc.trained_steps"] = absl::StrCat(m.step);

@@ -379,18 +379,17 @@ absl::StatusOr<Dataset> LoadNpy(const std::string& features_path, const std::str
         labels.shape()[0], ShapeToString(labels.shape())));
   }
   Dataset data;
-  data.features = features.dtype() == DType::kF32 ? std::move(features) : features.CastTo(DType::kF32);
+  // Float features become f32; integer features (token ids for an embedding) stay
+  // integers, as i64; the engine converts them when the model input is float.
+  const DType feature_dtype = IsFloating(features.dtype()) ? DType::kF32 : DType::kI64;
+  data.features = features.dtype() == feature_dtype ? std::move(features) : features.CastTo(feature_dtype);
   if (IsFloating(labels.dtype())) {
     // Float labels are regression targets.
     data.labels = labels.dtype() == DType::kF32 ? std::move(labels) : labels.CastTo(DType::kF32);
     return data;
   }
-  // Integer (or bool) labels are class indices: one per example, never negative.
-  if (labels.shape().size() != 1) {
-    return Bad(labels_path, absl::StrCat("integer labels are class indices and must be 1-D [N], got shape ",
-                                         ShapeToString(labels.shape()),
-                                         "; save labels.reshape(-1), or save float targets for regression"));
-  }
+  // Integer (or bool) labels are class indices, never negative: one per example [N], or
+  // one per position [N, T, ...] (a language model's next tokens).
   data.labels = labels.dtype() == DType::kI64 ? std::move(labels) : labels.CastTo(DType::kI64);
   const int64_t* l = data.labels.data<int64_t>();
   for (int64_t i = 0; i < data.labels.num_elements(); ++i) {

@@ -6,6 +6,7 @@
 #include "base/status_macros.h"
 #include "graph/graph_builder.h"
 #include "graph/onnx_import.h"
+#include "graph/ops_norm.h"
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/fp8.h"
@@ -107,10 +108,15 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
         "model input '", features->name, "' has shape ", ShapeToString(features->shape),
         "; its first dimension must be the batch (dynamic, or equal to batch_size ", options.batch_size, ")"));
   }
-  // Training and evaluation differ only in Dropout's mode, which the compiler decides.
+  // Training and evaluation differ only in Dropout's and BatchNormalization's mode, which the
+  // compiler decides.
   for (const auto& n : g.nodes()) {
-    if (n->op == "Dropout") n->attrs.Set("mpc_training", static_cast<int64_t>(options.training));
+    if (n->op == "Dropout" || n->op == "BatchNormalization") {
+      n->attrs.Set("mpc_training", static_cast<int64_t>(options.training));
+    }
   }
+  // Training BatchNormalization writes its running statistics back into their state.
+  if (options.training) MPC_RETURN_IF_ERROR(AddBatchNormStatsUpdates(g));
 
   CompileInfo& info = program.info;
   if (options.training) {
@@ -125,7 +131,19 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
       Value* labels = g.AddInput(labels_name, logits->dtype, logits->shape);
       loss = b.Op("MeanSquaredError", {logits, labels});
     } else {
-      Value* labels = g.AddInput(labels_name, DType::kI64, {options.batch_size});
+      Shape label_shape{options.batch_size};
+      label_shape.insert(label_shape.end(), options.label_row.begin(), options.label_row.end());
+      Value* labels = g.AddInput(labels_name, DType::kI64, label_shape);
+      if (!options.label_row.empty()) {
+        const int64_t rows = NumElements(label_shape);
+        if (logits->shape.size() != 2 || logits->shape[0] != rows) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "the labels have one class per position (", ShapeToString(label_shape), " per batch) but output '",
+              logits->name, "' is ", ShapeToString(logits->shape), "; softmax cross-entropy needs logits of shape [",
+              rows, ", classes]: flatten the model's logits to [batch*positions, classes]"));
+        }
+        labels = b.Reshape(labels, {rows});
+      }
       AttrMap attrs;
       attrs.Set("reduction", std::string("mean"));
       loss = b.Op("SoftmaxCrossEntropyLoss", {logits, labels}, std::move(attrs));

@@ -28,6 +28,10 @@ struct Program {
 struct ProgramOptions {
   std::string model_path;
   int64_t batch_size = 1;
+  // The shape of one example's labels without the batch axis: empty for one class per
+  // example; [T, ...] for one class per position (sequence models), whose labels are
+  // flattened to [batch*T*...] to match logits of shape [batch*T*..., classes].
+  Shape label_row;
   bool training = true;
   PipelineOptions pipeline;
 };

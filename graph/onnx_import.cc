@@ -8,6 +8,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <onnx/checker.h>
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "base/file_util.h"
 #include "base/status_macros.h"
 #include "graph/op_registry.h"
+#include "graph/ops_tensor.h"
 
 // Initializer raw_data is little endian by the ONNX spec; it is copied byte for byte.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "mpc assumes a little-endian host");
@@ -181,8 +183,25 @@ std::string DimsToString(const onnx::TensorShapeProto& shape) {
   return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
 }
 
-// Checks the declared operator sets and returns the default-domain opset. Imports of
-// other domains are checked where a node uses them: an unused import is harmless.
+// The first op of `g` whose definition at `opset` is not the one at kMaxOpset (its
+// schema's since_version differs), or "" when every op means the same at both: such a
+// model is read exactly as if it declared kMaxOpset. ONNX's node tests (and older
+// exports) declare the opset an op last changed in, e.g. Conv at 11 or Xor at 7.
+std::string FirstOpChangedSince(const onnx::GraphProto& g, int64_t opset) {
+  for (const auto& node : g.node()) {
+    if (!IsOnnxDomain(node.domain())) continue;
+    const auto* then = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset));
+    const auto* now = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(kMaxOpset));
+    if (then == nullptr || now == nullptr || then->since_version() != now->since_version()) {
+      return absl::StrCat(node.op_type(), then ? absl::StrCat(" (opset ", then->since_version(), " definition)") : "");
+    }
+  }
+  return "";
+}
+
+// Checks the declared operator sets and returns the default-domain opset the model is
+// read with. Imports of other domains are checked where a node uses them: an unused
+// import is harmless.
 absl::StatusOr<int64_t> CheckOpsets(const onnx::ModelProto& model, const std::string& source) {
   int64_t opset = -1;
   for (const auto& import : model.opset_import()) {
@@ -201,10 +220,16 @@ absl::StatusOr<int64_t> CheckOpsets(const onnx::ModelProto& model, const std::st
                 "mpc needs opset ", kMinOpset, " to ", kMaxOpset,
         ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset));
   }
+  std::string changed;
+  if (opset < kMinOpset && opset > 0) {
+    changed = FirstOpChangedSince(model.graph(), opset);
+    if (changed.empty()) return kMaxOpset;  // every op means what it means at kMaxOpset
+  }
   if (opset < kMinOpset || opset > kMaxOpset) {
     return absl::InvalidArgumentError(absl::StrCat(
-        source, ": the model uses ONNX opset ", opset, "; mpc supports opsets ", kMinOpset, " to ",
-        kMaxOpset, ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset,
+        source, ": the model uses ONNX opset ", opset,
+        changed.empty() ? std::string() : absl::StrCat(" and op ", changed, " has changed since"),
+        "; mpc supports opsets ", kMinOpset, " to ", kMaxOpset, ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset,
         " (e.g. torch.onnx.export(..., opset_version=17)) or convert it with "
         "onnx.version_converter.convert_version(model, 17)"));
   }
@@ -242,11 +267,16 @@ class Importer {
 
   absl::Status ImportInitializers(const onnx::GraphProto& g) {
     // A float initializer is trainable unless every use is a configuration input.
-    absl::flat_hash_set<std::string> data_uses, config_uses;
+    absl::flat_hash_set<std::string> data_uses, config_uses, state_uses;
     for (const auto& node : g.node()) {
       for (int i = 0; i < node.input_size(); ++i) {
-        (IsConfigSlot(node.op_type(), i) ? config_uses : data_uses).insert(node.input(i));
+        // BatchNormalization's input_mean/input_var: persistent running statistics, not trainable.
+        const bool state_slot = node.op_type() == "BatchNormalization" && i >= 3;
+        (IsConfigSlot(node.op_type(), i) ? config_uses : state_slot ? state_uses : data_uses).insert(node.input(i));
       }
+    }
+    for (const std::string& name : state_uses) {
+      if (!data_uses.contains(name) && !config_uses.contains(name)) bn_stats_only_.insert(name);
     }
     for (const auto& init : g.initializer()) {
       const std::string what = absl::StrCat("initializer '", init.name(), "'");
@@ -256,7 +286,8 @@ class Importer {
       const bool trainable = IsFloating(tensor->dtype()) &&
                              !(config_uses.contains(init.name()) && !data_uses.contains(init.name()));
       Value* v = nullptr;
-      if (init.doc_string() == kOnnxStateMarker) {  // written by mpc's exporter
+      if (init.doc_string() == kOnnxStateMarker ||  // written by mpc's exporter
+          (IsFloating(tensor->dtype()) && state_uses.contains(init.name()) && !data_uses.contains(init.name()))) {
         v = graph_->AddState(init.name(), *std::move(tensor));
       } else if (trainable && init.doc_string() != kOnnxConstantMarker) {
         v = graph_->AddParameter(init.name(), *std::move(tensor));
@@ -416,6 +447,15 @@ class Importer {
                                 ") and its own 'mpc' domain"));
     }
     if (op == "Constant" && !mpc_domain) return ImportConstant(node, where);
+    // torch.onnx.export merges equal initializers: a fresh BatchNorm's running statistics can
+    // arrive as Identity(weight or bias). They become state of their own with that initial value.
+    if (op == "Identity" && node.input_size() == 1 && node.output_size() == 1 &&
+        bn_stats_only_.contains(node.output(0)) && values_.contains(node.input(0))) {
+      const Value* src = values_.at(node.input(0));
+      if (!src->producer && src->kind != ValueKind::kInput && IsFloating(src->dtype)) {
+        return Define(node.output(0), graph_->AddState(node.output(0), src->data), where);
+      }
+    }
 
     const OpDef* def = OpRegistry::Global().Find(op);
     if (def == nullptr) {
@@ -447,10 +487,53 @@ class Importer {
     }
     AttrMap attrs;
     for (const auto& a : node.attribute()) {
+      if (op == "ConstantOfShape" && a.name() == "value" && a.type() == onnx::AttributeProto::TENSOR) {
+        // graph/ops_tensor.cc: the one-element value tensor as attributes dtype and value.
+        auto t = TensorFromProto(a.t(), absl::StrCat(where, ": attribute 'value'"));
+        if (!t.ok()) return WithPrefix(t.status(), absl::StrCat(source_, ": "));
+        if (t->num_elements() != 1) {
+          return Error(absl::StrCat(where, ": attribute 'value' has ", t->num_elements(),
+                                    " elements; ConstantOfShape needs a one-element tensor"));
+        }
+        attrs.Set("dtype", static_cast<int64_t>(DTypeToOnnx(t->dtype())));
+        if (IsFloating(t->dtype())) {
+          attrs.Set("value", static_cast<float>(t->GetAsDouble(0)));
+        } else {
+          attrs.Set("value", t->dtype() == DType::kI64 ? t->data<int64_t>()[0]
+                                                       : static_cast<int64_t>(t->GetAsDouble(0)));
+        }
+        continue;
+      }
       MPC_ASSIGN_OR_RETURN(AttrValue value, ConvertAttribute(a, where));
       attrs.Set(a.name(), std::move(value));
     }
+    if (op == "Split" && !attrs.Has("split") && !attrs.Has("num_outputs") &&
+        (node.input_size() < 2 || node.input(1).empty())) {
+      attrs.Set("num_outputs", static_cast<int64_t>(node.output_size()));  // equal parts, one per output
+    }
+    {
+      // graph/ops_tensor_fold.cc: static shape arithmetic (Shape -> Gather -> Unsqueeze ->
+      // Concat -> Reshape) becomes constants, which the ops needing constant inputs read.
+      Node probe;
+      probe.name = name;
+      probe.op = op;
+      probe.inputs = inputs;
+      probe.attrs = attrs;
+      while (!probe.inputs.empty() && probe.inputs.back() == nullptr) probe.inputs.pop_back();
+      std::vector<Tensor> folded = mpc_domain ? std::vector<Tensor>{} : tensor_ops::FoldStatic(probe);
+      if (!folded.empty() && node.output_size() == 1 && !node.output(0).empty()) {
+        return Define(node.output(0), graph_->AddConstant(node.output(0), std::move(folded[0])), where);
+      }
+    }
     std::vector<std::string> output_names(node.output().begin(), node.output().end());
+    if (op == "MaxPool" && output_names.size() > 1) {  // graph/ops_conv.cc: no Indices output
+      if (!output_names[1].empty()) {
+        return absl::UnimplementedError(absl::StrCat(
+            source_, ": ", where, ": MaxPool's optional Indices output '", output_names[1],
+            "' is not supported; remove it from the node (mpc's MaxPool gradient needs no indices)"));
+      }
+      output_names.resize(1);
+    }
     auto created = graph_->AddNode(op, std::move(inputs), std::move(attrs), name, output_names);
     if (!created.ok()) {
       return WithPrefix(created.status(), absl::StrCat(source_, " (opset ", opset_, "): "));
@@ -509,6 +592,7 @@ class Importer {
   int64_t opset_ = 0;
   absl::flat_hash_map<std::string, Value*> values_;  // ONNX value name -> Value
   absl::flat_hash_set<std::string> node_names_;
+  absl::flat_hash_set<std::string> bn_stats_only_;  // used only as BatchNormalization input_mean/var
 };
 
 }  // namespace

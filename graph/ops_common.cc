@@ -32,8 +32,10 @@ absl::Status CheckSameDType(const Node& node, int first, int last) {
 absl::Status CheckFloating(const Node& node, int i) {
   MPC_ASSIGN_OR_RETURN(const Value* v, RequiredInput(node, i));
   if (!IsFloating(v->dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("input '", v->name, "' has dtype ",
-                                                   DTypeName(v->dtype), "; a float type is required"));
+    // Unimplemented, not invalid: ONNX allows integer tensors for several of these ops
+    // (MaxPool on uint8, Pow on int32); mpc computes them in floating point only.
+    return absl::UnimplementedError(absl::StrCat("input '", v->name, "' has dtype ", DTypeName(v->dtype),
+                                                 "; mpc supports only float types (f32, f64, bf16, f16) here"));
   }
   return absl::OkStatus();
 }

@@ -21,7 +21,7 @@ inline const std::set<std::string>& DefaultAllow() {
 
 inline const std::set<std::string>& DefaultDeny() {
   static const std::set<std::string> ops = {
-      "Exp", "Log", "Pow", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "MeanSquaredError",
+      "Exp", "Log", "Pow", "Reciprocal", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "MeanSquaredError",
       "ReduceSum", "ReduceMean", "LayerNormalization", "BatchNormalization", "Erf", "Sqrt"};
   return ops;
 }
@@ -35,7 +35,7 @@ inline const std::set<std::string>& DefaultInfer() {
 inline const std::set<std::string>& DefaultClear() {
   static const std::set<std::string> ops = {"Reshape", "Flatten", "Transpose", "Identity", "Relu", "Dropout",
                                             "Slice", "Concat", "Split", "Gather", "Squeeze", "Unsqueeze",
-                                            "Expand", "MaxPool"};
+                                            "Expand", "MaxPool", "GlobalMaxPool"};
   return ops;
 }
 
@@ -47,7 +47,11 @@ namespace mpc::autocast {
 // constants): autocast never casts them.
 inline bool IsConfigInput(const std::string& op, int index) {
   if (op == "Dropout") return index >= 1;  // ratio, training_mode
-  if (op == "Reshape") return index == 1;  // target shape
+  if (op == "Slice") return index >= 1;    // starts, ends, axes, steps
+  if (op == "Reshape" || op == "Expand" || op == "Split" || op == "Squeeze" || op == "Unsqueeze" ||
+      op == "ReduceSum" || op == "ReduceMean") {
+    return index == 1;  // target shape, split sizes, axes
+  }
   return false;
 }
 

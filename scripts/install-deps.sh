@@ -8,7 +8,8 @@ packages=(
   libprotobuf-dev protobuf-compiler libabsl-dev libgtest-dev libgmock-dev
   libonnx-dev libdnnl-dev zlib1g-dev
   dataset-fashion-mnist
-  python3-numpy python3-onnx python3-torch
+  python3-numpy python3-onnx python3-torch python3-torchvision
+  fortunes
 )
 
 missing=()

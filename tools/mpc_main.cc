@@ -1,18 +1,26 @@
 // mpc: the compiler tool. `mpc compile` loads a model and a training spec, runs the
 // pass pipeline up to memory-plan and reports what every pass did; it can dump the
 // graph between passes and write the lowered program as ONNX (our ops in domain mpc).
+// `mpc run` runs a model's forward graph on .npy inputs (engine/inference.h) and writes
+// every output as DIR/NAME.npy.
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "backends/backend.h"
 #include "base/file_util.h"
+#include "engine/dataset.h"
+#include "engine/inference.h"
 #include "engine/program.h"
 #include "engine/spec.h"
 #include "graph/onnx_export.h"
@@ -33,6 +41,9 @@ ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides t
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0, "pad GEMM dims to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
+ABSL_FLAG(std::vector<std::string>, input, {},
+          "mpc run: NAME=FILE.npy feeds graph input NAME; repeat the flag once per input");
+ABSL_FLAG(std::string, output_dir, "", "mpc run: write each graph output here as NAME.npy (created if missing)");
 
 namespace {
 
@@ -92,20 +103,123 @@ int Compile() {
   return 0;
 }
 
+// A status as one line: some messages (the ONNX checker's) span several.
+int FailStatus(const absl::Status& status) {
+  std::string line(status.message());
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return Fail(line);
+}
+
+// An output name as a file name: path separators and other odd characters become '_'.
+std::string FileNameFor(const std::string& name) {
+  std::string out = name.empty() ? std::string("output") : name;
+  for (char& c : out) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') c = '_';
+  }
+  if (out == "." || out == "..") out = "output";
+  return out;
+}
+
+int RunModel(const std::vector<std::string>& input_args) {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  const std::string out_dir = absl::GetFlag(FLAGS_output_dir);
+  if (model.empty()) return Fail("mpc run: --model is required; usage: mpc run --model M --input NAME=FILE.npy ... --output-dir DIR");
+  if (out_dir.empty()) return Fail("mpc run: --output-dir is required (where each output is written as NAME.npy)");
+  if (!absl::GetFlag(FLAGS_spec).empty()) return Fail("mpc run takes no --spec; pass the model with --model");
+  std::vector<std::pair<std::string, std::string>> input_files;
+  std::set<std::string> names;
+  for (const std::string& arg : input_args) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
+      return Fail(absl::StrFormat("--input '%s': expected NAME=FILE.npy (graph input name, '=', .npy file)", arg));
+    }
+    const std::string name = arg.substr(0, eq);
+    if (!names.insert(name).second) return Fail(absl::StrFormat("--input: input '%s' is given twice", name));
+    input_files.emplace_back(name, arg.substr(eq + 1));
+  }
+  mpc::InferenceOptions options;
+  options.device = absl::GetFlag(FLAGS_device).empty() ? "cpu" : absl::GetFlag(FLAGS_device);
+  options.precision = absl::GetFlag(FLAGS_precision).empty() ? "f32" : absl::GetFlag(FLAGS_precision);
+  options.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
+  auto session = mpc::InferenceSession::FromFile(model, options);
+  if (!session.ok()) return FailStatus(session.status());
+  std::map<std::string, mpc::Tensor> feeds;
+  for (const auto& [name, file] : input_files) {
+    auto tensor = mpc::ReadNpy(file);
+    if (!tensor.ok()) return FailStatus(absl::Status(tensor.status().code(),
+                                                     absl::StrCat("--input ", name, ": ", tensor.status().message())));
+    feeds.emplace(name, *std::move(tensor));
+  }
+  auto outputs = (*session)->Run(feeds);
+  if (!outputs.ok()) return FailStatus(outputs.status());
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec || !std::filesystem::is_directory(out_dir)) {
+    return Fail(absl::StrFormat("--output-dir %s: cannot create the directory: %s", out_dir,
+                                ec ? ec.message() : "a file of that name exists"));
+  }
+  std::set<std::string> used;
+  for (const mpc::NamedTensor& out : *outputs) {
+    std::string file = FileNameFor(out.name);
+    for (int k = 1; used.count(file); ++k) file = absl::StrFormat("%s_%d", FileNameFor(out.name), k);
+    used.insert(file);
+    const std::string path = (std::filesystem::path(out_dir) / (file + ".npy")).string();
+    // .npy has no bf16 or fp8; those are written as f32 (exactly representable).
+    const mpc::DType dtype = out.value.dtype();
+    const bool widen = dtype == mpc::DType::kBF16 || dtype == mpc::DType::kF8E4M3 || dtype == mpc::DType::kF8E5M2;
+    const mpc::Tensor written = widen ? out.value.CastTo(mpc::DType::kF32) : out.value;
+    if (auto st = mpc::WriteNpy(path, written); !st.ok()) return FailStatus(st);
+    std::printf("%s: shape %s dtype %s -> %s%s\n", out.name.c_str(), mpc::ShapeToString(out.value.shape()).c_str(),
+                mpc::DTypeName(dtype), path.c_str(), widen ? " (written as f32)" : "");
+  }
+  return 0;
+}
+
+// Takes every "--input V" / "--input=V" out of argv (abseil keeps only the last value of a
+// repeated flag) and returns the values in order.
+std::vector<std::string> ExtractInputFlags(int& argc, char** argv) {
+  std::vector<std::string> values;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--input" || arg == "-input") && i + 1 < argc) {
+      values.push_back(argv[++i]);
+    } else if (arg.rfind("--input=", 0) == 0 || arg.rfind("-input=", 0) == 0) {
+      values.push_back(arg.substr(arg.find('=') + 1));
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  argv[argc] = nullptr;
+  return values;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the mpc compiler tool.\n"
       "usage: mpc compile --spec S [--model M] [--report FILE.json] [--dump-after REGEX --dump-dir DIR]\n"
-      "                   [--disable-passes a,b] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16|fp8]");
+      "                   [--disable-passes a,b] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16|fp8]\n"
+      "       mpc run --model M [--precision P] [--device cpu|cuda|auto] --input NAME=FILE.npy ...\n"
+      "               --output-dir DIR");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
+  const std::vector<std::string> inputs = ExtractInputFlags(argc, argv);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() < 2) return Fail("missing command; usage: mpc compile --spec S ... (see mpc --help)");
+  if (args.size() < 2) return Fail("missing command; usage: mpc compile --spec S ... or mpc run --model M ... (see mpc --help)");
   const std::string command = args[1];
   if (command == "compile") {
+    if (!inputs.empty()) return Fail("--input is an option of mpc run, not mpc compile");
     if (args.size() > 2) return Fail(absl::StrFormat("unexpected argument '%s'", args[2]));
     return Compile();
   }
-  return Fail(absl::StrFormat("unknown command '%s'; the commands are: compile", command));
+  if (command == "run") {
+    if (args.size() > 2) return Fail(absl::StrFormat("unexpected argument '%s'", args[2]));
+    return RunModel(inputs);
+  }
+  return Fail(absl::StrFormat("unknown command '%s'; the commands are: compile, run", command));
 }

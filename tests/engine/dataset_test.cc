@@ -546,7 +546,9 @@ TEST(NpyTest, LoadNpyConvertsFeaturesAndLabels) {
   ASSERT_TRUE(WriteNpy(dir + "/y.npy", labels).ok());
   auto data = LoadNpy(dir + "/x.npy", dir + "/y.npy");
   ASSERT_TRUE(data.ok()) << data.status();
-  EXPECT_TRUE(SameContents(data->features, features.CastTo(DType::kF32)));
+  // Integer features stay integers (i64): token ids for an embedding; the engine turns
+  // them into f32 values when the model input is float.
+  EXPECT_TRUE(SameContents(data->features, features.CastTo(DType::kI64)));
   EXPECT_TRUE(SameContents(data->labels, labels.CastTo(DType::kI64)));
 
   // f16 features become f32; float labels are regression targets and stay [N, ...] f32.
@@ -575,13 +577,26 @@ TEST(NpyTest, LoadNpyRejectsBadClassLabels) {
   const std::string dir = testing::MakeTempDir("npy_badlabels");
   ASSERT_TRUE(WriteNpy(dir + "/x.npy", Tensor(DType::kF32, {3, 2})).ok());
   ASSERT_TRUE(WriteNpy(dir + "/neg.npy", Tensor::FromVector<int64_t>({3}, {0, -1, 2})).ok());
-  ASSERT_TRUE(WriteNpy(dir + "/col.npy", Tensor(DType::kI64, {3, 1})).ok());
+  ASSERT_TRUE(WriteNpy(dir + "/negseq.npy", Tensor::FromVector<int64_t>({3, 2}, {0, 1, 2, 3, -4, 5})).ok());
   auto data = LoadNpy(dir + "/x.npy", dir + "/neg.npy");
   ASSERT_FALSE(data.ok());
   EXPECT_THAT(std::string(data.status().message()), StartsWith(dir + "/neg.npy: label -1 at index 1"));
-  data = LoadNpy(dir + "/x.npy", dir + "/col.npy");
+  // One class per position ([N, T], a language model's next tokens) is checked the same way.
+  data = LoadNpy(dir + "/x.npy", dir + "/negseq.npy");
   ASSERT_FALSE(data.ok());
-  EXPECT_THAT(std::string(data.status().message()), HasSubstr("reshape(-1)"));
+  EXPECT_THAT(std::string(data.status().message()), StartsWith(dir + "/negseq.npy: label -4 at index 4"));
+}
+
+TEST(NpyTest, LoadNpyKeepsPerPositionLabels) {
+  const std::string dir = testing::MakeTempDir("npy_seqlabels");
+  const Tensor tokens = Tensor::FromVector<int64_t>({2, 3}, {5, 1, 4, 2, 0, 3});
+  const Tensor next = Tensor::FromVector<int32_t>({2, 3}, {1, 4, 2, 0, 3, 5});
+  ASSERT_TRUE(WriteNpy(dir + "/tokens.npy", tokens).ok());
+  ASSERT_TRUE(WriteNpy(dir + "/next.npy", next).ok());
+  auto data = LoadNpy(dir + "/tokens.npy", dir + "/next.npy");
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_TRUE(SameContents(data->features, tokens));
+  EXPECT_TRUE(SameContents(data->labels, next.CastTo(DType::kI64)));
 }
 
 // ---- synthetic -------------------------------------------------------------------------

@@ -257,7 +257,7 @@ TEST(OnnxImport, UnsupportedOpNamesOpNodeOpsetAndFile) {
   AddTensorInfo(g->mutable_input(), "x", kOnnxFloat, {-1, 3, 8, 8});
   AddFloatInitializer(g, "k", testing::RandomTensor(DType::kF32, {4, 3, 3, 3}, 5), true);
   AddNode(g, "Relu", "", {"x"}, {"r"});
-  AddNode(g, "Conv", "Conv_3", {"r", "k"}, {"y"});
+  AddNode(g, "ConvTranspose", "ConvTranspose_3", {"r", "k"}, {"y"});
   AddTensorInfo(g->mutable_output(), "y", kOnnxFloat, {-1, 4, 6, 6});
   const std::string dir = testing::MakeTempDir("onnx_unsupported");
   const std::string path = WriteFile(dir, "conv.onnx", m.SerializeAsString());
@@ -267,8 +267,8 @@ TEST(OnnxImport, UnsupportedOpNamesOpNodeOpsetAndFile) {
   EXPECT_EQ(graph.status().code(), absl::StatusCode::kUnimplemented);
   const std::string msg(graph.status().message());
   EXPECT_TRUE(HasText(msg, path));
-  EXPECT_TRUE(HasText(msg, "'Conv_3'"));
-  EXPECT_TRUE(HasText(msg, "op 'Conv'"));
+  EXPECT_TRUE(HasText(msg, "'ConvTranspose_3'"));
+  EXPECT_TRUE(HasText(msg, "op 'ConvTranspose'"));
   EXPECT_TRUE(HasText(msg, "opset 17"));
   EXPECT_TRUE(HasText(msg, "Gemm"));  // the supported set is listed
 }

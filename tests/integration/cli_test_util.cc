@@ -3,10 +3,13 @@
 
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "gtest/gtest.h"
 
 namespace mpc::testing {
 
@@ -32,6 +35,25 @@ std::string DirectoryFingerprint(const std::string& dir) {
         << "\n";
   }
   return out.str();
+}
+
+double FinalEvalAccuracy(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (line.find("\"kind\":\"eval\"") != std::string::npos) last = line;
+  }
+  const size_t at = last.find("\"accuracy\":");
+  return at == std::string::npos ? NAN : std::stod(last.substr(at + 11));
+}
+
+double TrainThroughCli(const std::string& spec, const std::string& flags, const std::string& dir,
+                       const std::string& name) {
+  const std::string metrics = dir + "/" + name + ".jsonl";
+  const CommandResult r = RunCommand(std::string(MPC_TRAIN_BIN) + " --spec " + spec + " " + flags + " --metrics " +
+                                     metrics + " --checkpoint_dir " + dir + "/ckpt_" + name);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return FinalEvalAccuracy(metrics);
 }
 
 }  // namespace mpc::testing

@@ -14,4 +14,13 @@ CommandResult RunCommand(const std::string& command);
 // A content fingerprint of every file in a directory (names, sizes, bytes).
 std::string DirectoryFingerprint(const std::string& dir);
 
+// The accuracy of the last "eval" record of a metrics file (NaN when there is none).
+double FinalEvalAccuracy(const std::string& metrics_path);
+
+// Runs `mpc-train --spec SPEC FLAGS` with metrics DIR/NAME.jsonl and checkpoints in
+// DIR/ckpt_NAME, expects exit code 0 (a test failure with the output otherwise) and
+// returns the final eval accuracy.
+double TrainThroughCli(const std::string& spec, const std::string& flags, const std::string& dir,
+                       const std::string& name);
+
 }  // namespace mpc::testing

@@ -11,25 +11,9 @@
 namespace mpc {
 namespace {
 
-// Final eval accuracy from a metrics file (the last "eval" record).
-double FinalAccuracy(const std::string& metrics_path) {
-  std::ifstream in(metrics_path);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (line.find("\"kind\":\"eval\"") != std::string::npos) last = line;
-  }
-  const size_t at = last.find("\"accuracy\":");
-  return at == std::string::npos ? NAN : std::stod(last.substr(at + 11));
-}
-
 double Train(const std::string& precision, const std::string& dir) {
-  const std::string metrics = absl::StrCat(dir, "/", precision, ".jsonl");
-  const auto r = testing::RunCommand(absl::StrCat(MPC_TRAIN_BIN, " --spec ",
-                                                  testing::SourcePath("models/fashion_mlp/fashion_mlp.spec"),
-                                                  " --precision ", precision, " --metrics ", metrics,
-                                                  " --checkpoint_dir ", dir, "/ckpt_", precision));
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return FinalAccuracy(metrics);
+  return testing::TrainThroughCli(testing::SourcePath("models/fashion_mlp/fashion_mlp.spec"),
+                                  "--precision " + precision, dir, precision);
 }
 
 TEST(FashionPrecisionTest, Bf16AndFp16WithinHalfAPointOfFp32) {

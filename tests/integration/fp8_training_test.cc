@@ -24,17 +24,6 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-// Final eval accuracy from a metrics file (the last "eval" record).
-double FinalAccuracy(const std::string& metrics_path) {
-  std::ifstream in(metrics_path);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (line.find("\"kind\":\"eval\"") != std::string::npos) last = line;
-  }
-  const size_t at = last.find("\"accuracy\":");
-  return at == std::string::npos ? NAN : std::stod(last.substr(at + 11));
-}
-
 // The shipped Fashion-MNIST spec with the model path made absolute, three epochs instead
 // of ten (to keep the test short; every run compared uses the same schedule), and
 // `extra` appended.
@@ -49,11 +38,7 @@ std::string FashionSpec(const std::string& dir, const std::string& name, const s
 }
 
 double Train(const std::string& spec, const std::string& flags, const std::string& dir, const std::string& name) {
-  const std::string metrics = absl::StrCat(dir, "/", name, ".jsonl");
-  const auto r = testing::RunCommand(absl::StrCat(MPC_TRAIN_BIN, " --spec ", spec, " ", flags, " --metrics ", metrics,
-                                                  " --checkpoint_dir ", dir, "/ckpt_", name));
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return FinalAccuracy(metrics);
+  return testing::TrainThroughCli(spec, flags, dir, name);
 }
 
 TEST(Fp8TrainingTest, FashionMlpInFp8WithinOnePointOfBf16) {
