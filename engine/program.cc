@@ -131,10 +131,17 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
       Value* labels = g.AddInput(labels_name, logits->dtype, logits->shape);
       loss = b.Op("MeanSquaredError", {logits, labels});
     } else {
+      Shape label_row = options.label_row;
+      // Compiled without data (`mpc compile`): logits [batch*T, classes] can only mean
+      // one label per position.
+      if (label_row.empty() && logits->shape.size() == 2 && logits->shape[0] != options.batch_size &&
+          logits->shape[0] % options.batch_size == 0) {
+        label_row = {logits->shape[0] / options.batch_size};
+      }
       Shape label_shape{options.batch_size};
-      label_shape.insert(label_shape.end(), options.label_row.begin(), options.label_row.end());
+      label_shape.insert(label_shape.end(), label_row.begin(), label_row.end());
       Value* labels = g.AddInput(labels_name, DType::kI64, label_shape);
-      if (!options.label_row.empty()) {
+      if (!label_row.empty()) {
         const int64_t rows = NumElements(label_shape);
         if (logits->shape.size() != 2 || logits->shape[0] != rows) {
           return absl::InvalidArgumentError(absl::StrCat(
