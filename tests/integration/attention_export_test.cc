@@ -5,6 +5,7 @@
 // (||mpc - torch|| / ||torch|| < 1e-5) and, under bf16 autocast, within 1e-2.
 // Cases and PyTorch's outputs: tests/golden/make_attention_cases.py, run at test time.
 #include <cstdio>
+#include <ostream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,8 @@ struct AttentionCase {
   std::string name;
   int outputs;
 };
+
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name; }
 
 class AttentionExportTest : public ::testing::TestWithParam<AttentionCase> {
  protected:

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct ZooRun {
   std::string model;  // resnet18, resnet50, char_gpt
   std::string run;    // f32, bf16
 };
+
+// gtest prints a failing test's parameter; a run prints as its name.
+void PrintTo(const ZooRun& z, std::ostream* os) { *os << z.model << "_" << z.run; }
 
 std::string RunName(const ::testing::TestParamInfo<ZooRun>& info) {
   return absl::StrCat(info.param.model, "_", info.param.run);
