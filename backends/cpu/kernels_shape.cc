@@ -2,6 +2,7 @@
 // separately), Transpose, Cast, and the broadcast pair ReduceSumTo/BroadcastTo (f32,
 // f64, bf16, f16; ReduceSumTo sums in Acc<T>, f32 for the 16-bit formats, and rounds
 // once). Cast has direct loops for the f32 <-> bf16/f16 casts autocast inserts.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -141,6 +142,37 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCast(const Node& node, Backend&) {
 
 // out[target index] += in[i] over all i: the sum over broadcast axes. Rows of the input
 // are visited in order, so the result is deterministic.
+// ReduceSumTo's output as [O, M, I] blocks of its input: the reduced axes form a leading
+// block (O) and a trailing block (I) around the kept ones (M), so y[m] = sum over o, i of
+// x[(o*M + m)*I + i]. That covers bias gradients ([rows, C] -> [C]) and convolution bias
+// gradients ([N, C, H, W] -> [C, 1, 1]). Returns false for other patterns.
+bool AsOuterMiddleInner(const Shape& in, const Shape& out, int64_t* o, int64_t* m, int64_t* i) {
+  const size_t rank = in.size(), lead = rank - out.size();
+  int first_kept = -1, last_kept = -1;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t od = d < lead ? 1 : out[d - lead];
+    if (in[d] != 1 && od == in[d]) {
+      if (first_kept < 0) first_kept = static_cast<int>(d);
+      last_kept = static_cast<int>(d);
+    }
+  }
+  *o = *m = *i = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t od = d < lead ? 1 : out[d - lead];
+    const bool reduced = in[d] != 1 && od == 1;
+    const int di = static_cast<int>(d);
+    if (first_kept >= 0 && di > first_kept && di < last_kept && reduced) return false;
+    if (first_kept < 0 || di < first_kept) {
+      *o *= in[d];
+    } else if (di <= last_kept) {
+      *m *= in[d];
+    } else {
+      *i *= in[d];
+    }
+  }
+  return true;
+}
+
 template <typename T>
 struct ReduceSumToKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
@@ -148,32 +180,46 @@ struct ReduceSumToKernel {
       const TensorView& in = ctx.inputs[0];
       const TensorView& out = ctx.outputs[0];
       using Acc = cpu::Acc<T>;
-      const auto os = cpu::BroadcastStrides(out.shape, in.shape);
-      const int64_t n_out = out.num_elements();
       T* y = out.as<T>();
       const T* x = in.as<T>();
+      int64_t blocks_o, blocks_m, blocks_i;
+      if (AsOuterMiddleInner(in.shape, out.shape, &blocks_o, &blocks_m, &blocks_i)) {
+        const int64_t O = blocks_o, M = blocks_m, I = blocks_i;
+        // Each output's sum runs in a fixed order whatever the thread count, so results
+        // are reproducible run to run.
+        if (I == 1) {
+          // [O, M] -> [M]: rows read contiguously; threads take blocks of columns.
+          constexpr int64_t kBlock = 256;
+#pragma omp parallel for if (O * M > 32768)
+          for (int64_t mb = 0; mb < M; mb += kBlock) {
+            const int64_t me = std::min(M, mb + kBlock);
+            Acc acc[kBlock] = {};
+            for (int64_t r = 0; r < O; ++r) {
+              const T* row = x + r * M;
+              for (int64_t c = mb; c < me; ++c) acc[c - mb] += Acc(row[c]);
+            }
+            for (int64_t c = mb; c < me; ++c) y[c] = static_cast<T>(acc[c - mb]);
+          }
+        } else {
+#pragma omp parallel for if (O * M * I > 32768)
+          for (int64_t c = 0; c < M; ++c) {
+            Acc acc = 0;
+            for (int64_t r = 0; r < O; ++r) {
+              const T* run = x + (r * M + c) * I;
+              for (int64_t k = 0; k < I; ++k) acc += Acc(run[k]);
+            }
+            y[c] = static_cast<T>(acc);
+          }
+        }
+        return absl::OkStatus();
+      }
+      // Any other pattern: walk the input rows, accumulating into the broadcast offsets.
+      const auto os = cpu::BroadcastStrides(out.shape, in.shape);
+      const int64_t n_out = out.num_elements();
       const int rank = static_cast<int>(in.shape.size());
       const int64_t inner = rank ? in.shape.back() : 1;
       const int64_t rows = inner ? in.num_elements() / inner : 0;
       const int64_t inner_stride = rank ? os.back() : 0;
-      if (inner_stride == 1 && rows > 1) {
-        // Common case (bias gradients): [rows, C] -> [C]; accumulate columns in parallel.
-        std::vector<Acc> acc(n_out, Acc(0));
-        const auto zero = std::vector<int64_t>(rank, 0);
-#pragma omp parallel for if (n_out > 256)
-        for (int64_t j = 0; j < inner; ++j) {
-          for (int64_t r = 0; r < rows; ++r) {
-            int64_t rem = r, off = 0;
-            for (int d = rank - 2; d >= 0; --d) {
-              off += (rem % in.shape[d]) * os[d];
-              rem /= in.shape[d];
-            }
-            acc[off + j] += Acc(x[r * inner + j]);
-          }
-        }
-        for (int64_t i = 0; i < n_out; ++i) y[i] = static_cast<T>(acc[i]);
-        return absl::OkStatus();
-      }
       std::vector<Acc> acc(n_out, Acc(0));
       for (int64_t r = 0; r < rows; ++r) {
         int64_t rem = r, off = 0;
