@@ -69,4 +69,45 @@ void ForEachBroadcastRow(const Shape& out, const std::vector<int64_t>& a_strides
   }
 }
 
+// y = f(x) and dx = g(dy, y) as flat loops for the elementwise kernel families; f and g
+// take and return Acc<T>, so 16-bit results are the f32 result rounded once.
+template <typename T, typename F>
+absl::Status MapUnary(KernelContext& ctx, F f) {
+  const T* x = ctx.inputs[0].as<T>();
+  T* y = ctx.outputs[0].as<T>();
+  const int64_t n = ctx.outputs[0].num_elements();
+#pragma omp parallel for simd if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(f(Acc<T>(x[i])));
+  return absl::OkStatus();
+}
+
+template <typename T, typename F>
+absl::Status MapGrad(KernelContext& ctx, F f) {
+  const T* dy = ctx.inputs[0].as<T>();
+  const T* y = ctx.inputs[1].as<T>();
+  T* dx = ctx.outputs[0].as<T>();
+  const int64_t n = ctx.outputs[0].num_elements();
+#pragma omp parallel for simd if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(f(Acc<T>(dy[i]), Acc<T>(y[i])));
+  return absl::OkStatus();
+}
+
+#define MPC_UNARY_FACTORY(Name, expr)                                                   \
+  template <typename T>                                                                 \
+  struct Name {                                                                         \
+    static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {      \
+      using A = Acc<T>;                                                                 \
+      return MakeKernel([](KernelContext& ctx) { return MapUnary<T>(ctx, [](A x) -> A { return expr; }); }); \
+    }                                                                                   \
+  };
+
+#define MPC_GRAD_FACTORY(Name, expr)                                                    \
+  template <typename T>                                                                 \
+  struct Name {                                                                         \
+    static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {      \
+      using A = Acc<T>;                                                                 \
+      return MakeKernel([](KernelContext& ctx) { return MapGrad<T>(ctx, [](A dy, A y) -> A { return expr; }); }); \
+    }                                                                                   \
+  };
+
 }  // namespace mpc::cpu

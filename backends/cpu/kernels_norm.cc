@@ -22,6 +22,7 @@ namespace {
 
 using cpu::Acc;
 using cpu::MakeKernel;
+using cpu::MapUnary;
 
 // Element access through double for operands whose dtype is not the kernel's T
 // (statistics, per-channel parameters, exponents). Exact for every float format.
@@ -59,30 +60,11 @@ std::vector<A> LoadAll(const TensorView& t) {
 // ---------------------------------------------------------------------------------
 // Elementwise
 
-template <typename T, typename F>
-absl::Status MapUnary(KernelContext& ctx, F f) {
-  const T* x = ctx.inputs[0].as<T>();
-  T* y = ctx.outputs[0].as<T>();
-  const int64_t n = ctx.outputs[0].num_elements();
-#pragma omp parallel for if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(f(Acc<T>(x[i])));
-  return absl::OkStatus();
-}
-
-#define MPC_MATH_FACTORY(Name, expr)                                                                  \
-  template <typename T>                                                                               \
-  struct Name {                                                                                       \
-    static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {                    \
-      using A = Acc<T>;                                                                               \
-      return MakeKernel([](KernelContext& ctx) { return MapUnary<T>(ctx, [](A x) -> A { return expr; }); }); \
-    }                                                                                                 \
-  };
-
-MPC_MATH_FACTORY(ErfKernel, std::erf(x))
-MPC_MATH_FACTORY(SqrtKernel, std::sqrt(x))
-MPC_MATH_FACTORY(ExpKernel, std::exp(x))
-MPC_MATH_FACTORY(LogKernel, std::log(x))
-MPC_MATH_FACTORY(ReciprocalKernel, A(1) / x)
+MPC_UNARY_FACTORY(ErfKernel, std::erf(x))
+MPC_UNARY_FACTORY(SqrtKernel, std::sqrt(x))
+MPC_UNARY_FACTORY(ExpKernel, std::exp(x))
+MPC_UNARY_FACTORY(LogKernel, std::log(x))
+MPC_UNARY_FACTORY(ReciprocalKernel, A(1) / x)
 
 template <typename T>
 struct SqrtGradKernel {
