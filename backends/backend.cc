@@ -42,6 +42,16 @@ bool KernelRegistry::Has(const std::string& op, const std::string& backend, DTyp
   return factories_.contains(Key(op, backend, dtype));
 }
 
+std::vector<std::pair<std::string, std::string>> KernelRegistry::Entries(const std::string& backend) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [key, factory] : factories_) {
+    const size_t a = key.find('|'), b = key.rfind('|');
+    if (key.substr(a + 1, b - a - 1) == backend) out.emplace_back(key.substr(0, a), key.substr(b + 1));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 absl::StatusOr<const KernelFactory*> KernelRegistry::Find(const std::string& op, const std::string& backend,
                                                           DType dtype) const {
   auto it = factories_.find(Key(op, backend, dtype));

@@ -46,6 +46,18 @@ struct KernelContext {
   std::vector<TensorView> outputs;
   uint64_t seed = 0;
   int64_t step = 0;
+  // The same two values in the backend's memory, as {int64 seed bits, int64 step},
+  // rewritten before every step. Kernels on a backend that replays captured steps
+  // (CUDA graphs) must read seed and step from here: the host values above are frozen
+  // into the capture.
+  const int64_t* device_seed_step = nullptr;
+};
+
+// A step recorded once and replayed (a CUDA graph): same kernels, same buffers.
+class CapturedStep {
+ public:
+  virtual ~CapturedStep() = default;
+  virtual absl::Status Replay() = 0;
 };
 
 // A kernel is created once per node when a program is loaded (so primitives, plans
@@ -71,6 +83,8 @@ class KernelRegistry {
   absl::StatusOr<const KernelFactory*> Find(const std::string& op, const std::string& backend,
                                             DType dtype) const;
   bool Has(const std::string& op, const std::string& backend, DType dtype) const;
+  // Every registered (op, dtype name) of `backend`, sorted: for coverage tests and reports.
+  std::vector<std::pair<std::string, std::string>> Entries(const std::string& backend) const;
 
  private:
   absl::flat_hash_map<std::string, KernelFactory> factories_;  // key: op|backend|dtype
@@ -87,6 +101,13 @@ class Backend {
   virtual absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status Synchronize() = 0;
+
+  // Records what `enqueue` submits to the backend's stream, without running it, into a
+  // replayable step. Null when the backend has no such thing (the CPU runs kernels
+  // eagerly); an error when recording failed.
+  virtual absl::StatusOr<std::unique_ptr<CapturedStep>> Capture(const std::function<absl::Status()>& enqueue) {
+    return std::unique_ptr<CapturedStep>();
+  }
 
   virtual const KernelRegistry& kernels() const = 0;
   absl::StatusOr<std::unique_ptr<Kernel>> CreateKernel(const Node& node);

@@ -1,12 +1,16 @@
 // Executor: binding values to memory, creating kernels, running steps.
 #include "engine/executor.h"
 
+#include <cstdio>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
 namespace mpc {
 
 Executor::~Executor() {
+  captured_.reset();
   steps_.clear();  // kernels may reference buffers; destroy them first
   for (void* p : owned_) backend_.Free(p);
 }
@@ -24,6 +28,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, c
     return absl::FailedPreconditionError("the program has no execution order; run the memory-plan pass");
   }
   ex->arena_bytes_ = info.plan.peak_bytes;
+  MPC_ASSIGN_OR_RETURN(void* seed_step, ex->OwnBuffer(2 * sizeof(int64_t)));
+  ex->seed_step_ = static_cast<int64_t*>(seed_step);
   MPC_ASSIGN_OR_RETURN(ex->arena_, ex->OwnBuffer(static_cast<size_t>(info.plan.peak_bytes)));
   for (const auto& v : graph.values()) {
     const Value* value = v.get();
@@ -72,6 +78,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, c
   for (Node* node : info.order) {
     Step step;
     step.node = node;
+    step.ctx.device_seed_step = ex->seed_step_;
     MPC_ASSIGN_OR_RETURN(step.kernel, backend.CreateKernel(*node));
     for (const Value* in : node->inputs) {
       step.ctx.inputs.push_back(in ? TensorView{ex->location_.at(in), in->dtype, in->shape} : TensorView{});
@@ -109,9 +116,33 @@ absl::Status Executor::SetInput(const std::string& name, const Tensor& value) {
 }
 
 absl::Status Executor::Run(uint64_t seed, int64_t step_index) {
+  const int64_t seed_step[2] = {static_cast<int64_t>(seed), step_index};
+  MPC_RETURN_IF_ERROR(backend_.CopyToDevice(seed_step_, seed_step, sizeof(seed_step)));
   for (Step& step : steps_) {
     step.ctx.seed = seed;
     step.ctx.step = step_index;
+  }
+  ++runs_;
+  if (captured_ && !profiling_) return captured_->Replay();
+  // The first run goes eagerly: libraries may allocate or tune lazily on first use,
+  // which a capture must not record. The second is recorded and replayed from then on.
+  if (runs_ == 2 && capture_enabled_ && !profiling_) {
+    auto captured = backend_.Capture([this] { return RunKernels(); });
+    if (!captured.ok()) {
+      // Capture is an optimisation: say why once and keep running eagerly.
+      fprintf(stderr, "mpc: step capture failed, running kernels one by one: %s\n",
+              std::string(captured.status().message()).c_str());
+      capture_enabled_ = false;
+    } else if (*captured) {
+      captured_ = std::move(*captured);
+      return captured_->Replay();
+    }
+  }
+  return RunKernels();
+}
+
+absl::Status Executor::RunKernels() {
+  for (Step& step : steps_) {
     absl::Status st;
     if (profiling_) {
       MPC_RETURN_IF_ERROR(backend_.Synchronize());

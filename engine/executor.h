@@ -43,6 +43,9 @@ class Executor {
   absl::Status WritePersistent(const std::string& name, const Tensor& value);
 
   void EnableProfiling(bool on) { profiling_ = on; }
+  // Replaying captured steps (CUDA graphs) from the second Run on; on by default.
+  void EnableStepCapture(bool on) { capture_enabled_ = on; }
+  bool replaying_captured_step() const { return captured_ != nullptr; }
   const std::map<std::string, OpTiming>& profile() const { return profile_; }
   int64_t arena_bytes() const { return arena_bytes_; }
 
@@ -55,6 +58,7 @@ class Executor {
 
   explicit Executor(Backend& backend) : backend_(backend) {}
   absl::StatusOr<void*> OwnBuffer(size_t bytes);
+  absl::Status RunKernels();
   const Value* FindValue(const std::string& name) const;
 
   Backend& backend_;
@@ -66,6 +70,10 @@ class Executor {
   std::vector<const Value*> persistent_;
   std::vector<Step> steps_;
   bool profiling_ = false;
+  int64_t* seed_step_ = nullptr;  // device copy of {seed, step}; see KernelContext
+  bool capture_enabled_ = true;
+  int64_t runs_ = 0;
+  std::unique_ptr<CapturedStep> captured_;
   std::map<std::string, OpTiming> profile_;
 };
 

@@ -10,6 +10,7 @@
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/fp8.h"
+#include "passes/fp8_lower.h"
 #include "passes/fuse_epilogues.h"
 #include "passes/loss_scaling.h"
 #include "passes/memory_plan.h"
@@ -68,6 +69,7 @@ PassPipeline MakeTrainingPipeline(const PipelineOptions& options) {
   p.Add(std::make_unique<PadDimsPass>());
   p.Add(std::make_unique<AutodiffPass>());
   p.Add(std::make_unique<Fp8Pass>());
+  p.Add(std::make_unique<Fp8LowerPass>());
   p.Add(std::make_unique<LossScalingPass>());
   p.Add(std::make_unique<OptimizerPass>());
   p.Add(std::make_unique<SimplifyPass>());
@@ -82,6 +84,7 @@ PassPipeline MakeEvalPipeline(const PipelineOptions& options) {
   p.Add(std::make_unique<PadDimsPass>());
   // Evaluation GEMMs run in FP8 too, with the scales training left (shared by name).
   p.Add(std::make_unique<Fp8Pass>());
+  p.Add(std::make_unique<Fp8LowerPass>());
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
   p.Add(std::make_unique<MemoryPlanPass>());

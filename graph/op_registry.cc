@@ -18,6 +18,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterTrainingOps(*r);
     RegisterLossScalingOps(*r);
     RegisterFp8Ops(*r);
+    RegisterFp8GemmOps(*r);
     RegisterConvOps(*r);
     RegisterNormOps(*r);
     RegisterTensorOps(*r);

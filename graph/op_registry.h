@@ -75,6 +75,7 @@ void RegisterLossOps(OpRegistry& registry);
 void RegisterTrainingOps(OpRegistry& registry);
 void RegisterLossScalingOps(OpRegistry& registry);
 void RegisterFp8Ops(OpRegistry& registry);
+void RegisterFp8GemmOps(OpRegistry& registry);  // graph/ops_fp8_gemm.cc: Fp8Cast, Fp8Gemm (fp8-lower)
 void RegisterConvOps(OpRegistry& registry);    // graph/ops_conv.cc: Conv, pooling
 void RegisterNormOps(OpRegistry& registry);    // graph/ops_norm.cc: normalisations, math, reductions
 void RegisterTensorOps(OpRegistry& registry);  // graph/ops_tensor.cc: indexing and data movement

@@ -66,6 +66,10 @@ struct CompileInfo {
   std::vector<std::pair<std::string, std::string>> fp8_skipped;  // (node, reason)
   std::vector<std::string> fp8_tensors;  // "<gemm>/input" etc.; states add ".fp8_scale"...
   std::string fp8_fallback;              // FP8 requested but left in bf16: why
+  // fp8-lower (passes/fp8_lower.h), on a backend with FP8 tensor cores: the FP8 GEMMs
+  // that became real FP8 GEMMs, and those left emulated (quantize + f32 GEMM) and why.
+  std::vector<std::string> fp8_lowered;
+  std::vector<std::pair<std::string, std::string>> fp8_emulated;  // (node, reason)
 };
 
 struct PassContext {

@@ -45,6 +45,11 @@ std::string CompileReportJson(const Program& p) {
   for (const auto& [node, reason] : p.info.fp8_skipped) {
     fp8_skipped.push_back(absl::StrFormat("{\"node\":\"%s\",\"reason\":\"%s\"}", JsonEscape(node), JsonEscape(reason)));
   }
+  std::vector<std::string> fp8_lowered, fp8_emulated;
+  for (const std::string& node : p.info.fp8_lowered) fp8_lowered.push_back(absl::StrCat("\"", JsonEscape(node), "\""));
+  for (const auto& [node, reason] : p.info.fp8_emulated) {
+    fp8_emulated.push_back(absl::StrFormat("{\"node\":\"%s\",\"reason\":\"%s\"}", JsonEscape(node), JsonEscape(reason)));
+  }
   const MemoryPlan& m = p.info.plan;
   return absl::StrCat(
       "{\"passes\":[", absl::StrJoin(passes, ","), "],",
@@ -53,6 +58,8 @@ std::string CompileReportJson(const Program& p) {
                       DTypeName(p.info.compute_dtype)),
       "\"padding\":[", absl::StrJoin(padding, ","), "],",
       "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
+      "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","),
+      "],",
       p.info.fp8_fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(p.info.fp8_fallback), "\","),
       absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},",
                       p.info.padding_extra_flops_pct, p.info.padding_extra_bytes_pct),
@@ -99,6 +106,15 @@ std::string CompileSummaryText(const Program& p) {
     absl::StrAppendFormat(&out, "fp8: %d of %d forward GEMMs in FP8 (%s) + %d backward; %d left in %s\n",
                           forward.size(), forward.size() + p.info.fp8_skipped.size(), absl::StrJoin(forward, ", "),
                           backward, p.info.fp8_skipped.size(), DTypeName(p.info.compute_dtype));
+    if (!p.info.fp8_lowered.empty() || !p.info.fp8_emulated.empty()) {
+      // Only on a backend with FP8 tensor cores; elsewhere every FP8 GEMM is emulated.
+      absl::StrAppendFormat(&out, "fp8: %d GEMMs run as FP8 tensor-core GEMMs, %d emulated%s\n",
+                            p.info.fp8_lowered.size(), p.info.fp8_emulated.size(),
+                            p.info.fp8_emulated.empty()
+                                ? ""
+                                : absl::StrCat(" (e.g. ", p.info.fp8_emulated[0].first, ": ",
+                                               p.info.fp8_emulated[0].second, ")"));
+    }
   }
   const MemoryPlan& m = p.info.plan;
   absl::StrAppendFormat(&out,

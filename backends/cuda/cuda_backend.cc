@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_status.h"
+#include "backends/cuda/fp8_gemm_families.h"
 #include "base/status_macros.h"
 
 namespace mpc {
@@ -87,14 +88,54 @@ absl::Status CudaBackend::Synchronize() {
   return absl::OkStatus();
 }
 
-const KernelRegistry& CudaBackend::kernels() const {
-  static const KernelRegistry* registry = [] {
-    auto* r = new KernelRegistry();
-    RegisterCudaGemmKernels(*r);
-    return r;
-  }();
-  return *registry;
+namespace {
+
+// One instantiated CUDA graph, replayed on the stream it was captured from.
+class CudaGraphStep : public CapturedStep {
+ public:
+  CudaGraphStep(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream)
+      : graph_(graph), exec_(exec), stream_(stream) {}
+  ~CudaGraphStep() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  absl::Status Replay() override {
+    MPC_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, stream_));
+    return absl::OkStatus();
+  }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CapturedStep>> CudaBackend::Capture(const std::function<absl::Status()>& enqueue) {
+  MPC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  // Thread-local mode: other host threads may keep using the runtime meanwhile.
+  MPC_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const absl::Status enqueued = enqueue();
+  cudaGraph_t graph = nullptr;
+  // Capture must be ended whatever happened, or the stream stays unusable.
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (!enqueued.ok()) {
+    if (graph) cudaGraphDestroy(graph);
+    return absl::Status(enqueued.code(), absl::StrCat("while capturing the step: ", enqueued.message()));
+  }
+  MPC_RETURN_IF_ERROR(CudaStatus(ended, "cudaStreamEndCapture (a kernel did something a CUDA graph cannot record, "
+                                        "e.g. a synchronisation or a host copy)"));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  if (inst != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    return CudaStatus(inst, "cudaGraphInstantiate");
+  }
+  return std::unique_ptr<CapturedStep>(new CudaGraphStep(graph, exec, stream_));
 }
+
+const KernelRegistry& CudaBackend::kernels() const { return CudaKernelRegistry(); }
 
 absl::StatusOr<cublasLtHandle_t> CudaBackend::CublasLt() {
   if (lt_) return lt_;
@@ -115,6 +156,21 @@ absl::StatusOr<CudaBackend*> AsCuda(Backend& backend) {
 }
 
 }  // namespace cuda
+
+const KernelRegistry& CudaKernelRegistry() {
+  static const KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();
+    RegisterCudaGemmKernels(*r);
+    RegisterCudaElementwiseKernels(*r);
+    RegisterCudaTensorKernels(*r);
+    RegisterCudaSoftmaxNormKernels(*r);
+    RegisterCudaTrainingKernels(*r);
+    RegisterCudaFp8GemmKernels(*r);
+    RegisterCudaConvKernels(*r);
+    return r;
+  }();
+  return *registry;
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   int count = 0;

@@ -15,7 +15,15 @@ namespace mpc {
 // without a driver cudaGetDeviceCount fails rather than returning 0.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
 
-// Kernel families (backends/cuda/*.cc) add themselves to the "cuda" registry.
-void RegisterCudaGemmKernels(KernelRegistry& r);
+// The "cuda" kernel registry. Needs no device: tests check its coverage everywhere.
+const KernelRegistry& CudaKernelRegistry();
+
+// Kernel families (backends/cuda/*.cc, *.cu) add themselves to the "cuda" registry.
+void RegisterCudaGemmKernels(KernelRegistry& r);         // cublaslt_gemm.cc: Gemm, MatMul
+void RegisterCudaElementwiseKernels(KernelRegistry& r);  // kernels_elementwise.cu and friends
+void RegisterCudaTensorKernels(KernelRegistry& r);       // kernels_tensor.cu: shapes, slicing, gather, reductions
+void RegisterCudaSoftmaxNormKernels(KernelRegistry& r);  // kernels_softmax_loss.cu, kernels_norm.cu
+void RegisterCudaTrainingKernels(KernelRegistry& r);     // kernels_optimizer.cu, loss scaling, FP8 meta
+void RegisterCudaConvKernels(KernelRegistry& r);         // kernels_conv.cc (cuDNN), kernels_pool.cu
 
 }  // namespace mpc

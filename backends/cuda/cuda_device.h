@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include <cublasLt.h>
@@ -27,6 +29,8 @@ class CudaBackend : public Backend {
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
   absl::Status Synchronize() override;
+  // Stream capture into a CUDA graph (cudaStreamBeginCapture .. cudaGraphInstantiate).
+  absl::StatusOr<std::unique_ptr<CapturedStep>> Capture(const std::function<absl::Status()>& enqueue) override;
   const KernelRegistry& kernels() const override;
 
   int device() const { return device_; }

@@ -2,7 +2,9 @@
 // tables (tests/graph/*_op_cases.cc): an OpCase is an op, its attributes, its inputs
 // and a float64 reference written as plain loops. Each op family keeps its table in its
 // own file and registers it with MPC_REGISTER_OP_CASES, so adding ops never touches the
-// harness; AllCases() gathers every registered table (in family-name order).
+// harness; AllCases() gathers every registered table (in family-name order). The
+// graph-building and running half of the harness (MakeInputs, RunCase,
+// RunGradientCase) is here too, shared with the CUDA conformance test.
 #pragma once
 
 #include <algorithm>
@@ -10,14 +12,19 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "backends/backend.h"
+#include "engine/executor.h"
 #include "graph/attributes.h"
 #include "graph/dtype.h"
+#include "graph/graph.h"
 #include "graph/shape.h"
 #include "graph/tensor.h"
 
@@ -40,6 +47,10 @@ enum class Role {
   kFloat,  // random float data, a graph input; differentiated in gradient cases
   kConst,  // a graph constant (Reshape's shape, Dropout's ratio / training_mode)
   kFed,    // fixed data fed as a graph input, never differentiated (labels)
+  kState,  // persistent state the op updates in place (master weights, optimizer
+           // moments, loss scale, FP8 meta): a graph state value initialised with
+           // `value`, or with random data like kFloat when `value` is empty; RunCase
+           // returns its value after the step, after the node's outputs
 };
 
 struct In {
@@ -49,7 +60,7 @@ struct In {
   std::optional<DType> dtype;  // fixed dtype; unset: the run's float dtype
   double lo = -1, hi = 1;
   double min_abs = 0;  // |x| >= min_abs (Relu's kink, Div's denominators)
-  Tensor value;        // kConst / kFed: the data (cast to `dtype` or the float dtype)
+  Tensor value;        // kConst / kFed / kState: the data (cast to `dtype` or the float dtype)
   int same_as = -1;    // >= 0: this operand is the same value as input #same_as
 };
 
@@ -417,6 +428,62 @@ using CaseTable = std::vector<OpCase> (*)();
 bool RegisterCaseTable(const char* family, CaseTable table);
 // Every registered case, built once.
 const std::vector<OpCase>& AllCases();
+
+// ---------------------------------------------------------------------------------
+// Running a case on a backend (op_case_util.cc): the harness op_numerics_test (CPU
+// against the f64 reference) and tests/gpu/cuda_conformance_test (CUDA against the
+// CPU) share, so both run exactly the same one-node graphs.
+
+// The seed op_numerics_test draws a case's random inputs from in a `float_dtype` run.
+uint64_t CaseSeed(const OpCase& c, DType float_dtype);
+
+// The data for every input spec of a run in `float_dtype`: kFloat inputs (and kState
+// ones without a value) uniform in [lo, hi] (pushed away from 0 by min_abs) drawn from
+// `seed` (input i from seed + 7919 * (i + 1)), then cast to the input's dtype;
+// kConst/kFed/kState their fixed values cast to the input's dtype; a same_as spec
+// repeats the data of the spec it names.
+std::vector<Tensor> MakeInputs(const OpCase& c, DType float_dtype, uint64_t seed);
+
+// One op node whose operands are the case's inputs: kConst specs become graph
+// constants holding their data, kState specs graph state initialised with it, the
+// others graph inputs fed with it (Feed).
+struct OpGraph {
+  std::unique_ptr<Graph> graph = std::make_unique<Graph>();
+  Node* node = nullptr;
+  std::vector<Value*> values;  // per input spec
+  std::vector<Tensor> data;    // per input spec: what is fed (or baked in)
+};
+
+// `inputs` from MakeInputs (one per spec). The graph's outputs are left unset.
+absl::StatusOr<OpGraph> BuildOpGraph(const OpCase& c, const std::vector<Tensor>& inputs);
+
+// Graph -> topological order -> PlanMemory -> Executor on `backend`.
+absl::StatusOr<std::unique_ptr<Executor>> CompileOn(const Graph& graph, Backend& backend);
+
+// Copies every fed (kFloat, kFed; not repeated) input of `g` into the executor.
+absl::Status Feed(Executor& ex, const OpGraph& g, const OpCase& c);
+
+// Runs the case's node once (seed kRunSeed, step kRunStep) on `backend` over `inputs`
+// and returns every output of the node, then the value after the step of every kState
+// input (in spec order), on the host.
+absl::StatusOr<std::vector<Tensor>> RunCase(const OpCase& c, Backend& backend, const std::vector<Tensor>& inputs);
+
+// The case's node under a scalar loss L = sum_k sum(cast(out_k, loss_dtype) * R_k) over
+// c.loss_outputs (R_k fixed random, seeded by the case name, in loss_dtype), and
+// autodiff's gradients of L with respect to every kFloat, non-repeated input. The
+// graph's outputs are {loss, gradients...}.
+struct GradientGraph {
+  OpGraph g;
+  Value* loss = nullptr;
+  std::vector<int> wrt_specs;  // the input spec each gradient belongs to
+  std::vector<Value*> grads;   // dL/d input, same dtype and shape as the input
+};
+absl::StatusOr<GradientGraph> BuildGradientGraph(const OpCase& c, const std::vector<Tensor>& inputs,
+                                                 DType loss_dtype);
+
+// Runs BuildGradientGraph's program once on `backend`: {loss, gradients...} on the host.
+absl::StatusOr<std::vector<Tensor>> RunGradientCase(const OpCase& c, Backend& backend,
+                                                    const std::vector<Tensor>& inputs, DType loss_dtype);
 
 }  // namespace mpc::opcases
 

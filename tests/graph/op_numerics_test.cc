@@ -34,12 +34,8 @@
 #include "backends/cpu/cpu_backend.h"
 #include "engine/executor.h"
 #include "graph/graph.h"
-#include "graph/graph_builder.h"
 #include "graph/op_registry.h"
 #include "gtest/gtest.h"
-#include "passes/autodiff.h"
-#include "passes/memory_plan.h"
-#include "passes/pass.h"
 #include "tests/graph/op_cases.h"
 #include "tests/test_util.h"
 
@@ -75,69 +71,9 @@ Backend& Cpu() {
   return *backend;
 }
 
-Tensor Materialize(const In& in, DType float_dtype, uint64_t seed) {
-  const DType dtype = in.dtype.value_or(float_dtype);
-  if (in.role != Role::kFloat) return in.value.dtype() == dtype ? in.value : in.value.CastTo(dtype);
-  Tensor x = RandomTensor(DType::kF64, in.shape, seed, in.lo, in.hi);
-  if (in.min_abs > 0) {
-    for (int64_t i = 0; i < x.num_elements(); ++i) {
-      double& v = x.data<double>()[i];
-      v += std::copysign(in.min_abs, v);
-    }
-  }
-  return dtype == DType::kF64 ? x : x.CastTo(dtype);
-}
-
-// One op node over freshly generated inputs.
-struct OpGraph {
-  std::unique_ptr<Graph> graph = std::make_unique<Graph>();
-  Node* node = nullptr;
-  std::vector<Value*> values;  // per input spec
-  std::vector<Tensor> data;    // per input spec: what is fed (or baked in)
-};
-
-absl::StatusOr<OpGraph> BuildOpGraph(const OpCase& c, DType float_dtype) {
-  OpGraph g;
-  const uint64_t base = HashName(c.name) ^ (float_dtype == DType::kF64 ? 0x5151 : 0);
-  std::vector<Value*> operands;
-  for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const In& in = c.inputs[i];
-    if (in.same_as >= 0) {
-      g.values.push_back(g.values[in.same_as]);
-      g.data.push_back(g.data[in.same_as]);
-    } else {
-      Tensor t = Materialize(in, float_dtype, base + 7919 * (i + 1));
-      Value* v = in.role == Role::kConst ? g.graph->AddConstant(in.name, t)
-                                         : g.graph->AddInput(in.name, t.dtype(), t.shape());
-      g.values.push_back(v);
-      g.data.push_back(std::move(t));
-    }
-  }
-  auto node = g.graph->AddNode(c.op, g.values, c.attrs, c.name);
-  if (!node.ok()) return node.status();
-  g.node = *node;
-  return g;
-}
-
-absl::StatusOr<std::unique_ptr<Executor>> Compile(const Graph& graph) {
-  CompileInfo info;
-  auto order = graph.TopologicalOrder();
-  if (!order.ok()) return order.status();
-  info.order = *order;
-  auto plan = PlanMemory(graph, info.order);
-  if (!plan.ok()) return plan.status();
-  info.plan = *plan;
-  return Executor::Create(graph, info, Cpu());
-}
-
-absl::Status Feed(Executor& ex, const OpGraph& g, const OpCase& c) {
-  for (size_t i = 0; i < c.inputs.size(); ++i) {
-    if (c.inputs[i].same_as >= 0 || c.inputs[i].role == Role::kConst) continue;
-    absl::Status st = ex.SetInput(g.values[i]->name, g.data[i]);
-    if (!st.ok()) return st;
-  }
-  return absl::OkStatus();
-}
+// The one-node graphs themselves are built and run by op_case_util.cc (shared with
+// tests/gpu/cuda_conformance_test.cc); every program here runs on the CPU.
+absl::StatusOr<std::unique_ptr<Executor>> Compile(const Graph& graph) { return CompileOn(graph, Cpu()); }
 
 struct ForwardRun {
   std::vector<Tensor> inputs;   // as f64, for the reference
@@ -145,21 +81,12 @@ struct ForwardRun {
 };
 
 absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
-  auto built = BuildOpGraph(c, float_dtype);
-  if (!built.ok()) return built.status();
-  OpGraph& g = *built;
-  g.graph->SetOutputs(g.node->outputs);
-  auto ex = Compile(*g.graph);
-  if (!ex.ok()) return ex.status();
-  if (absl::Status st = Feed(**ex, g, c); !st.ok()) return st;
-  if (absl::Status st = (*ex)->Run(kRunSeed, kRunStep); !st.ok()) return st;
+  const std::vector<Tensor> inputs = MakeInputs(c, float_dtype, CaseSeed(c, float_dtype));
+  auto outputs = RunCase(c, Cpu(), inputs);
+  if (!outputs.ok()) return outputs.status();
   ForwardRun run;
-  for (const Tensor& t : g.data) run.inputs.push_back(t.CastTo(DType::kF64));
-  for (Value* out : g.node->outputs) {
-    auto t = (*ex)->Fetch(out->name);
-    if (!t.ok()) return t.status();
-    run.outputs.push_back(std::move(*t));
-  }
+  for (const Tensor& t : inputs) run.inputs.push_back(t.CastTo(DType::kF64));
+  run.outputs = std::move(*outputs);
   return run;
 }
 
@@ -279,54 +206,22 @@ std::vector<int64_t> SampleIndices(int64_t n, uint64_t seed) {
 }
 
 absl::StatusOr<std::vector<GradSample>> RunGradientCheck(const OpCase& c) {
-  auto built = BuildOpGraph(c, DType::kF64);
+  // L = sum_k sum(out_k * R_k) in f64, and autodiff's gradients of it.
+  auto built = BuildGradientGraph(c, MakeInputs(c, DType::kF64, CaseSeed(c, DType::kF64)), DType::kF64);
   if (!built.ok()) return built.status();
-  OpGraph& g = *built;
+  OpGraph& g = built->g;
   Graph& graph = *g.graph;
-
-  // L = sum_k sum(out_k * R_k), in f64 (outputs of other dtypes are cast first).
-  GraphBuilder b(&graph, "loss/");
-  Value* loss = nullptr;
-  for (int k : c.loss_outputs) {
-    Value* y = b.Cast(g.node->outputs.at(k), DType::kF64);
-    Value* r = graph.AddConstant(absl::StrCat("R", k),
-                                 RandomTensor(DType::kF64, g.node->outputs.at(k)->shape, HashName(c.name) + 31 * k));
-    Value* term = b.ReduceSumTo(b.Mul(y, r), {});
-    loss = loss ? b.Add(loss, term) : term;
-  }
-  if (!b.status().ok()) return b.status();
-
-  std::vector<int> wrt_specs;
-  std::vector<Value*> wrt;
-  for (size_t i = 0; i < c.inputs.size(); ++i) {
-    if (c.inputs[i].role == Role::kFloat && c.inputs[i].same_as < 0) {
-      wrt_specs.push_back(static_cast<int>(i));
-      wrt.push_back(g.values[i]);
-    }
-  }
-  auto grads = BuildGradients(graph, loss, wrt);
-  if (!grads.ok()) return grads.status();
-  std::vector<Value*> outputs{loss};
-  for (size_t j = 0; j < wrt.size(); ++j) {
-    if (!(*grads)[j]) {
-      return absl::InternalError(absl::StrCat("BuildGradients returned no gradient for input '", wrt[j]->name,
-                                              "', but the loss depends on it"));
-    }
-    if ((*grads)[j]->dtype != wrt[j]->dtype || (*grads)[j]->shape != wrt[j]->shape) {
-      return absl::InternalError(absl::StrCat("gradient of '", wrt[j]->name, "' is ",
-                                              DTypeName((*grads)[j]->dtype), ShapeToString((*grads)[j]->shape)));
-    }
-    outputs.push_back((*grads)[j]);
-  }
-  graph.SetOutputs(outputs);
+  Value* loss = built->loss;
+  const std::vector<int>& wrt_specs = built->wrt_specs;
+  const std::vector<Value*>& grads = built->grads;
   auto ex = Compile(graph);
   if (!ex.ok()) return ex.status();
   Executor& e = **ex;
   if (absl::Status st = Feed(e, g, c); !st.ok()) return st;
   if (absl::Status st = e.Run(kRunSeed, kRunStep); !st.ok()) return st;
   std::vector<Tensor> analytic;
-  for (size_t j = 0; j < wrt.size(); ++j) {
-    auto t = e.Fetch((*grads)[j]->name);
+  for (size_t j = 0; j < grads.size(); ++j) {
+    auto t = e.Fetch(grads[j]->name);
     if (!t.ok()) return t.status();
     analytic.push_back(std::move(*t));
   }
@@ -340,7 +235,7 @@ absl::StatusOr<std::vector<GradSample>> RunGradientCheck(const OpCase& c) {
   };
 
   std::vector<GradSample> samples;
-  for (size_t j = 0; j < wrt.size(); ++j) {
+  for (size_t j = 0; j < grads.size(); ++j) {
     const int s = wrt_specs[j];
     const Tensor& x0 = g.data[s];
     const std::string& name = g.values[s]->name;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Side-by-side training benchmark: mpc against PyTorch on the CPU, in one command.
+"""Side-by-side training benchmark: mpc against PyTorch on the CPU (or the GPU: --device cuda), in one command.
 
 For each model x precision it trains the same network with mpc (`build/mpc-train`) and with
 PyTorch (same ONNX weights, same data in the same order, same batch, AdamW with the same
@@ -17,7 +17,18 @@ Usage (Debian's torch/numpy/onnx are importable only from the system interpreter
     /usr/bin/python3 tools/bench/bench.py --models seed_mlp --steps 50 --warmup 5
     /usr/bin/python3 tools/bench/bench.py --wait-idle 600 # first wait (up to 600 s) for a quiet machine
 
-Options:
+GPU (--device cuda; tools/bench/README.md "On the GPU" has the details and the H100 commands):
+    python3 tools/bench/bench.py --device cuda --models seed_mlp,fashion_mlp --out-dir DIR
+    python3 tools/bench/bench.py --device cuda --models wide_mlp_4095,wide_mlp_4096 --precision tf32,bf16,fp16
+    python3 tools/bench/bench.py --device cuda --models mlp_block_4096 --precision bf16,fp8,fp16
+    /usr/bin/python3 tools/bench/bench.py --device cuda --dry-run           # what would run (no GPU needed)
+    /usr/bin/python3 tools/bench/bench.py --device cuda --emulate-on-cpu --models fashion_mlp --steps 4
+    mpc-train --device cuda --precision f32|tf32|bf16|fp16|fp8 (padding auto, and --pad-multiple 1 for
+    wide_mlp_4095) against PyTorch eager (FP32 / TF32 / AMP bf16 / AMP fp16 + GradScaler) and torch.compile
+    (tools/bench/torch_gpu_worker.py, one process per row), with the cuBLASLt matmul rate
+    (tools/bench/cublaslt_matmul_rate.cc) as the roof. Run it with the Python that has CUDA PyTorch.
+
+Options (CPU):
     --models seed_mlp,fashion_mlp    which models (default: both)
     --precision f32,bf16             precision axis (default f32,bf16). A precision mpc's build does not
                                      accept (its `mpc compile` rejects the spec) prints a 'not yet
@@ -111,6 +122,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BUILD = os.path.join(ROOT, "build")
 BENCH = os.path.join(BUILD, "bench")
+BUILD_DIR = BUILD   # where mpc and mpc-train are (--build-dir); scratch output stays in build/bench
 MPC_TRAIN = os.path.join(BUILD, "mpc-train")
 MPC = os.path.join(BUILD, "mpc")
 PY = "/usr/bin/python3"
@@ -378,24 +390,32 @@ def matmul_flops(cfg, batch):
 
 # --------------------------------------------------------------------------- mpc
 
-def run_mpc_fifo(spec, threads, log_path):
-    """Runs mpc-train with its metrics going to a named pipe; returns per-record arrival times."""
+def run_mpc_fifo(spec, threads, log_path, extra=(), env=None, on_start=None, timeout=None):
+    """Runs mpc-train with its metrics going to a named pipe; returns per-record arrival times.
+    `extra`: more mpc-train flags (--device cuda ...); `env`: the environment (default os.environ);
+    `on_start(pid)` is called once mpc-train has started; after `timeout` seconds it is killed."""
     tmpdir = tempfile.mkdtemp(prefix="mpc-bench-")
     fifo = os.path.join(tmpdir, "metrics.fifo")
     os.mkfifo(fifo)
     # O_RDWR: never blocks and never reads EOF before mpc-train opens its end.
     fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ if env is None else env, OMP_NUM_THREADS=str(threads))
     records, buf = [], b""
     with open(log_path, "w") as logf:
-        proc = subprocess.Popen([MPC_TRAIN, "--spec", spec, "--metrics", fifo], stdout=logf,
+        proc = subprocess.Popen([MPC_TRAIN, "--spec", spec, "--metrics", fifo, *extra], stdout=logf,
                                 stderr=subprocess.STDOUT, env=env)
+        if on_start:
+            on_start(proc.pid)
         status, hwm = None, 0
+        started, killed = time.perf_counter(), False
         while True:
             ready, _, _ = select.select([fd], [], [], 0.25)
             now = time.perf_counter()
             if status is None:
                 hwm = max(hwm, proc_status_bytes(proc.pid, "VmHWM"))
+                if timeout and not killed and now - started > timeout:
+                    proc.kill()
+                    killed = True
             if ready:
                 try:
                     chunk = os.read(fd, 1 << 16)
@@ -419,6 +439,8 @@ def run_mpc_fifo(spec, threads, log_path):
     os.close(fd)
     shutil.rmtree(tmpdir, ignore_errors=True)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    if killed:
+        raise RuntimeError(f"mpc-train did not finish in {timeout:.0f} s and was killed")
     if proc.returncode != 0:
         with open(log_path) as f:
             raise RuntimeError(f"mpc-train failed ({proc.returncode}):\n{f.read()[-2000:]}")
@@ -446,12 +468,41 @@ def run_mpc_plain(spec, threads, metrics_path, log_path, extra=()):
     return recs, hwm
 
 
+def fifo_step_times(chunks, warmup, steps):
+    """(timed step times, train records, summary record, merged count) from run_mpc_fifo's chunks.
+
+    Each chunk is what one read returned: (arrival time, records). Step k's time is the gap
+    between the arrivals of records k-1 and k. When the reader fell behind and k records came
+    in one read, their gap is split evenly over them (counted in `merged`)."""
+    times, train, prev, merged = [], [], None, 0
+    for t, recs in chunks:
+        tr = [r for r in recs if r.get("kind") == "train"]
+        if not tr:
+            continue
+        if prev is not None:
+            times += [(t - prev) / len(tr)] * len(tr)
+            merged += len(tr) - 1
+        else:
+            times += [None] * len(tr)  # step 1 (and any that came with it): no start time
+        train += tr
+        prev = t
+    summary = [r for _, recs in chunks for r in recs if r.get("kind") == "summary"][0]
+    if len(train) != warmup + steps:
+        raise RuntimeError(f"expected {warmup + steps} train records, got {len(train)}")
+    # Records that came with the first one have no start time; they are left out.
+    timed = [x for x in times[warmup:] if x is not None]
+    if len(timed) < max(1, steps // 2):
+        raise RuntimeError(f"only {len(timed)} of {steps} steps could be timed; use a larger --warmup")
+    return timed, train, summary, merged
+
+
 class Unsupported(Exception):
     pass
 
 
-def mpc_compile_report(spec, out_json):
-    out = subprocess.run([MPC, "compile", "--spec", spec, "--report", out_json], capture_output=True, text=True)
+def mpc_compile_report(spec, out_json, extra=(), env=None, timeout=None):
+    out = subprocess.run([MPC, "compile", "--spec", spec, "--report", out_json, *extra], capture_output=True,
+                         text=True, env=env, timeout=timeout)
     if out.returncode != 0:
         raise Unsupported((out.stderr.strip().splitlines() or ["mpc compile failed"])[-1])
     with open(out_json) as f:
@@ -468,28 +519,7 @@ def bench_mpc(name, cfg, assets, batch, warmup, steps, threads, timing, precisio
     res = {"spec": spec}
     if timing == "fifo":
         chunks, maxrss = run_mpc_fifo(spec, threads, os.path.join(d, f"mpc-train_{precision}.log"))
-        # Each chunk is what one read returned: (arrival time, records). Step k's time is the gap
-        # between the arrivals of records k-1 and k. When the reader fell behind and k records came
-        # in one read, their gap is split evenly over them (counted in `merged`).
-        times, train, prev, merged = [], [], None, 0
-        for t, recs in chunks:
-            tr = [r for r in recs if r.get("kind") == "train"]
-            if not tr:
-                continue
-            if prev is not None:
-                times += [(t - prev) / len(tr)] * len(tr)
-                merged += len(tr) - 1
-            else:
-                times += [None] * len(tr)  # step 1 (and any that came with it): no start time
-            train += tr
-            prev = t
-        summary = [r for _, recs in chunks for r in recs if r.get("kind") == "summary"][0]
-        if len(train) != warmup + steps:
-            raise RuntimeError(f"expected {warmup + steps} train records, got {len(train)}")
-        # Records that came with the first one have no start time; they are left out.
-        timed = [x for x in times[warmup:] if x is not None]
-        if len(timed) < max(1, steps // 2):
-            raise RuntimeError(f"only {len(timed)} of {steps} steps could be timed; use a larger --warmup")
+        timed, train, summary, merged = fifo_step_times(chunks, warmup, steps)
         res["merged_reads"] = merged
         res.update(step_times=timed, median_s=statistics.median(timed), mean_s=statistics.fmean(timed),
                    method="per step: the gaps between arrivals of the flushed metrics records, read from a named "
@@ -515,10 +545,10 @@ def bench_mpc(name, cfg, assets, batch, warmup, steps, threads, timing, precisio
     return res
 
 
-def mpc_profile(spec, threads, log_path):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out = subprocess.run([MPC_TRAIN, "--spec", spec, "--profile"], capture_output=True, text=True, env=env,
-                         check=True).stdout
+def mpc_profile(spec, threads, log_path, extra=(), env=None, timeout=None):
+    env = dict(os.environ if env is None else env, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([MPC_TRAIN, "--spec", spec, "--profile", *extra], capture_output=True, text=True, env=env,
+                         check=True, timeout=timeout).stdout
     with open(log_path, "w") as f:
         f.write(out)
     rows, on = [], False
@@ -681,12 +711,936 @@ def fmt_ms(s):
     return f"{1000 * s:.1f}" if s >= 0.01 else f"{1000 * s:.2f}"
 
 
+# =========================================================================== --device cuda
+# mpc-train --device cuda against PyTorch on the same GPU: eager (FP32 / TF32 / AMP) and torch.compile.
+# The PyTorch side runs in tools/bench/torch_gpu_worker.py, one child process per measurement.
+
+WORKER = os.path.join(HERE, "torch_gpu_worker.py")
+GPU_BENCH = os.path.join(BENCH, "gpu")
+_ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}
+GPU_MODELS = {
+    # warmup/steps: defaults per model (--warmup/--steps override them for every model).
+    "seed_mlp": dict(MODELS["seed_mlp"], warmup=20, steps=200, data_batches=BATCHES_OF_DATA, generate=True),
+    "fashion_mlp": dict(MODELS["fashion_mlp"], warmup=50, steps=500, data_batches=BATCHES_OF_DATA, generate=False),
+    "wide_mlp_4095": dict(
+        _ADAM, layers=[1024, 4095, 4095, 4095, 1024], batch=4096, features_input="x", flatten=False,
+        warmup=10, steps=100, data_batches=4, generate=True, pad_variants=["auto", 1],
+        describe="Linear 1024-4095-4095-4095-1024 (ReLU), batch 4096, 1024 classes, AdamW(lr 1e-3, wd 0) = Adam, "
+                 "random data: GEMM-bound, hidden size one short of a multiple of 8 (issue 5). mpc runs it with "
+                 "padding on (the backend's multiple: 4095 -> 4096) and off (--pad-multiple 1); PyTorch runs it "
+                 "as it is"),
+    "wide_mlp_4096": dict(
+        _ADAM, layers=[1024, 4096, 4096, 4096, 1024], batch=4096, features_input="x", flatten=False,
+        warmup=10, steps=100, data_batches=4, generate=True,
+        describe="Linear 1024-4096-4096-4096-1024 (ReLU), batch 4096, 1024 classes, AdamW(lr 1e-3, wd 0) = Adam, "
+                 "random data: wide_mlp_4095 with tensor-core-friendly sizes (issue 5)"),
+    "mlp_block_4096": dict(
+        _ADAM, layers=[4096, 16384, 4096], batch=8192, features_input="x", flatten=False,
+        warmup=5, steps=40, data_batches=2, generate=True, fp8_include_first_last=True,
+        describe="transformer-style MLP block: Linear 4096-16384, ReLU, Linear 16384-4096 on 8192 tokens per step "
+                 "(e.g. batch 4 x sequence 2048), softmax cross-entropy over the 4096 outputs as the loss, "
+                 "AdamW(lr 1e-3, wd 0), random data (issue 7). ReLU, not GELU: mpc imports opsets 13-17, where "
+                 "GELU exists only as an Erf decomposition (five elementwise passes over the 8192x16384 "
+                 "activation). Under --precision fp8 both GEMMs are eligible (spec `fp8 { include_first_last: "
+                 "true }`)"),
+}
+GPU_PRECISIONS = ["f32", "tf32", "bf16", "fp16", "fp8"]
+RATE_KEY = {"f32": "f32", "tf32": "tf32", "bf16": "bf16", "fp16": "f16", "fp8": "fp8"}
+TORCH_SETUP = {"f32": "FP32 (TF32 off)", "tf32": "TF32 matmuls", "bf16": "AMP bf16", "fp16": "AMP fp16 + GradScaler"}
+TORCH_VARIANT_NAME = {"eager": "torch eager", "compile": "torch.compile"}
+
+
+def gpu_steps(cfg, args):
+    if args.quick:
+        return (args.warmup or 3), (args.steps or 10)
+    return (args.warmup or cfg["warmup"]), (args.steps or cfg["steps"])
+
+
+def gpu_pad_variants(cfg, args):
+    if args.pad_variants:
+        return [v if v == "auto" else int(v) for v in args.pad_variants.split(",")]
+    return cfg.get("pad_variants", ["auto"])
+
+
+def mpc_gpu_flags(device, precision, pad):
+    """mpc-train / mpc compile flags of one mpc row (the spec itself is precision-neutral)."""
+    flags = ["--device", device, "--precision", precision]
+    if pad != "auto":
+        flags += ["--pad-multiple", str(pad)]
+    if precision == "fp16":
+        flags += ["--loss-scaling", "dynamic"]   # what `auto` gives fp16; explicit in the recorded command
+    return flags
+
+
+def mpc_label(pad, pads):
+    if len(pads) == 1 and pad == "auto":
+        return "mpc"
+    return "mpc, padding auto" if pad == "auto" else f"mpc, --pad-multiple {pad}" + (" (off)" if pad == 1 else "")
+
+
+def gpu_model_dir(name):
+    return os.path.join(GPU_BENCH, name)
+
+
+def gpu_asset_cfg(name, cfg, batch):
+    a = {"dir": gpu_model_dir(name), "name": name, "layers": cfg["layers"], "batch": batch,
+         "data_batches": cfg["data_batches"], "generate": cfg["generate"]}
+    if not cfg["generate"]:
+        a.update(onnx=os.path.join(ROOT, "models", name, f"{name}.onnx"), fashion_idx=FASHION_IDX,
+                 scale=FASHION_SCALE, shift=FASHION_SHIFT)
+    return a
+
+
+def gpu_spec_path(name, batch, total_steps):
+    return os.path.join(gpu_model_dir(name), f"bench_b{batch}_s{total_steps}.spec")
+
+
+def gpu_spec_text(cfg, assets, batch, total_steps):
+    fp8 = "fp8 { include_first_last: true }\n" if cfg.get("fp8_include_first_last") else ""
+    return f"""# Generated by tools/bench/bench.py --device cuda; do not edit. Device, precision, padding and
+# loss scaling are given on the command line (see the results file).
+model: "{assets['onnx']}"
+features_input: "{cfg['features_input']}"
+loss {{ type: SOFTMAX_CROSS_ENTROPY output: "logits" }}
+train_data {{
+  npy {{ features: "{assets['features']}" labels: "{assets['labels']}" }}
+  shuffle: false
+}}
+batch_size: {batch}
+steps: {total_steps}
+optimizer {{ adamw {{ lr: {cfg['lr']} beta1: {cfg['beta1']} beta2: {cfg['beta2']} eps: {cfg['eps']} weight_decay: {cfg['weight_decay']} }} }}
+schedule {{ constant {{}} }}
+seed: 1
+{fp8}"""
+
+
+def worker_cfg(name, cfg, assets, batch, warmup, steps, precision, variant, device):
+    return {"device": device, "variant": variant, "precision": precision, "onnx": assets["onnx"],
+            "features": assets["features"], "labels": assets["labels"], "layers": cfg["layers"],
+            "flatten": bool(cfg.get("flatten")), "batch": batch, "warmup": warmup, "steps": steps,
+            "lr": cfg["lr"], "beta1": cfg["beta1"], "beta2": cfg["beta2"], "eps": cfg["eps"],
+            "weight_decay": cfg["weight_decay"], "matmul_n": 4096 if device == "cuda" else 256}
+
+
+class SmiSampler:
+    """GPU memory while a child process runs, from two `nvidia-smi ... -lms INTERVAL` loops started
+    before it and stopped after it: per-process used memory (--query-compute-apps) and the device's
+    memory.used (--query-gpu; its peak minus the value just before the child started is the fallback
+    where the process list is empty, as it is in many containers)."""
+
+    def __init__(self, interval_ms):
+        self.procs = []
+        self.baseline = None
+        if interval_ms <= 0 or not shutil.which("nvidia-smi"):
+            return
+        self.baseline = device_memory_used_mib()
+        for kind, query in (("apps", "--query-compute-apps=pid,used_memory"), ("gpu", "--query-gpu=memory.used")):
+            f = tempfile.TemporaryFile(mode="w+")
+            p = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-lms", str(interval_ms)],
+                                 stdout=f, stderr=subprocess.DEVNULL)
+            self.procs.append((kind, p, f))
+
+    def stop(self, pid):
+        if not self.procs:
+            return None
+        per_pid, device_peak = {}, None
+        for kind, p, f in self.procs:
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            f.seek(0)
+            for line in f:
+                parts = [x.strip() for x in line.split(",")]
+                try:
+                    if kind == "apps" and len(parts) == 2:
+                        q, mib_used = int(parts[0]), float(parts[1])
+                        per_pid[q] = max(per_pid.get(q, 0.0), mib_used)
+                    elif kind == "gpu" and len(parts) == 1:
+                        device_peak = max(device_peak or 0.0, float(parts[0]))
+                except ValueError:
+                    pass
+            f.close()
+        peak, matched = per_pid.get(pid), pid in per_pid
+        if peak is None and len(per_pid) == 1:
+            # Inside a container nvidia-smi lists host PIDs; the one process it saw is the child.
+            peak = next(iter(per_pid.values()))
+        out = {"pid_peak_mib": peak, "pid_matched": matched, "pids_seen": {str(k): v for k, v in per_pid.items()},
+               "device_peak_mib": device_peak, "device_baseline_mib": self.baseline}
+        if device_peak is not None and self.baseline is not None:
+            out["device_delta_mib"] = device_peak - self.baseline
+        return out
+
+
+def device_memory_used_mib():
+    try:
+        return max(float(x) for x in run_text(["nvidia-smi", "--query-gpu=memory.used",
+                                               "--format=csv,noheader,nounits"]).split())
+    except ValueError:
+        return None
+
+
+def smi_text(smi):
+    """The nvidia-smi part of a memory cell."""
+    if not smi:
+        return "nvidia-smi: n/a"
+    if smi.get("pid_peak_mib") is not None:
+        return (f"nvidia-smi process peak {smi['pid_peak_mib']:.0f} MiB" +
+                ("" if smi.get("pid_matched") else " (the only process listed; its PID is another namespace's)"))
+    if smi.get("device_delta_mib") is not None:
+        return (f"nvidia-smi device used +{smi['device_delta_mib']:.0f} MiB over idle (the process was not in "
+                "nvidia-smi's process list)")
+    return "nvidia-smi: no samples"
+
+
+def gpu_info():
+    """GPU name, driver, memory and the driver's CUDA version, from nvidia-smi."""
+    info = {}
+    q = run_text(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,pci.bus_id,power.limit,clocks.max.sm",
+                  "--format=csv,noheader"])
+    if q:
+        first = [x.strip() for x in q.splitlines()[0].split(",")]
+        keys = ["name", "driver", "memory_total", "pci_bus_id", "power_limit", "max_sm_clock"]
+        info.update(zip(keys, first))
+        info["count"] = len(q.splitlines())
+    head = run_text(["nvidia-smi"])
+    for tok in head.split("CUDA Version:")[1:2]:
+        info["cuda_driver_version"] = tok.split()[0]
+    return info
+
+
+def machine_slug(info):
+    """'h100' from 'NVIDIA H100 80GB HBM3', for the results file name."""
+    for tok in info.get("name", "").replace("-", " ").split():
+        if len(tok) >= 3 and tok[0].isalpha() and any(c.isdigit() for c in tok) and tok.upper() not in ("80GB", "HBM3"):
+            return tok.lower()
+    rest = [t.lower() for t in info.get("name", "").replace("-", " ").split() if t.lower() != "nvidia"]
+    return "-".join(rest) or "gpu"
+
+
+def cuda_home():
+    for c in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if c and os.path.exists(os.path.join(c, "include", "cublasLt.h")):
+            return c
+    nvcc = shutil.which("nvcc")
+    return os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if nvcc else "/usr/local/cuda"
+
+
+def rate_probe_plan(build_dir):
+    """(binary, build command or None, where it comes from) for the cuBLASLt matmul-rate probe."""
+    src = os.path.join(HERE, "cublaslt_matmul_rate.cc")
+    cmake_bin = os.path.join(build_dir, "cublaslt_matmul_rate")
+    if os.path.exists(cmake_bin) and os.path.getmtime(cmake_bin) >= os.path.getmtime(src):
+        return cmake_bin, None, "the CMake target in the build directory"
+    out = os.path.join(BENCH, "cublaslt_matmul_rate")
+    cuda = cuda_home()
+    lib = os.path.join(cuda, "lib64") if os.path.isdir(os.path.join(cuda, "lib64")) else os.path.join(cuda, "lib")
+    cmd = ["g++", "-O2", "-std=c++17", f"-I{cuda}/include", "-o", out, src, f"-L{lib}", "-lcublasLt", "-lcudart",
+           f"-Wl,-rpath,{lib}"]
+    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(src):
+        return out, None, f"build/bench (built earlier with `{' '.join(cmd)}`)"
+    return out, cmd, f"build/bench, built with `{' '.join(cmd)}`"
+
+
+def cublaslt_rate(binary, n, reps, env):
+    probe = LoadProbe()
+    try:
+        out = subprocess.run([binary, str(n), str(reps)], capture_output=True, text=True, env=env, timeout=900)
+        lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+        res = json.loads(lines[-1]) if lines else {"error": f"no output (exit {out.returncode}): {out.stderr[-500:]}"}
+    except (OSError, subprocess.TimeoutExpired) as e:
+        res = {"error": f"{type(e).__name__}: {e}"}
+    res["load"] = probe.finish()
+    return res
+
+
+def missing_libs(binary, env):
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, env=env, check=False).stdout
+    return [l.split()[0] for l in out.splitlines() if "not found" in l]
+
+
+def wheel_lib_dirs(python):
+    """The lib/ folders of the nvidia-* wheels (cuDNN, cuBLAS, ...) next to this Python's torch."""
+    code = ("import json, os\nd = []\ntry:\n    import nvidia\n    for p in nvidia.__path__:\n"
+            "        for s in sorted(os.listdir(p)):\n            l = os.path.join(p, s, 'lib')\n"
+            "            if os.path.isdir(l): d.append(l)\nexcept Exception: pass\nprint(json.dumps(d))")
+    try:
+        return json.loads(run_text([python, "-c", code]) or "[]")
+    except ValueError:
+        return []
+
+
+def mpc_gpu_env(python):
+    """os.environ, plus the nvidia wheels' lib folders appended to LD_LIBRARY_PATH when mpc-train
+    cannot otherwise find a library it needs (../shared/GPU.md, step 3). Returns (env, note)."""
+    env = dict(os.environ)
+    missing = missing_libs(MPC_TRAIN, env)
+    if not missing:
+        return env, ""
+    dirs = wheel_lib_dirs(python)
+    if dirs:
+        env["LD_LIBRARY_PATH"] = ":".join([p for p in [env.get("LD_LIBRARY_PATH", "")] if p] + dirs)
+    still = missing_libs(MPC_TRAIN, env)
+    note = (f"mpc-train could not find {', '.join(missing)}; appended {len(dirs)} nvidia wheel lib folders to "
+            f"LD_LIBRARY_PATH for mpc" + (f"; still missing: {', '.join(still)}" if still else ""))
+    return env, note
+
+
+def compile_report_notes(report):
+    """Padding and FP8 facts from `mpc compile --report`, for the row's note."""
+    notes = []
+    pads = report.get("padding") or []
+    if pads:
+        extra = report.get("padding_extra", {})
+        dims = sorted({f"{p['from']}→{p['to']}" for p in pads})
+        notes.append(f"padded {len(pads)} dims ({', '.join(dims)}; +{extra.get('flops_pct', 0):.2f}% GEMM FLOPs)")
+    fp8 = report.get("fp8") or []
+    if report.get("fp8_fallback"):
+        notes.append(f"fp8 fallback: {report['fp8_fallback']}")
+    elif fp8 or report.get("fp8_skipped"):
+        fwd = [g["node"] for g in fp8 if g["node"] == g["forward"]]
+        notes.append(f"FP8 GEMMs: {len(fwd)} forward + {len(fp8) - len(fwd)} backward, "
+                     f"{len(report.get('fp8_skipped') or [])} forward GEMMs left in {report.get('compute_dtype')}")
+    return notes
+
+
+def bench_mpc_gpu(name, cfg, assets, batch, warmup, steps, precision, pad, ctx):
+    """One mpc row: compile report (plan), a timed mpc-train run, GPU memory sampled meanwhile."""
+    d = gpu_model_dir(name)
+    tag = f"{precision}_pad{pad}"
+    spec = gpu_spec_path(name, batch, warmup + steps)
+    flags = mpc_gpu_flags(ctx["mpc_device"], precision, pad)
+    if os.access(MPC, os.X_OK):
+        report = mpc_compile_report(spec, os.path.join(d, f"compile_report_{tag}.json"), flags, ctx["mpc_env"],
+                                    ctx["worker_timeout"])
+    else:
+        report = {}   # no `mpc` binary: the activation plan comes from mpc-train's summary record below
+    mem = report.get("memory", {})
+    log_path = os.path.join(d, f"mpc-train_{tag}.log")
+    probe = LoadProbe()
+    sampler = SmiSampler(ctx["smi_interval"])
+    started = {}
+    try:
+        if ctx["timing"] == "fifo":
+            chunks, maxrss = run_mpc_fifo(spec, ctx["threads"], log_path, flags, ctx["mpc_env"],
+                                          on_start=lambda pid: started.update(pid=pid),
+                                          timeout=ctx["worker_timeout"])
+            timed, train, summary, merged = fifo_step_times(chunks, warmup, steps)
+            method = "fifo"
+        else:
+            recs, maxrss = run_mpc_plain_env(spec, ctx["threads"], os.path.join(d, f"m_{tag}.jsonl"), log_path, flags,
+                                             ctx["mpc_env"], ctx["worker_timeout"])
+            recs_w, _ = run_mpc_plain_env(gpu_spec_for_steps(name, cfg, assets, batch, warmup), ctx["threads"],
+                                          os.path.join(d, f"m_w_{tag}.jsonl"), log_path + ".warmup", flags,
+                                          ctx["mpc_env"], ctx["worker_timeout"])
+            summary = [r for r in recs if r["kind"] == "summary"][0]
+            sw = [r for r in recs_w if r["kind"] == "summary"][0]
+            timed = [(summary["wall_s"] - sw["wall_s"]) / steps]
+            train = [r for r in recs if r["kind"] == "train"]
+            merged, method = 0, "diff"
+    finally:
+        smi = sampler.stop(started.get("pid"))
+    log_text = open(log_path).read() if os.path.exists(log_path) else ""
+    notes = compile_report_notes(report)
+    for line in log_text.splitlines():
+        if "capture failed" in line:
+            notes.append("CUDA graph capture failed, kernels ran one by one: " + line.split(":", 2)[-1].strip()[:160])
+    if summary.get("skipped_steps"):
+        notes.append(f"{summary['skipped_steps']} steps skipped (loss scaling)")
+    return {"kind": "mpc", "pad": pad, "flags": flags, "spec": spec, "step_times": timed,
+            "median_s": statistics.median(timed), "mean_s": statistics.fmean(timed), "method": method,
+            "merged_reads": merged, "losses": [r["loss"] for r in train], "summary": summary, "max_rss": maxrss,
+            "arena_bytes": mem.get("planned_peak_bytes", summary.get("planned_peak_bytes", 0)),
+            "outside_arena_bytes": mem.get("unplanned_bytes"),
+            "persistent_bytes": mem.get("persistent_bytes"), "report": {k: report.get(k) for k in (
+                "padding", "padding_extra", "fp8", "fp8_skipped", "fp8_fallback", "compute_dtype", "program")},
+            "smi": smi, "load": probe.finish(), "notes": notes, "log": log_path}
+
+
+def run_mpc_plain_env(spec, threads, metrics_path, log_path, extra, env, timeout=None):
+    """run_mpc_plain with extra flags and an environment (--mpc-timing diff on the GPU)."""
+    env = dict(env, OMP_NUM_THREADS=str(threads))
+    with open(log_path, "w") as logf:
+        proc = subprocess.run([MPC_TRAIN, "--spec", spec, "--metrics", metrics_path, *extra], stdout=logf,
+                              stderr=subprocess.STDOUT, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        with open(log_path) as f:
+            raise RuntimeError(f"mpc-train failed ({proc.returncode}):\n{f.read()[-2000:]}")
+    with open(metrics_path) as f:
+        return [json.loads(l) for l in f if l.strip()], 0
+
+
+def gpu_spec_for_steps(name, cfg, assets, batch, total):
+    path = gpu_spec_path(name, batch, total)
+    with open(path, "w") as f:
+        f.write(gpu_spec_text(cfg, assets, batch, total))
+    return path
+
+
+def bench_torch_gpu(name, cfg, assets, batch, warmup, steps, precision, variant, ctx):
+    """One PyTorch row: torch_gpu_worker.py in a child process; failures become the row's note."""
+    wcfg = worker_cfg(name, cfg, assets, batch, warmup, steps, precision, variant, ctx["torch_device"])
+    log_path = os.path.join(gpu_model_dir(name), f"torch_{variant}_{precision}.log")
+    probe = LoadProbe()
+    sampler = SmiSampler(ctx["smi_interval"])
+    proc = subprocess.Popen([ctx["python"], WORKER, json.dumps(wcfg)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=ctx["worker_timeout"])
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        timed_out = True
+    smi = sampler.stop(proc.pid)
+    load = probe.finish()
+    with open(log_path, "w") as f:
+        f.write(err)
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if timed_out:
+        res = {"error": f"timed out after {ctx['worker_timeout']} s (--worker-timeout)"}
+    elif not lines:
+        res = {"error": f"worker exited {proc.returncode} without a result: "
+                        f"{(err.strip().splitlines() or [''])[-1][:300]}"}
+    else:
+        res = json.loads(lines[-1])
+    res.update(kind="torch", variant=variant, smi=smi, load=load, log=log_path)
+    return res
+
+
+def gpu_profile(name, precision, spec, flags, ctx):
+    log_path = os.path.join(gpu_model_dir(name), f"mpc-train-profile_{precision}.log")
+    return mpc_profile(spec, ctx["threads"], log_path, flags, ctx["mpc_env"], ctx["worker_timeout"])
+
+
+def first_line(e):
+    return (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
+
+
+def main_gpu(args):
+    """--device cuda: see the module docstring and tools/bench/README.md."""
+    emulate = args.emulate_on_cpu
+    models = (args.models or "seed_mlp,fashion_mlp").split(",")
+    for m in models:
+        if m not in GPU_MODELS:
+            sys.exit(f"bench: unknown model {m!r} for --device cuda (have {', '.join(GPU_MODELS)})")
+    precisions = (args.precision or ",".join(GPU_PRECISIONS)).split(",")
+    for p in precisions:
+        if p not in GPU_PRECISIONS:
+            sys.exit(f"bench: unknown precision {p!r} for --device cuda (have {', '.join(GPU_PRECISIONS)})")
+    variants = args.torch_variants.split(",") if args.torch_variants else ["eager", "compile"]
+    for v in variants:
+        if v not in TORCH_VARIANT_NAME:
+            sys.exit(f"bench: unknown --torch-variants entry {v!r} (have eager, compile)")
+    if args.pad_variants:
+        for v in args.pad_variants.split(","):
+            if v != "auto" and not (v.isdigit() and int(v) >= 1):
+                sys.exit(f"bench: --pad-variants takes 'auto' or positive integers, not {v!r}")
+    ctx = {"python": sys.executable, "threads": args.threads, "timing": args.mpc_timing,
+           "mpc_device": "cpu" if emulate else "cuda", "torch_device": "cpu" if emulate else "cuda",
+           "smi_interval": 0 if emulate else args.smi_interval_ms, "worker_timeout": args.worker_timeout}
+    command = (f"{sys.executable} tools/bench/bench.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:]))
+    start_time = datetime.datetime.now().astimezone()
+    t_start = time.time()
+
+    plan = []   # (name, cfg, batch, warmup, steps, pads)
+    for name in models:
+        cfg = GPU_MODELS[name]
+        batch = args.batch or cfg["batch"]
+        warmup, steps = gpu_steps(cfg, args)
+        plan.append((name, cfg, batch, warmup, steps, gpu_pad_variants(cfg, args)))
+
+    if args.dry_run:
+        return gpu_dry_run(args, ctx, plan, precisions, variants, command)
+
+    if not os.access(MPC_TRAIN, os.X_OK):
+        sys.exit(f"bench: {MPC_TRAIN} is missing; build first, or point --build-dir at the build with the CUDA backend")
+    if not os.access(MPC, os.X_OK):
+        log(f"{MPC} is missing: running without `mpc compile --report` (no padding/FP8 notes; the memory plan is "
+            "the activation arena from mpc-train's summary only)")
+    ctx["mpc_env"], env_note = (dict(os.environ), "") if emulate else mpc_gpu_env(ctx["python"])
+    if env_note:
+        log(env_note)
+    info = {} if emulate else gpu_info()
+    machine = args.machine or ("cpu-emulation" if emulate else machine_slug(info))
+    os.makedirs(BENCH, exist_ok=True)
+
+    rate_bin, rate_build, rate_from = (None, None, "") if emulate else rate_probe_plan(BUILD_DIR)
+    rate_before = rate_after = {"error": "not measured (--emulate-on-cpu)"} if emulate else None
+    if not emulate:
+        if rate_build:
+            log("building", os.path.relpath(rate_bin, ROOT))
+            b = subprocess.run(rate_build, capture_output=True, text=True)
+            if b.returncode != 0:
+                rate_before = {"error": f"building the probe failed: {b.stderr[-400:]}"}
+        if rate_before is None:
+            log(f"measuring the cuBLASLt matmul rate ({args.rate_n}³)")
+            rate_before = cublaslt_rate(rate_bin, args.rate_n, args.rate_reps, ctx["mpc_env"])
+            log("  " + (", ".join(f"{k} {rate_before[k].get('median_gflops', rate_before[k].get('error'))}"
+                                  for k in RATE_KEY.values() if isinstance(rate_before.get(k), dict))
+                        or str(rate_before.get("error"))))
+
+    results = []
+    state = {"command": command, "start_time": start_time, "machine": machine, "info": info, "env_note": env_note,
+             "rate_from": rate_from, "emulate": emulate, "args": args, "ctx": ctx, "models": models}
+    out_path = gpu_results_path(args, state)
+    for name, cfg, batch, warmup, steps, pads in plan:
+        if args.time_budget and time.time() - t_start > args.time_budget:
+            for precision in precisions:
+                results.append({"model": name, "precision": precision, "batch": batch, "cfg": cfg, "warmup": warmup,
+                                "steps": steps, "assets": {}, "runs": [],
+                                "skipped": f"not run: past --time-budget {args.time_budget:.0f} s"})
+            log(f"{name}: not run: past --time-budget {args.time_budget:.0f} s")
+            continue
+        log(f"{name}: assets")
+        acfg = gpu_asset_cfg(name, cfg, batch)
+        a = subprocess.run([ctx["python"], WORKER, "--make-assets", json.dumps(acfg)], capture_output=True, text=True)
+        if a.returncode != 0:
+            sys.exit(f"bench: making {name}'s model and data failed:\n{a.stderr[-2000:]}")
+        assets = json.loads(a.stdout.strip().splitlines()[-1])
+        gpu_spec_for_steps(name, cfg, assets, batch, warmup + steps)
+        for precision in precisions:
+            row = {"model": name, "precision": precision, "batch": batch, "cfg": cfg, "warmup": warmup,
+                   "steps": steps, "assets": assets, "runs": []}
+            results.append(row)
+            if args.time_budget and time.time() - t_start > args.time_budget:
+                row["skipped"] = f"not run: past --time-budget {args.time_budget:.0f} s"
+                log(f"{name} {precision}: {row['skipped']}")
+                continue
+            for pad in pads:
+                label = mpc_label(pad, pads)
+                log(f"{name} {precision}: {label} ({warmup}+{steps} steps)")
+                try:
+                    res = bench_mpc_gpu(name, cfg, assets, batch, warmup, steps, precision, pad, ctx)
+                    log(f"  {fmt_ms(res['median_s'])} ms/step")
+                except Unsupported as e:
+                    # No device / no CUDA backend is a broken setup, not a missing feature.
+                    broken = any(k in str(e) for k in ("no CUDA device", "has no CUDA backend"))
+                    res = {"kind": "mpc", "pad": pad, ("error" if broken else "unsupported"): str(e),
+                           "flags": mpc_gpu_flags(ctx["mpc_device"], precision, pad)}
+                    log(f"  {'failed' if broken else 'not supported by mpc'}: {e}")
+                except (RuntimeError, OSError, IndexError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
+                    res = {"kind": "mpc", "pad": pad, "error": first_line(e),
+                           "flags": mpc_gpu_flags(ctx["mpc_device"], precision, pad)}
+                    log(f"  failed: {first_line(e)}")
+                res["label"] = label
+                row["runs"].append(res)
+            for v in variants:
+                label = f"{TORCH_VARIANT_NAME[v]}, {TORCH_SETUP.get(precision, precision)}"
+                if precision == "fp8":
+                    if v == variants[0]:
+                        row["runs"].append({"kind": "torch", "variant": v, "label": "torch", "na": True})
+                    continue
+                w = max(warmup, 3) if v == "compile" else warmup
+                log(f"{name} {precision}: {label} ({w}+{steps} steps)")
+                res = bench_torch_gpu(name, cfg, assets, batch, w, steps, precision, v, ctx)
+                res["label"] = label
+                log(f"  {fmt_ms(res['median_s']) + ' ms/step' if 'median_s' in res else res.get('error')}")
+                row["runs"].append(res)
+            first_mpc = next((r for r in row["runs"] if r["kind"] == "mpc" and "median_s" in r), None)
+            if first_mpc and not args.no_profile:
+                log(f"{name} {precision}: mpc-train --profile")
+                try:
+                    row["profile"] = gpu_profile(name, precision, first_mpc["spec"], first_mpc["flags"], ctx)
+                except subprocess.CalledProcessError as e:
+                    row["profile_error"] = first_line(e.stderr or e)
+                except subprocess.TimeoutExpired as e:
+                    row["profile_error"] = first_line(e)
+            write_gpu_report(out_path, state, results, rate_before, None, final=False)
+    if not emulate and rate_bin and "error" not in rate_before:
+        log("measuring the cuBLASLt matmul rate again")
+        rate_after = cublaslt_rate(rate_bin, args.rate_n, args.rate_reps, ctx["mpc_env"])
+    elif not emulate:
+        rate_after = rate_before
+    table = write_gpu_report(out_path, state, results, rate_before, rate_after, final=True)
+    print(table)
+    raw = os.path.join(args.out_dir or BENCH, "last_gpu_run.json")
+    os.makedirs(os.path.dirname(os.path.abspath(raw)), exist_ok=True)
+    with open(raw, "w") as f:
+        json.dump({"results": [{k: v for k, v in r.items() if k != "cfg"} for r in results], "gpu": info,
+                   "rate_before": rate_before, "rate_after": rate_after, "command": command}, f, indent=1, default=str)
+    if args.out_dir:
+        copy_logs(results, os.path.join(args.out_dir, "logs"))
+    log(f"wrote {out_path} (raw numbers: {raw})")
+    return 0
+
+
+def copy_logs(results, dest):
+    """The small per-run logs (mpc-train, torch workers, compile reports, profiles) next to the results."""
+    os.makedirs(dest, exist_ok=True)
+    for name in sorted({r["model"] for r in results}):
+        d = gpu_model_dir(name)
+        if not os.path.isdir(d):
+            continue
+        for f in os.listdir(d):
+            if f.endswith((".log", ".json", ".spec", ".warmup")) and os.path.getsize(os.path.join(d, f)) < 4 << 20:
+                shutil.copy(os.path.join(d, f), os.path.join(dest, f"{name}__{f}"))
+
+
+def gpu_results_path(args, state):
+    if args.out:
+        return args.out
+    what = args.what or "-".join(state["models"])
+    base = f"{state['start_time']:%Y-%m-%d}-gpu-{state['machine']}-{what}.md"
+    if args.out_dir:
+        return os.path.join(args.out_dir, base)
+    if args.quick or state["emulate"]:
+        return os.path.join(BENCH, "results", base)
+    return os.path.join(HERE, "results", base)
+
+
+def gpu_dry_run(args, ctx, plan, precisions, variants, command):
+    """Prints what `--device cuda` would run, without running (or generating) anything."""
+    q = lambda cmd: " ".join(shlex.quote(str(c)) for c in cmd)   # noqa: E731
+    print(f"# {command}\n# dry run: nothing is generated, built or run\n")
+    print(f"python for the PyTorch workers: {ctx['python']}")
+    for b in (MPC_TRAIN, MPC):
+        print(f"mpc binary: {b} ({'present' if os.access(b, os.X_OK) else 'MISSING'})")
+    rate_bin, rate_build, rate_from = rate_probe_plan(BUILD_DIR)
+    print("GPU info: nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id,power.limit,clocks.max.sm "
+          "--format=csv,noheader; nvidia-smi (header: CUDA version)")
+    if rate_build:
+        print(f"build matmul-rate probe: {q(rate_build)}")
+    print(f"matmul rate (before and after the models; probe from {rate_from.split(',')[0]}): "
+          f"{q([rate_bin, args.rate_n, args.rate_reps])}")
+    if ctx["smi_interval"] > 0:
+        print(f"while each run: nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits "
+              f"-lms {ctx['smi_interval']}  and  nvidia-smi --query-gpu=memory.used ... -lms {ctx['smi_interval']}")
+    fake = "<fifo>"
+    for name, cfg, batch, warmup, steps, pads in plan:
+        acfg = gpu_asset_cfg(name, cfg, batch)
+        n = batch * cfg["data_batches"]
+        assets = {"onnx": acfg.get("onnx") or os.path.join(acfg["dir"], f"{name}.onnx"),
+                  "features": os.path.join(acfg["dir"], f"features_{n}.npy"),
+                  "labels": os.path.join(acfg["dir"], f"labels_{n}.npy")}
+        print(f"\n## {name}: {cfg['describe']}")
+        print(f"assets: {q([ctx['python'], WORKER, '--make-assets', json.dumps(acfg)])}")
+        spec = gpu_spec_path(name, batch, warmup + steps)
+        print(f"spec {spec}:")
+        print("    " + gpu_spec_text(cfg, assets, batch, warmup + steps).replace("\n", "\n    ").rstrip())
+        needed, conv = matmul_flops(cfg, batch)
+        print(f"matmul work per step: {fmt_flops(needed)} needed ({fmt_flops(conv)} as 6·B·Σ in·out)")
+        for precision in precisions:
+            print(f"\n### {name} {precision}: {warmup} warm-up + {steps} timed steps")
+            for pad in pads:
+                flags = mpc_gpu_flags(ctx["mpc_device"], precision, pad)
+                tag = f"{precision}_pad{pad}"
+                print(f"[{mpc_label(pad, pads)}]")
+                print("  " + q([MPC, "compile", "--spec", spec, "--report",
+                                os.path.join(gpu_model_dir(name), f"compile_report_{tag}.json"), *flags]))
+                print("  " + q([MPC_TRAIN, "--spec", spec, "--metrics", fake, *flags]))
+                if not args.no_profile and pad == pads[0]:
+                    print("  " + q([MPC_TRAIN, "--spec", spec, "--profile", *flags]))
+            for v in variants:
+                if precision == "fp8":
+                    print("[torch] n/a: PyTorch has no FP8 training recipe of its own")
+                    break
+                w = max(warmup, 3) if v == "compile" else warmup
+                wc = worker_cfg(name, cfg, assets, batch, w, steps, precision, v, ctx["torch_device"])
+                print(f"[{TORCH_VARIANT_NAME[v]}, {TORCH_SETUP[precision]}]")
+                print("  " + q([ctx["python"], WORKER, json.dumps(wc)]))
+    state = {"start_time": datetime.datetime.now().astimezone(), "machine": args.machine or "<gpu>",
+             "emulate": args.emulate_on_cpu, "models": [p[0] for p in plan]}
+    print(f"\nresults file: {gpu_results_path(args, state)}")
+    return 0
+
+
+def fmt_tflops(x):
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 1 else f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
+
+
+def fmt_flops(x):
+    return f"{x / 1e12:.3f} TFLOP" if x >= 1e11 else f"{x / 1e9:.3f} GFLOP"
+
+
+def _median_of(run):
+    return run.get("median_s") if run and not run.get("error") and not run.get("unsupported") else None
+
+
+def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
+    """Writes the markdown results file (again after every model x precision, so an interrupted run
+    still leaves what it measured); returns the main table."""
+    args, info, ctx = state["args"], state["info"], state["ctx"]
+    rates = {}
+    for p, k in RATE_KEY.items():
+        vals = [r[k].get("median_gflops") for r in (rate_before, rate_after)
+                if isinstance(r, dict) and isinstance(r.get(k), dict) and r[k].get("median_gflops")]
+        rates[p] = max(vals) if vals else None
+
+    head = ("| model | precision | runner | ms/step | mpc ÷ this | examples/s | TFLOP/s | % of rate "
+            "| GPU memory | notes |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in results:
+        needed, _ = matmul_flops(row["cfg"], row["batch"])
+        prate = rates.get(row["precision"])
+        ref = _median_of(next((r for r in row["runs"] if r["kind"] == "mpc"), None))
+        if row.get("skipped"):
+            lines.append(f"| {row['model']} | {row['precision']} | — | — | — | — | — | — | — | {row['skipped']} |")
+            continue
+        for r in row["runs"]:
+            cells = [row["model"], row["precision"], r["label"]]
+            med = _median_of(r)
+            if r.get("na"):
+                cells += ["n/a"] + ["—"] * 5 + ["PyTorch has no FP8 training recipe of its own (Transformer Engine / "
+                                                 "torchao are not part of this comparison)"]
+            elif r.get("unsupported"):
+                cells += ["not yet supported by mpc"] + ["—"] * 5 + [f"mpc compile: {r['unsupported'][:160]}"]
+            elif med is None:
+                cells += ["failed"] + ["—"] * 5 + [r.get("error", "?")[:200]]
+            else:
+                tflops = needed / med / 1e12
+                if r["kind"] == "mpc":
+                    if r.get("outside_arena_bytes") is None:   # no `mpc` binary, no compile report
+                        mem = f"plan: {mib(r['arena_bytes'])} MiB activation arena; {smi_text(r.get('smi'))}"
+                    else:
+                        plan = r["arena_bytes"] + r["outside_arena_bytes"]
+                        mem = (f"plan {mib(plan)} MiB ({mib(r['arena_bytes'])} arena + "
+                               f"{mib(r['outside_arena_bytes'])} other); {smi_text(r.get('smi'))}")
+                    notes = list(r.get("notes", []))
+                    ratio = "—" if r is row["runs"][0] else (f"{ref / med:.2f}" if ref else "—")
+                else:
+                    mem = (f"max allocated {mib(r['max_allocated'])} MiB (reserved {mib(r['max_reserved'])}); "
+                           f"{smi_text(r.get('smi'))}" if r.get("max_allocated") is not None else smi_text(r.get("smi")))
+                    notes = []
+                    if r.get("variant") == "compile" and r.get("first_step_s") is not None:
+                        notes.append(f"first step (compiling) {r['first_step_s']:.1f} s")
+                    if r.get("skipped_steps"):
+                        notes.append(f"{r['skipped_steps']} steps skipped (GradScaler)")
+                    if r.get("tf32_setting") and row["precision"] in ("f32", "tf32"):
+                        notes.append(f"`{r['tf32_setting']}`")
+                    ratio = f"{ref / med:.2f}" if ref else "—"
+                cells += [fmt_ms(med), ratio, f"{row['batch'] / med:.0f}", fmt_tflops(tflops),
+                          f"{100 * tflops * 1e3 / prate:.0f}%" if prate else "—", mem, "; ".join(notes)]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    table = "\n".join(lines)
+
+    md = []
+    title = "mpc vs PyTorch on the GPU" if not state["emulate"] else "mpc vs PyTorch, GPU harness emulated on the CPU"
+    md.append(f"# {title}: {', '.join(state['models'])} — {state['start_time']:%Y-%m-%d %H:%M %Z}\n")
+    if not final:
+        md.append("**INCOMPLETE:** the run was still going (or was interrupted) when this file was last written; "
+                  "rows after the last one below did not run.\n")
+    if state["emulate"]:
+        md.append("**Emulation:** `--emulate-on-cpu` ran this harness with `mpc-train --device cpu` and PyTorch on "
+                  "the CPU, as a test of the harness itself. The numbers say nothing about any GPU.\n")
+    md.append(table + "\n")
+    md.append("ms/step: median of the timed steps (warm-up excluded), host wall time per step, loss fetched every "
+              "step by both. mpc ÷ this: the first mpc row's median over this row's (below 1: mpc is faster). "
+              "TFLOP/s: the matmul work one step needs (unpadded model; see Method) over the median. % of rate: "
+              "against the cuBLASLt matmul rate of the row's precision measured in this run (" +
+              ", ".join(f"{p}: {rates[p] / 1e3:.0f} TFLOP/s" for p in RATE_KEY if rates.get(p)) +
+              (" — none measured" if not any(rates.values()) else "") + "). GPU memory: mpc's compiler plan "
+              "(mpc-train reports no measured device peak, so the plan is all mpc itself says) and, for both, "
+              "the peak nvidia-smi sampled while the process ran (includes the CUDA context and library "
+              "workspaces); PyTorch's torch.cuda.max_memory_allocated / max_memory_reserved.\n")
+    md.append(gpu_derived_ratios(results))
+
+    md.append("## Machine and versions\n")
+    md.append(f"- date: {state['start_time'].isoformat(timespec='seconds')}")
+    if info:
+        md.append(f"- GPU: {info.get('name')} ({info.get('memory_total')}, {info.get('count')} device(s)), driver "
+                  f"{info.get('driver')}, CUDA {info.get('cuda_driver_version')} (driver API, nvidia-smi), power limit "
+                  f"{info.get('power_limit')}, max SM clock {info.get('max_sm_clock')}")
+    rb = rate_before if isinstance(rate_before, dict) else {}
+    if rb.get("device"):
+        md.append(f"- matmul-rate probe: {rb.get('device')} sm_{rb.get('sm')}, {rb.get('sms')} SMs; CUDA runtime "
+                  f"{rb.get('runtime')}, driver {rb.get('driver')}, cuBLASLt {rb.get('cublaslt')}; probe from "
+                  f"{state['rate_from']}")
+    torch_run = next((r for row in results for r in row["runs"] if r["kind"] == "torch" and r.get("torch")), None)
+    if torch_run:
+        md.append(f"- PyTorch {torch_run['torch']} (CUDA {torch_run.get('torch_cuda')}, cuDNN {torch_run.get('cudnn')}), "
+                  f"Python {torch_run.get('python')} (`{ctx['python']}`); AdamW fused={torch_run['adamw']['fused']}, "
+                  f"foreach={torch_run['adamw']['foreach']} (the multi-tensor path taken: "
+                  f"{torch_run['adamw']['foreach_effective']})"
+                  + (f"; {torch_run['tf32_setting']}" if torch_run.get("tf32_setting") else ""))
+    commit = run_text(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
+    dirty = run_text(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])
+    mtime = datetime.datetime.fromtimestamp(os.path.getmtime(MPC_TRAIN)).astimezone()
+    md.append(f"- mpc: commit `{commit}`{' (working tree has uncommitted changes)' if dirty else ''}, `{MPC_TRAIN}` "
+              f"built {mtime:%Y-%m-%d %H:%M}")
+    md.append(f"- host: {cpu_model()}, {os.cpu_count()} CPUs, `{run_text(['uname', '-srm'])}`; mpc OMP threads "
+              f"{ctx['threads']}")
+    md.append(f"- LD_LIBRARY_PATH for mpc: `{ctx.get('mpc_env', {}).get('LD_LIBRARY_PATH', '')}`"
+              + (f" ({state['env_note']})" if state.get("env_note") else ""))
+    if isinstance(rate_before, dict) and rate_before.get("device"):
+        for label, rr in (("before", rate_before), ("after", rate_after)):
+            if isinstance(rr, dict):
+                md.append(f"- cuBLASLt {rr.get('m')}×{rr.get('n')}×{rr.get('k')} {rr.get('layout')} rate {label} the "
+                          "models (median of " + f"{rr.get('reps')}, GFLOP/s): " +
+                          ", ".join(f"{k} {rr[k].get('median_gflops', rr[k].get('error'))}" for k in RATE_KEY.values()
+                                    if isinstance(rr.get(k), dict)))
+    elif isinstance(rate_before, dict) and rate_before.get("error"):
+        md.append(f"- cuBLASLt matmul rate: {rate_before['error']}")
+    md.append(f"- command: `{state['command']}`\n")
+
+    md.append("## Per-run details\n")
+    md.append("| model | precision | runner | warm-up + timed | median ms | mean ms | min–max ms | CUDA-event median ms "
+              "| loss step 1 | last loss (step) | host CPU used by others | command / log |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in results:
+        for r in row["runs"]:
+            med = _median_of(r)
+            if med is None:
+                continue
+            st = r["step_times"]
+            w = r.get("warmup", row["warmup"])
+            what = r["label"] + (f" ({r['merged_reads']} records came in a shared read)" if r.get("merged_reads") else "")
+            if r["kind"] == "mpc":
+                cmd = f"`mpc-train --spec {os.path.relpath(r['spec'], ROOT)} {' '.join(r['flags'])}`"
+            else:
+                cmd = f"`{os.path.relpath(r['log'], ROOT)}`"
+            losses = r.get("losses") or [float("nan")]
+            md.append(f"| {row['model']} | {row['precision']} | {what} | {w} + {len(st) if r.get('method') != 'diff' else row['steps']} "
+                      f"| {fmt_ms(med)} | {fmt_ms(r['mean_s'])} | {fmt_ms(min(st))}–{fmt_ms(max(st))} | "
+                      f"{fmt_ms(r['event_median_s']) if r.get('event_median_s') else '—'} | {losses[0]:.6f} | "
+                      f"{losses[-1]:.6f} ({len(losses)}) | {r['load']['other_cpu_pct']}% | {cmd} |")
+    md.append("")
+    md.append("Both frameworks start from the same weights (the ONNX initializers), see the same batches in the same "
+              "order and use AdamW with the same hyperparameters, so the step-1 losses agree to the precision's "
+              "rounding; that is the check that they run the same training step.\n")
+    seen = set()
+    for row in results:
+        needed, conv = matmul_flops(row["cfg"], row["batch"])
+        if row["model"] in seen:
+            continue
+        seen.add(row["model"])
+        md.append(f"- **{row['model']}**: {row['cfg']['describe']}. Batch {row['batch']}, {row['warmup']} warm-up + "
+                  f"{row['steps']} timed steps. Matmul work per step: {fmt_flops(needed)} needed "
+                  f"({fmt_flops(conv)} by 6·B·Σ in·out). Data: {row['assets'].get('note', '')}.")
+    md.append("")
+
+    md.append("## Method\n")
+    md.append("- mpc: `mpc-train --device cuda --precision P [--pad-multiple N] [--loss-scaling dynamic]` on a generated "
+              "spec (AdamW, constant lr, `shuffle: false`). " + (
+                  "Step time per step: the gaps between arrivals of the flushed `--metrics` records, read from a named "
+                  "pipe (records that arrive in one read share their gap), median of the timed steps."
+                  if ctx["timing"] == "fifo" else
+                  "Step time: (wall_s(W+S) − wall_s(W)) / S from two runs' summary records (a mean).") +
+              " A step includes the host→device batch copy (pageable memory), the training program (a CUDA graph "
+              "replay after the first steps) and the loss fetch.")
+    md.append("- PyTorch: tools/bench/torch_gpu_worker.py in its own process per row: batch copy from pageable "
+              "host memory, zero_grad(set_to_none=True), forward + CrossEntropyLoss (under torch.autocast for AMP), "
+              "backward (GradScaler for fp16), AdamW.step() (fused=False, foreach default), loss.item(); host wall "
+              "time per step (it ends with loss.item(), which waits for the GPU) and CUDA events; warm-up dropped "
+              "(≥ 3 steps for torch.compile, whose first step compiles); median. torch.compile wraps forward + loss "
+              "(mode 'default'); backward comes from AOTAutograd, the optimizer stays eager. A variant that fails "
+              "(a compile error, a timeout) is reported as its row's note.")
+    md.append("- precisions: f32 = FP32 everywhere (mpc `--precision f32`; PyTorch with TF32 off); tf32 = FP32 "
+              "storage, TF32 GEMMs; bf16 / fp16 = mpc's autocast pass vs torch.autocast (f32 master weights and "
+              "AdamW in both; fp16 with dynamic loss scaling: mpc's on-device scaler vs GradScaler, both starting "
+              "at 65536); fp8 = mpc's FP8 pass (E4M3 forward operands, E5M2 gradients, delayed scaling; the rest "
+              "in bf16), no PyTorch counterpart.")
+    md.append("- FLOPs: forward 2·B·in·out and weight gradient 2·B·in·out per layer, input gradient 2·B·in·out for "
+              "every layer but the first, on the model's own (unpadded) sizes, over the median step time.")
+    md.append(f"- matmul rate: tools/bench/cublaslt_matmul_rate.cc, {args.rate_n}³ A^T·B per dtype (f32, TF32, bf16, "
+              "f16, FP8 E4M3 with bf16 output and fast accumulation), the fastest of cuBLASLt's heuristic "
+              f"candidates, median of {args.rate_reps} products timed with CUDA events, before and after the "
+              "models; the table uses the larger.")
+    md.append("- memory: mpc's plan from `mpc compile --report` with the same flags: activation arena "
+              "(planned_peak_bytes) + everything outside it (parameters, gradients, optimizer state, inputs). "
+              "mpc-train prints no measured device peak, so that is the plan only; " + (
+                  f"nvidia-smi sampled every {ctx['smi_interval']} ms while each process ran gives the measured side "
+                  "(the process's used memory, or the device's used memory above idle when the process list is "
+                  "empty).\n" if ctx["smi_interval"] > 0 else "nvidia-smi was not sampled.\n"))
+
+    profs = [(row, row["profile"]) for row in results if row.get("profile")]
+    prof_errors = [f"- {row['model']} {row['precision']}: `mpc-train --profile` failed: {row['profile_error']}"
+                   for row in results if row.get("profile_error")]
+    if profs or prof_errors:
+        md.append("## Where mpc's time goes (mpc-train --profile)\n")
+        md.append("Profiling runs the program op by op with a device synchronisation around each (no CUDA graph), "
+                  "so the per-op times add launch and sync overheads the timed runs do not have.\n")
+        md.extend(prof_errors + ([""] if prof_errors else []))
+        for row, (rows, done) in profs:
+            total = sum(ms for _, _, ms in rows) or 1.0
+            nsteps = row["warmup"] + row["steps"]
+            md.append(f"**{row['model']}, {row['precision']}** — {nsteps} steps (warm-up included); `{done}`\n")
+            md.append("| op | calls | total ms | ms/step | share |")
+            md.append("|---|---|---|---|---|")
+            for op, calls, ms in sorted(rows, key=lambda x: -x[2]):
+                md.append(f"| {op} | {calls} | {ms:.1f} | {ms / nsteps:.3f} | {100 * ms / total:.1f}% |")
+            md.append("")
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    tmp = out_path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(md) + "\n")
+    os.replace(tmp, out_path)
+    return table
+
+
+def gpu_derived_ratios(results):
+    """The comparisons the issues ask for, computed from the table."""
+    med = {}
+    for row in results:
+        for r in row["runs"]:
+            m = _median_of(r)
+            if m:
+                med[(row["model"], row["precision"], r["label"])] = m
+    out = []
+
+    def mpc_ms(model, precision, pad="auto"):
+        for (m, p, label), v in med.items():
+            if m == model and p == precision and label.startswith("mpc") and (
+                    (pad == "auto" and ("padding auto" in label or label == "mpc")) or
+                    (pad != "auto" and f"--pad-multiple {pad}" in label)):
+                return v
+        return None
+
+    models = list(dict.fromkeys(row["model"] for row in results))
+    for model in models:
+        f32, bf16, fp8 = mpc_ms(model, "f32"), mpc_ms(model, "bf16"), mpc_ms(model, "fp8")
+        parts = []
+        for p in ("tf32", "bf16", "fp16", "fp8"):
+            v = mpc_ms(model, p)
+            if v and f32:
+                parts.append(f"{p} {f32 / v:.2f}")
+        if parts:
+            out.append(f"- {model}: mpc f32 step time / mpc step time at: " + ", ".join(parts))
+        if bf16 and fp8:
+            goal = " (issue 7's goal: ≥ 1.4×)" if model.startswith("mlp_block") else ""
+            out.append(f"- {model}: mpc bf16 step time / mpc fp8 step time = {bf16 / fp8:.2f} (above 1: FP8 is "
+                       f"faster){goal}")
+        for p in GPU_PRECISIONS:
+            m = mpc_ms(model, p)
+            torch_rows = [(label, v) for (mm, pp, label), v in med.items()
+                          if mm == model and pp == p and label.startswith("torch")]
+            if m and torch_rows:
+                best_label, best = min(torch_rows, key=lambda x: x[1])
+                out.append(f"- {model} {p}: mpc {fmt_ms(m)} ms vs the fastest PyTorch ({best_label}) {fmt_ms(best)} ms: "
+                           f"mpc/PyTorch = {m / best:.2f}")
+    if "wide_mlp_4095" in models:
+        for p in GPU_PRECISIONS:
+            on, off = mpc_ms("wide_mlp_4095", p, "auto"), mpc_ms("wide_mlp_4095", p, 1)
+            w4096 = mpc_ms("wide_mlp_4096", p)
+            bits = []
+            if on and off:
+                bits.append(f"mpc unpadded / padded step time = {off / on:.2f} ({fmt_ms(off)} vs {fmt_ms(on)} ms)")
+            if on and w4096:
+                bits.append(f"mpc 4095 padded / 4096 step time = {on / w4096:.2f}")
+            if off and w4096:
+                bits.append(f"mpc 4095 unpadded / 4096 step time = {off / w4096:.2f}")
+            t95 = med.get(("wide_mlp_4095", p, f"torch eager, {TORCH_SETUP.get(p, p)}"))
+            t96 = med.get(("wide_mlp_4096", p, f"torch eager, {TORCH_SETUP.get(p, p)}"))
+            if t95 and t96:
+                bits.append(f"PyTorch eager 4095 / 4096 step time = {t95 / t96:.2f}")
+            if bits:
+                out.append(f"- wide_mlp_4095 {p} (issue 5): " + "; ".join(bits))
+    return ("## Derived ratios\n\n" + "\n".join(out) + "\n") if out else ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--_torch-worker", dest="torch_worker", help=argparse.SUPPRESS)
-    ap.add_argument("--models", default="seed_mlp,fashion_mlp")
-    ap.add_argument("--precision", default="f32,bf16")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cpu (default): oneDNN/CPU PyTorch; cuda: mpc-train --device cuda vs PyTorch on the GPU")
+    ap.add_argument("--models", default=None,
+                    help="comma list (default seed_mlp,fashion_mlp); --device cuda adds wide_mlp_4095, "
+                         "wide_mlp_4096, mlp_block_4096")
+    ap.add_argument("--precision", default=None,
+                    help="comma list (default f32,bf16; --device cuda: f32,tf32,bf16,fp16,fp8)")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--quick", action="store_true", help="few steps (smoke test); results under build/bench/")
@@ -694,7 +1648,8 @@ def main():
     ap.add_argument("--torch-blas", default=None, help="comma list of onednn, system (default both; --quick: onednn)")
     ap.add_argument("--mpc-timing", choices=["fifo", "diff"], default="fifo")
     ap.add_argument("--batch", type=int, default=None)
-    ap.add_argument("--machine", default="dev")
+    ap.add_argument("--machine", default=None, help="name in the results file (default dev; --device cuda: from "
+                                                    "the GPU's name, e.g. h100)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--repeat", type=int, default=1,
@@ -706,11 +1661,44 @@ def main():
     ap.add_argument("--retry-noisy", type=int, default=1,
                     help="measure again (after waiting for idle) when other processes used >10%% of the CPUs")
     ap.add_argument("--max-load", type=float, default=1.5, help="warn when the 1-minute load average is above this")
+    ap.add_argument("--build-dir", default=None, help="directory holding mpc and mpc-train (default build/)")
+    g = ap.add_argument_group("--device cuda only")
+    g.add_argument("--torch-variants", default=None, help="PyTorch variants: eager,compile (default both)")
+    g.add_argument("--pad-variants", default=None,
+                   help="mpc padding runs per model: 'auto' (the backend's multiple) and/or --pad-multiple values, "
+                        "e.g. auto,1 (default: auto; wide_mlp_4095: auto,1)")
+    g.add_argument("--dry-run", action="store_true", help="print the commands a run would execute; run nothing")
+    g.add_argument("--emulate-on-cpu", action="store_true",
+                   help="test the GPU harness without a GPU: mpc-train --device cpu and PyTorch on the CPU, "
+                        "results under build/bench/results (numbers meaningless)")
+    g.add_argument("--out-dir", default=None, help="directory for the auto-named results file, the raw JSON and "
+                                                  "the small logs (e.g. $OUT on a lent machine)")
+    g.add_argument("--what", default=None, help="the <what> of <date>-gpu-<machine>-<what>.md (default: the models)")
+    g.add_argument("--time-budget", type=float, default=0,
+                   help="seconds; model x precision rows that would start later are skipped (and say so), so "
+                        "the run ends with a complete results file (0: no budget)")
+    g.add_argument("--worker-timeout", type=float, default=900,
+                   help="seconds allowed to each mpc compile / mpc-train / PyTorch worker run (default 900)")
+    g.add_argument("--rate-n", type=int, default=8192, help="matmul-rate probe size N (N x N x N, default 8192)")
+    g.add_argument("--rate-reps", type=int, default=20, help="matmul-rate probe timed products (default 20)")
+    g.add_argument("--smi-interval-ms", type=int, default=200,
+                   help="nvidia-smi memory sampling interval (0: off; default 200)")
 
     args = ap.parse_args()
     if args.torch_worker:
         torch_worker(args.torch_worker)
         return 0
+    if args.build_dir:
+        global BUILD_DIR, MPC, MPC_TRAIN
+        BUILD_DIR = os.path.abspath(args.build_dir)
+        MPC, MPC_TRAIN = os.path.join(BUILD_DIR, "mpc"), os.path.join(BUILD_DIR, "mpc-train")
+    if args.device == "cuda":
+        return main_gpu(args)
+    if args.dry_run or args.emulate_on_cpu:
+        ap.error("--dry-run and --emulate-on-cpu go with --device cuda")
+    args.models = args.models or "seed_mlp,fashion_mlp"
+    args.precision = args.precision or "f32,bf16"
+    args.machine = args.machine or "dev"
 
     steps = args.steps if args.steps is not None else (5 if args.quick else 20)
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)

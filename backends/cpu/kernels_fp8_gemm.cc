@@ -1,0 +1,180 @@
+// CPU kernels of the real FP8 ops the fp8-lower pass emits (graph/ops_fp8_gemm.cc):
+//   Fp8Cast  x (f32/bf16/f16) -> FP8 codes of f32(x) * scale, graph/float8.h's rounding
+//            (nearest even, saturating), optionally written transposed; records max|x|
+//            into amax_history[0] exactly like Fp8Quantize (kernels_fp8.cc).
+//   Fp8Gemm  codes (E4M3/E5M2) -> each operand dequantized into f32 scratch as
+//            f32(code) * scale_inv (bit for bit what Fp8Quantize yields), then the f32
+//            oneDNN GEMM (cpu::DnnlGemm) with the bias, accumulated in f32, and the result
+//            rounded once to y's dtype. So a lowered program multiplies exactly the values
+//            the emulated one does; only oneDNN's summation order for the other operand
+//            layout can differ.
+// Scratch buffers are sized at kernel creation; Run allocates nothing.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels_matmul.h"
+#include "graph/float8.h"
+
+namespace mpc {
+namespace {
+
+using cpu::MakeKernel;
+
+template <bool kE4M3>
+inline uint8_t Encode(float v) {
+  return kE4M3 ? FloatToF8E4M3(v) : FloatToF8E5M2(v);
+}
+
+// codes of x * scale (x [rows, cols], codes [cols, rows] when transposed); returns max|x|
+// and whether x has a NaN. The format is a template argument so the loops vectorise.
+template <typename T, bool kE4M3>
+void CastLoop(const T* x, float scale, uint8_t* codes, int64_t rows, int64_t cols, bool transpose, float* amax_out,
+              bool* nan_out) {
+  const int64_t n = rows * cols;
+  float amax = 0;
+  bool nan = false;
+  // The scaled value is formed in f32 and rounded once, as Fp8Quantize does.
+  if (!transpose) {
+#pragma omp parallel for simd reduction(max : amax) reduction(|| : nan) if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(x[i]);
+      amax = std::max(amax, std::fabs(v));
+      nan = nan || v != v;
+      codes[i] = Encode<kE4M3>(v * scale);
+    }
+  } else {
+    // codes[c, r] = code(x[r, c]): one output row (an input column) per iteration,
+    // written contiguously.
+#pragma omp parallel for reduction(max : amax) reduction(|| : nan) if (n > 32768)
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float v = static_cast<float>(x[r * cols + c]);
+        amax = std::max(amax, std::fabs(v));
+        nan = nan || v != v;
+        codes[c * rows + r] = Encode<kE4M3>(v * scale);
+      }
+    }
+  }
+  *amax_out = amax;
+  *nan_out = nan;
+}
+
+template <typename T>
+struct Fp8CastKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const bool e4m3 = node.attrs.GetString("format", "e4m3") == "e4m3";
+    const bool transpose = node.attrs.GetInt("transpose", 0) != 0;
+    const Shape& s = node.inputs[0]->shape;
+    // Rows/cols of x as the loops see it; a plain cast is one row.
+    const int64_t n = NumElements(s);
+    const int64_t rows = transpose ? s[0] : 1, cols = transpose ? s[1] : n;
+    return MakeKernel([e4m3, transpose, rows, cols](KernelContext& ctx) {
+      const T* x = ctx.inputs[0].as<T>();
+      const float scale = ctx.inputs[1].as<float>()[0];
+      uint8_t* codes = ctx.outputs[0].as<uint8_t>();
+      float amax = 0;
+      bool nan = false;
+      if (e4m3) {
+        CastLoop<T, true>(x, scale, codes, rows, cols, transpose, &amax, &nan);
+      } else {
+        CastLoop<T, false>(x, scale, codes, rows, cols, transpose, &amax, &nan);
+      }
+      if (ctx.inputs.size() > 2 && ctx.inputs[2].data) {
+        // As Fp8Quantize: several quantizations of a tensor in one step keep the largest
+        // amax, and a NaN sticks so that the update sees a non-finite amax.
+        float& slot = ctx.inputs[2].as<float>()[0];
+        if (nan) amax = NAN;
+        if (std::isnan(amax) || amax > slot) slot = amax;
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+
+// dst[i] = f32(code[i]) * scale_inv, the f32 product (exactly Fp8Quantize's value).
+void Dequantize(const uint8_t* codes, DType format, float scale_inv, float* dst, int64_t n) {
+  if (format == DType::kF8E4M3) {
+#pragma omp parallel for simd if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) dst[i] = F8E4M3ToFloat(codes[i]) * scale_inv;
+  } else {
+#pragma omp parallel for simd if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) dst[i] = F8E5M2ToFloat(codes[i]) * scale_inv;
+  }
+}
+
+class Fp8GemmKernel : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const Shape& a = node.inputs[0]->shape;
+    const Shape& y = node.outputs[0]->shape;
+    cpu::GemmSpec spec;
+    spec.ta = node.attrs.GetInt("transA", 0) != 0;
+    spec.tb = node.attrs.GetInt("transB", 0) != 0;
+    spec.m = y[0];
+    spec.n = y[1];
+    spec.k = spec.ta ? a[0] : a[1];
+    const Value* bias = node.inputs.size() > 4 ? node.inputs[4] : nullptr;
+    if (bias) spec.c_shape = bias->shape;  // [N] or [1,N]: oneDNN's row bias (alpha = beta = 1)
+    spec.operand = DType::kF32;
+    spec.out = DType::kF32;
+    auto gemm = cpu::DnnlGemm::Create(spec, DType::kF32, DType::kF32, DType::kF32);
+    if (!gemm.ok()) {
+      return absl::Status(gemm.status().code(),
+                          absl::StrCat("Fp8Gemm node '", node.name, "': ", gemm.status().message()));
+    }
+    auto k = std::make_unique<Fp8GemmKernel>();
+    k->spec_ = spec;
+    k->gemm_ = std::move(*gemm);
+    k->a_format_ = node.inputs[0]->dtype;
+    k->b_format_ = node.inputs[1]->dtype;
+    k->out_ = node.outputs[0]->dtype;
+    k->a_.resize(static_cast<size_t>(spec.m * spec.k));
+    k->b_.resize(static_cast<size_t>(spec.k * spec.n));
+    if (bias) {
+      k->bias_dtype_ = bias->dtype;
+      k->bias_.resize(static_cast<size_t>(spec.n));
+    }
+    if (k->out_ != DType::kF32) k->y_.resize(static_cast<size_t>(spec.m * spec.n));
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    Dequantize(ctx.inputs[0].as<uint8_t>(), a_format_, ctx.inputs[2].as<float>()[0], a_.data(), spec_.m * spec_.k);
+    Dequantize(ctx.inputs[1].as<uint8_t>(), b_format_, ctx.inputs[3].as<float>()[0], b_.data(), spec_.k * spec_.n);
+    const float* bias = nullptr;
+    if (!bias_.empty()) {
+      cpu::ConvertToF32(ctx.inputs[4].data, bias_dtype_, bias_.data(), spec_.n);
+      bias = bias_.data();
+    }
+    void* y = ctx.outputs[0].data;
+    float* yf = out_ == DType::kF32 ? static_cast<float*>(y) : y_.data();
+    gemm_->Run(a_.data(), b_.data(), bias, DType::kF32, yf);
+    if (out_ != DType::kF32) cpu::ConvertFromF32(yf, y, out_, spec_.m * spec_.n);
+    return absl::OkStatus();
+  }
+
+ private:
+  cpu::GemmSpec spec_;
+  std::unique_ptr<cpu::DnnlGemm> gemm_;
+  DType a_format_ = DType::kF8E4M3, b_format_ = DType::kF8E4M3;
+  DType out_ = DType::kF32;
+  DType bias_dtype_ = DType::kF32;
+  std::vector<float> a_, b_, bias_, y_;  // f32 scratch
+};
+
+}  // namespace
+
+void RegisterCpuFp8GemmKernels(KernelRegistry& r) {
+  r.Register("Fp8Cast", "cpu", DType::kF32, Fp8CastKernel<float>::Create);
+  r.Register("Fp8Cast", "cpu", DType::kBF16, Fp8CastKernel<Bf16>::Create);
+  r.Register("Fp8Cast", "cpu", DType::kF16, Fp8CastKernel<Half>::Create);
+  // Looked up by a's dtype: E4M3, or E5M2 where a is the HYBRID format's gradient
+  // (dX = dY·W, dW = dY^T·X).
+  r.Register("Fp8Gemm", "cpu", DType::kF8E4M3, Fp8GemmKernel::Create);
+  r.Register("Fp8Gemm", "cpu", DType::kF8E5M2, Fp8GemmKernel::Create);
+}
+
+}  // namespace mpc

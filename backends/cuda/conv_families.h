@@ -1,0 +1,38 @@
+// The convolution family's internal interface, between kernels_conv.cc (host code: the
+// cuDNN convolutions and the family's registry entry point RegisterCudaConvKernels) and
+// kernels_pool.cu (device code: the pooling kernels, and the two small device helpers the
+// convolutions need around cuDNN). No device code here: kernels_conv.cc is compiled by
+// the host compiler.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "backends/backend.h"
+
+namespace mpc {
+
+// kernels_pool.cu: MaxPool, MaxPoolGrad, AveragePool, AveragePoolGrad, GlobalAveragePool,
+// GlobalMaxPool for f32, bf16 and f16. Called from RegisterCudaConvKernels.
+void RegisterCudaPoolKernels(KernelRegistry& r);
+
+namespace cuda {
+
+// For planes p < `planes` of row-major [h, w] images (dtype f32, bf16 or f16):
+//   dst[p][r][c] = src[p][r + row_shift][c + col_shift], or +0 where that is outside src.
+// With negative shifts this zero-pads src into a larger dst (pad top = -row_shift, left =
+// -col_shift); with positive shifts it crops a window of src. Every dst element is
+// written. Enqueued on `stream`; src and dst must not overlap.
+absl::Status LaunchCopyPlanesShifted(DType dtype, const void* src, int64_t src_h, int64_t src_w, void* dst,
+                                     int64_t dst_h, int64_t dst_w, int64_t planes, int64_t row_shift,
+                                     int64_t col_shift, cudaStream_t stream);
+
+// y[n][m][s] += bias[m] for y of shape [batch, channels, spatial] (dtype f32, bf16 or f16),
+// added in f32 and rounded once to the dtype. Enqueued on `stream`.
+absl::Status LaunchAddChannelBias(DType dtype, void* y, const void* bias, int64_t batch, int64_t channels,
+                                  int64_t spatial, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace mpc

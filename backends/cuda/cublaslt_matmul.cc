@@ -1,0 +1,212 @@
+// MatMul kernels (f32, bf16, f16) on CublasLtGemm. ONNX MatMul as mpc defines it
+// (graph/ops_nn.cc; backends/cpu/kernels_matmul.cc is the reference): A [..., M, K] x
+// B [..., K, N] -> Y [batch..., M, N], both operands of rank >= 2 (the op rejects 1-D
+// ones), the batch dims broadcast numpy-style, Y in the operands' dtype or f32
+// (mpc_output_dtype), f32 accumulation (TF32 for f32 with mpc_tf32 = 1, as Gemm).
+//
+// The batch becomes as few cuBLASLt calls as possible, planned at creation:
+//   - the output's batch dims split into an inner suffix over which each operand is
+//     either present in full (a stride of one matrix) or broadcast (stride 0), and an
+//     outer prefix;
+//   - the inner part is one strided-batched product; when A is present and B broadcast
+//     over it (the [B,T,K] x [K,N] of a Linear layer) the inner batch folds into M
+//     instead: a single [inner*M, K] x [K, N] product;
+//   - each outer index is one more call with precomputed element offsets (e.g. A [2,1,..]
+//     x B [1,3,..]: 2 calls of a 3-batch). Beyond kMaxCalls calls the node is refused.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "backends/cuda/cublaslt_gemm.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_status.h"
+#include "base/status_macros.h"
+#include "passes/memory_plan.h"
+
+namespace mpc::cuda {
+namespace {
+
+constexpr int64_t kMaxCalls = 256;
+
+// How one operand varies over a range of batch dims.
+enum class BatchMode { kAny, kFull, kBroadcast };  // kAny: only size-1 output dims so far
+
+// Element offsets of one cuBLASLt call's operands from the tensors' starts.
+struct CallOffsets {
+  int64_t a = 0, b = 0, y = 0;
+};
+
+struct MatMulPlan {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t inner = 1;  // batch count of each call (before folding)
+  BatchMode a_mode = BatchMode::kAny, b_mode = BatchMode::kAny;
+  std::vector<CallOffsets> calls;
+};
+
+// The plan for A x B -> Y (shapes as the op inferred them).
+absl::StatusOr<MatMulPlan> PlanMatMul(const Shape& a, const Shape& b, const Shape& y) {
+  MatMulPlan p;
+  const int ra = static_cast<int>(a.size()), rb = static_cast<int>(b.size()), ry = static_cast<int>(y.size());
+  p.m = a[ra - 2];
+  p.k = a[ra - 1];
+  p.n = b[rb - 1];
+  const int r = ry - 2;  // output batch rank
+  // Batch dims aligned to the output's (leading 1s for a lower-rank operand).
+  std::vector<int64_t> ab(r, 1), bb(r, 1), yb(y.begin(), y.end() - 2);
+  for (int d = 0; d < ra - 2; ++d) ab[r - (ra - 2) + d] = a[d];
+  for (int d = 0; d < rb - 2; ++d) bb[r - (rb - 2) + d] = b[d];
+  // Grow the inner suffix while each operand keeps one mode over it.
+  int split = r;
+  for (int d = r - 1; d >= 0; --d) {
+    if (yb[d] == 1) {
+      split = d;
+      continue;
+    }
+    const BatchMode am = ab[d] == 1 ? BatchMode::kBroadcast : BatchMode::kFull;
+    const BatchMode bm = bb[d] == 1 ? BatchMode::kBroadcast : BatchMode::kFull;
+    if ((p.a_mode != BatchMode::kAny && p.a_mode != am) || (p.b_mode != BatchMode::kAny && p.b_mode != bm)) break;
+    p.a_mode = am;
+    p.b_mode = bm;
+    split = d;
+  }
+  for (int d = split; d < r; ++d) p.inner *= yb[d];
+  // Outer calls: row-major over dims [0, split), offsets from the operands' own strides.
+  std::vector<int64_t> a_stride(r, 0), b_stride(r, 0);
+  int64_t sa = p.m * p.k, sb = p.k * p.n;
+  for (int d = r - 1; d >= 0; --d) {
+    a_stride[d] = ab[d] == 1 ? 0 : sa;
+    b_stride[d] = bb[d] == 1 ? 0 : sb;
+    sa *= ab[d];
+    sb *= bb[d];
+  }
+  int64_t outer = 1;
+  for (int d = 0; d < split; ++d) outer *= yb[d];
+  if (outer > kMaxCalls) {
+    return absl::UnimplementedError(absl::StrCat(
+        "MatMul ", ShapeToString(a), " x ", ShapeToString(b), " broadcasts its batch in a way that needs ", outer,
+        " separate cuBLASLt calls; more than ", kMaxCalls, " is not yet on CUDA (make the broadcast batch dims "
+        "innermost, or expand the operand)"));
+  }
+  const int64_t y_matrix = p.m * p.n;
+  for (int64_t o = 0; o < outer; ++o) {
+    CallOffsets c;
+    c.y = o * p.inner * y_matrix;
+    int64_t rem = o;
+    for (int d = split - 1; d >= 0; --d) {
+      const int64_t idx = rem % yb[d];
+      rem /= yb[d];
+      c.a += idx * a_stride[d];
+      c.b += idx * b_stride[d];
+    }
+    p.calls.push_back(c);
+  }
+  return p;
+}
+
+// The largest power of two (up to `base`) dividing `bytes`; `base` for 0.
+uint32_t AlignmentOf(int64_t bytes, uint32_t base) {
+  uint32_t a = base;
+  while (a > 1 && bytes % a != 0) a /= 2;
+  return a;
+}
+
+class CudaMatMulKernel : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(CudaBackend* cuda, AsCuda(backend));
+    const Shape& a = node.inputs[0]->shape;
+    const Shape& b = node.inputs[1]->shape;
+    const Shape& y = node.outputs[0]->shape;
+    if (a.size() < 2 || b.size() < 2 || y.size() < 2) {
+      return absl::UnimplementedError(absl::StrCat("MatMul with a 1-D operand (", ShapeToString(a), " x ",
+                                                   ShapeToString(b), ") is not supported"));
+    }
+    const DType operand = node.inputs[0]->dtype, out = node.outputs[0]->dtype;
+    if (node.inputs[1]->dtype != operand) {
+      return absl::InvalidArgumentError(absl::StrCat("MatMul operands differ in dtype: ", DTypeName(operand), " and ",
+                                                     DTypeName(node.inputs[1]->dtype)));
+    }
+    if (out != operand && out != DType::kF32) {
+      return absl::UnimplementedError(absl::StrCat("MatMul with ", DTypeName(operand), " operands and ",
+                                                   DTypeName(out), " output is not yet on CUDA"));
+    }
+    std::unique_ptr<CudaMatMulKernel> kernel(new CudaMatMulKernel());
+    kernel->stream_ = cuda->stream();
+    kernel->y_bytes_ = static_cast<size_t>(NumElements(y)) * DTypeSize(out);
+    if (kernel->y_bytes_ == 0) return std::unique_ptr<Kernel>(std::move(kernel));  // nothing to compute
+    if (a.back() == 0) {
+      kernel->zero_fill_ = true;  // an empty contraction: Y = 0
+      return std::unique_ptr<Kernel>(std::move(kernel));
+    }
+    MPC_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a, b, y));
+
+    LtGemmSpec s;
+    s.k = plan.k;
+    s.n = plan.n;
+    s.operand = operand;
+    s.out = out;
+    s.tf32 = node.attrs.GetInt("mpc_tf32", 0) != 0 && cuda->capabilities().tf32;
+    if (plan.a_mode == BatchMode::kFull && plan.b_mode != BatchMode::kFull) {
+      s.m = plan.inner * plan.m;  // B shared by the inner batch: fold it into A's rows
+    } else {
+      s.m = plan.m;
+      s.batch = plan.inner;
+      s.a_batch_stride = plan.a_mode == BatchMode::kFull ? plan.m * plan.k : 0;
+      s.b_batch_stride = plan.b_mode == BatchMode::kFull ? plan.k * plan.n : 0;
+    }
+    // Buffers are arena offsets or cudaMalloc allocations (kArenaAlignment-aligned); the
+    // outer calls start at element offsets that may be less aligned.
+    const size_t in_size = DTypeSize(operand), out_size = DTypeSize(out);
+    uint32_t alignment = static_cast<uint32_t>(kArenaAlignment);
+    for (const CallOffsets& c : plan.calls) {
+      alignment = AlignmentOf(c.a * static_cast<int64_t>(in_size), alignment);
+      alignment = AlignmentOf(c.b * static_cast<int64_t>(in_size), alignment);
+      alignment = AlignmentOf(c.y * static_cast<int64_t>(out_size), alignment);
+    }
+    s.alignment = alignment;
+    MPC_ASSIGN_OR_RETURN(kernel->gemm_, CublasLtGemm::Create(*cuda, s));
+    kernel->calls_ = std::move(plan.calls);
+    kernel->in_size_ = in_size;
+    kernel->out_size_ = out_size;
+    return std::unique_ptr<Kernel>(std::move(kernel));
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    if (zero_fill_) {
+      MPC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ctx.outputs[0].data, 0, y_bytes_, stream_));
+      return absl::OkStatus();
+    }
+    const char* a = static_cast<const char*>(ctx.inputs[0].data);
+    const char* b = static_cast<const char*>(ctx.inputs[1].data);
+    char* y = static_cast<char*>(ctx.outputs[0].data);
+    for (const CallOffsets& c : calls_) {
+      LtGemmArgs args;
+      args.a = a + c.a * static_cast<int64_t>(in_size_);
+      args.b = b + c.b * static_cast<int64_t>(in_size_);
+      args.y = y + c.y * static_cast<int64_t>(out_size_);
+      MPC_RETURN_IF_ERROR(gemm_->Run(args));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  size_t y_bytes_ = 0;
+  bool zero_fill_ = false;
+  std::unique_ptr<CublasLtGemm> gemm_;
+  std::vector<CallOffsets> calls_;
+  size_t in_size_ = 0, out_size_ = 0;
+};
+
+}  // namespace
+
+void RegisterCudaMatMulKernels(KernelRegistry& r) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    r.Register("MatMul", "cuda", d, CudaMatMulKernel::Create);
+  }
+}
+
+}  // namespace mpc::cuda

@@ -1,0 +1,268 @@
+// CUDA kernels for FP8 with delayed scaling (passes/fp8.h), mirroring the CPU backend
+// (backends/cpu/kernels_fp8.cc and UpdateFp8Meta in passes/fp8.cc):
+//   Fp8Quantize(x, scale, scale_inv[, amax_history]) -> q (f32)        attr format e4m3|e5m2
+//     q = RoundToF8(f32(x) * scale) * scale_inv, with graph/float8.h's rounding and
+//     saturation (float8_device.cuh is bit-identical). With amax_history, max|x| of this
+//     call is folded into history[0] (the largest wins; a NaN in x makes it NaN, and a NaN
+//     already there sticks), so the update sees a non-finite amax.
+//   Fp8UpdateScales(scale_0, scale_inv_0, history_0, last_amax_0, ...)  attrs fp8_max (one
+//     per tensor), margin, algo (max | most_recent), amax_floor
+//     per tensor: amax = MAX over the history (NaN wins) or history[0]; raised to
+//     amax_floor when finite; if finite and > 0, scale = (fp8_max / amax) / 2^margin (inf ->
+//     FLT_MAX; a non-positive result keeps the old scale), else the old scale stays;
+//     scale_inv = 1/scale; last_amax = amax; the history rolls left by one with this step's
+//     amax (zeroed if non-finite) moving to the last slot and slot 0 cleared.
+// Scales, histories and amaxes stay in device memory; nothing synchronises with the host.
+//
+// The amax: every element's |x| is compared as the int bits of a non-negative float, whose
+// order is the numeric order with +inf above every finite value and NaNs above +inf; a
+// block's maximum (a NaN replaced by the canonical quiet NaN) goes into history[0] with
+// one atomicMax on those bits. Max is order-independent, so the result is deterministic.
+// (history[0] is never negative: it is 0 after every update and only amaxes go in.)
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_kernel_util.cuh"
+#include "backends/cuda/float8_device.cuh"
+#include "backends/cuda/fp8_amax.cuh"
+#include "backends/cuda/training_families.h"
+#include "base/status_macros.h"
+
+namespace mpc::cuda {
+namespace {
+
+// ---- Fp8Quantize ---------------------------------------------------------------------
+
+// Each block does one atomicMax on the history slot; 1024 blocks of 256 threads fill an
+// H100 several times over with a grid-stride loop.
+constexpr int kQuantizeMaxBlocks = 1024;
+
+template <bool kE4M3>
+__device__ __forceinline__ float QuantizeDequantize(float v, float scale, float scale_inv) {
+  // The scaled value is formed in f32 and rounded once to FP8, as on the CPU.
+  const float scaled = __fmul_rn(v, scale);
+  return __fmul_rn(kE4M3 ? RoundToF8E4M3(scaled) : RoundToF8E5M2(scaled), scale_inv);
+}
+
+// [0, 4*n4) as Vec4 loads and float4 stores, [4*n4, n) scalar. amax_slot may be null
+// (evaluation programs quantize without recording).
+template <typename T, bool kE4M3>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    Fp8QuantizeKernel(int64_t n, int64_t n4, const T* x, const float* scale_ptr, const float* scale_inv_ptr, float* q,
+                      float* amax_slot) {
+  const float scale = *scale_ptr, scale_inv = *scale_inv_ptr;
+  int amax_bits = 0;  // bits of the largest |x| seen by this thread (non-negative as an int)
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  for (int64_t i = first; i < n4; i += stride) {
+    const Vec4<T> xv = reinterpret_cast<const Vec4<T>*>(x)[i];
+    float r[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float v = ToAcc<T>(xv.v[k]);
+      amax_bits = max(amax_bits, AbsBits(v));
+      r[k] = QuantizeDequantize<kE4M3>(v, scale, scale_inv);
+    }
+    reinterpret_cast<float4*>(q)[i] = make_float4(r[0], r[1], r[2], r[3]);
+  }
+  for (int64_t i = 4 * n4 + first; i < n; i += stride) {
+    const float v = ToAcc<T>(x[i]);
+    amax_bits = max(amax_bits, AbsBits(v));
+    q[i] = QuantizeDequantize<kE4M3>(v, scale, scale_inv);
+  }
+  if (amax_slot != nullptr) RecordAmax(amax_bits, amax_slot);  // uniform over the grid
+}
+
+unsigned QuantizeBlocks(int64_t n) {
+  const int64_t quads = (n + 3) / 4;
+  const int64_t blocks = (quads + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kQuantizeMaxBlocks ? kQuantizeMaxBlocks : blocks));
+}
+
+template <typename T>
+struct Fp8QuantizeFactory {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    const std::string format = node.attrs.GetString("format", "e4m3");
+    if (format != "e4m3" && format != "e5m2") {
+      return absl::InvalidArgumentError(absl::StrCat("Fp8Quantize node '", node.name, "': format '", format,
+                                                     "' must be e4m3 or e5m2"));
+    }
+    const bool e4m3 = format == "e4m3";
+    const int64_t n = NumElements(node.inputs[0]->shape);
+    const unsigned blocks = QuantizeBlocks(n);
+    return MakeCudaKernel(backend, [e4m3, n, blocks](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+      if (n == 0) return absl::OkStatus();
+      const T* x = ctx.inputs[0].as<T>();
+      const float* scale = ctx.inputs[1].as<float>();
+      const float* scale_inv = ctx.inputs[2].as<float>();
+      float* q = ctx.outputs[0].as<float>();
+      float* amax_slot = ctx.inputs.size() > 3 && ctx.inputs[3].data ? ctx.inputs[3].as<float>() : nullptr;
+      const bool aligned = reinterpret_cast<uintptr_t>(x) % sizeof(Vec4<T>) == 0 &&
+                           reinterpret_cast<uintptr_t>(q) % sizeof(float4) == 0;
+      const int64_t n4 = aligned ? n / 4 : 0;
+      if (e4m3) {
+        Fp8QuantizeKernel<T, true><<<blocks, kThreadsPerBlock, 0, stream>>>(n, n4, x, scale, scale_inv, q, amax_slot);
+      } else {
+        Fp8QuantizeKernel<T, false><<<blocks, kThreadsPerBlock, 0, stream>>>(n, n4, x, scale, scale_inv, q, amax_slot);
+      }
+      return LaunchStatus("Fp8QuantizeKernel");
+    });
+  }
+};
+
+// ---- Fp8UpdateScales -----------------------------------------------------------------
+
+// 64 tensors' meta per launch keep the kernel parameter (~2.8 KB) inside the 4 KB limit.
+constexpr int kMetasPerLaunch = 64;
+constexpr int kUpdateThreads = 256;
+
+struct Fp8MetaBatch {
+  float* scale[kMetasPerLaunch];
+  float* scale_inv[kMetasPerLaunch];
+  float* history[kMetasPerLaunch];
+  float* last_amax[kMetasPerLaunch];
+  int64_t len[kMetasPerLaunch];
+  float fp8_max[kMetasPerLaunch];
+  int count;
+};
+
+struct Fp8Recipe {
+  float margin_factor;  // 2^margin, std::ldexp(1.0f, margin) on the host as on the CPU
+  float amax_floor;
+  bool most_recent;
+};
+
+// The CPU's combine: NaN wins, else the larger (the first of equal values stays).
+__device__ __forceinline__ float MaxNanWins(float a, float b) { return (isnan(b) || b > a) ? b : a; }
+
+// Over the block; valid in thread 0. Once per kernel.
+__device__ float BlockMaxNanWins(float v) {
+  __shared__ float warp_max[32];
+  for (int offset = 16; offset > 0; offset >>= 1) v = MaxNanWins(v, __shfl_down_sync(0xffffffffu, v, offset));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) / 32;
+  if (warp == 0) {
+    // Lanes past the warps repeat warp 0's value, which changes no maximum.
+    v = warp_max[lane < warps ? lane : 0];
+    for (int offset = 16; offset > 0; offset >>= 1) v = MaxNanWins(v, __shfl_down_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// One block per tensor of the batch: UpdateFp8Meta (passes/fp8.cc) in parallel.
+__global__ void __launch_bounds__(kUpdateThreads) Fp8UpdateScalesKernel(const __grid_constant__ Fp8MetaBatch b,
+                                                                          Fp8Recipe r) {
+  const int t = blockIdx.x;
+  float* history = b.history[t];
+  const int64_t len = b.len[t];
+  const float h0 = history[0];  // this step's amax
+
+  float amax = h0;
+  if (!r.most_recent) {
+    // Threads past len contribute h0, which changes no maximum.
+    float local = h0;
+    for (int64_t i = 1 + threadIdx.x; i < len; i += blockDim.x) local = MaxNanWins(local, history[i]);
+    amax = BlockMaxNanWins(local);  // valid in thread 0, the only reader
+  }
+
+  if (threadIdx.x == 0) {
+    if (isfinite(amax)) amax = amax < r.amax_floor ? r.amax_floor : amax;  // std::max(amax, amax_floor)
+    float scale = *b.scale[t];
+    if (isfinite(amax) && amax > 0.0f) {
+      float s = __fdiv_rn(__fdiv_rn(b.fp8_max[t], amax), r.margin_factor);
+      if (isinf(s)) s = FLT_MAX;
+      if (s > 0.0f) scale = s;
+    }
+    *b.scale[t] = scale;
+    *b.scale_inv[t] = __fdiv_rn(1.0f, scale);
+    *b.last_amax[t] = amax;
+  }
+
+  // Roll left by one (std::rotate): slot i takes slot i+1, the last slot takes this step's
+  // amax (0 if non-finite), then slot 0 is cleared. In chunks of blockDim.x: a chunk reads
+  // [base+1, base+blockDim] and, after the barrier, writes [base, base+blockDim-1]; later
+  // chunks read only above that, and every read of the max above precedes the first barrier.
+  const float rolled_in = isfinite(h0) ? h0 : 0.0f;
+  for (int64_t base = 0; base < len; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    float next = 0.0f;
+    if (i < len) next = i == len - 1 ? rolled_in : history[i + 1];
+    __syncthreads();
+    if (i < len) history[i] = i == 0 ? 0.0f : next;
+  }
+}
+
+class CudaFp8UpdateScales : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
+    const std::vector<float> fp8_max = node.attrs.GetFloats("fp8_max", {});
+    if (node.inputs.size() != 4 * fp8_max.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("Fp8UpdateScales node '", node.name, "' has ", node.inputs.size(),
+                                                     " inputs and ", fp8_max.size(),
+                                                     " fp8_max values; expected 4 inputs (scale, scale_inv, "
+                                                     "amax_history, last_amax) per value"));
+    }
+    const std::string algo = node.attrs.GetString("algo", "max");
+    if (algo != "max" && algo != "most_recent") {
+      return absl::UnimplementedError(absl::StrCat("Fp8UpdateScales node '", node.name, "': algo '", algo,
+                                                   "' is not on CUDA; use max or most_recent"));
+    }
+    auto k = std::unique_ptr<CudaFp8UpdateScales>(new CudaFp8UpdateScales());
+    k->stream_ = cuda->stream();
+    k->recipe_.margin_factor = std::ldexp(1.0f, static_cast<int>(node.attrs.GetInt("margin", 0)));
+    k->recipe_.amax_floor = node.attrs.GetFloat("amax_floor", 0.0f);
+    k->recipe_.most_recent = algo == "most_recent";
+    for (size_t t = 0; t < fp8_max.size(); ++t) {
+      const int64_t len = NumElements(node.inputs[4 * t + 2]->shape);
+      if (len < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("Fp8UpdateScales node '", node.name, "': amax history '",
+                                                       node.inputs[4 * t + 2]->name,
+                                                       "' is empty; fp8.amax_history_len must be at least 1"));
+      }
+      if (t % kMetasPerLaunch == 0) k->batches_.push_back(Fp8MetaBatch{});
+      Fp8MetaBatch& b = k->batches_.back();
+      b.len[b.count] = len;
+      b.fp8_max[b.count] = fp8_max[t];
+      ++b.count;
+    }
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    size_t t = 0;
+    for (Fp8MetaBatch& b : batches_) {
+      for (int j = 0; j < b.count; ++j, ++t) {
+        b.scale[j] = ctx.inputs[4 * t].as<float>();
+        b.scale_inv[j] = ctx.inputs[4 * t + 1].as<float>();
+        b.history[j] = ctx.inputs[4 * t + 2].as<float>();
+        b.last_amax[j] = ctx.inputs[4 * t + 3].as<float>();
+      }
+      Fp8UpdateScalesKernel<<<b.count, kUpdateThreads, 0, stream_>>>(b, recipe_);
+      MPC_RETURN_IF_ERROR(LaunchStatus("Fp8UpdateScalesKernel"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  CudaFp8UpdateScales() = default;
+  cudaStream_t stream_ = nullptr;
+  Fp8Recipe recipe_{};
+  std::vector<Fp8MetaBatch> batches_;
+};
+
+}  // namespace
+
+void RegisterCudaFp8Kernels(KernelRegistry& r) {
+  RegisterCudaFloatKernels<Fp8QuantizeFactory>(r, "Fp8Quantize");
+  r.Register("Fp8UpdateScales", "cuda", DType::kF32, CudaFp8UpdateScales::Create);
+}
+
+}  // namespace mpc::cuda

@@ -1,0 +1,299 @@
+// CUDA kernels of the real FP8 ops (graph/ops_fp8_gemm.cc), mirroring the CPU's
+// backends/cpu/kernels_fp8_gemm.cc:
+//   Fp8Cast(x, scale[, amax_history]) -> codes     attrs format e4m3|e5m2, transpose 0|1
+//     codes = FloatToF8E4M3Byte / FloatToF8E5M2Byte(f32(x) * scale) (float8_device.cuh,
+//     bit-identical to graph/float8.h: nearest even, saturating), one byte per element;
+//     transpose = 1 writes the codes of the 2-D x^T ([cols, rows]) through a 32x32 shared
+//     memory tile, so both the reads of x and the writes of the codes are coalesced
+//     (Transformer Engine's cast_transpose, one layout per node). With amax_history, max|x|
+//     is folded into history[0] as kernels_fp8.cu's Fp8Quantize does: per block, the
+//     maximum of |x|'s float bits (non-negative, so their int order is the numeric order,
+//     with +inf above the finite values and NaNs above +inf), canonical NaN if any, then one
+//     atomicMax on the slot's bits. Max is order-independent: deterministic.
+//   Fp8Gemm(a, b, a_scale_inv, b_scale_inv[, bias]) -> y   attrs transA, transB, to
+//     one cuBLASLt FP8 matmul (CublasLtGemm, cublaslt_gemm.h): y = round_to(y's dtype)(
+//     (Σ_k a_code * b_code) * a_scale_inv * b_scale_inv + bias), accumulated in f32 (no
+//     fast accumulation). Only the TN layout (transA = 0, transB = 1), which is what the
+//     fp8-lower pass emits and all cuBLASLt FP8 kernels take; M, N, K multiples of 16
+//     (CheckFp8GemmSpec says so at creation). The bias goes into the epilogue when its
+//     dtype is the one cuBLASLt pairs with y's (bf16 for a bf16 or f32 y, f16 for f16);
+//     an f32 or f16 bias with an f32 y is added by a separate f32 kernel after the GEMM
+//     (the same single f32 addition the CPU's oneDNN bias makes); anything else is
+//     Unimplemented.
+// Differences to the CPU to expect: the CPU dequantizes each operand to the f32 product
+// f32(code) * scale_inv before multiplying; cuBLASLt multiplies the codes and scales the
+// sum. Both are exact products of FP8 values accumulated in f32, so they agree to f32
+// rounding of the scale factors and the summation order (FP8 tolerance in the
+// conformance test, 1e-2 for a bf16 y).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "backends/cuda/block_reduce.cuh"
+#include "backends/cuda/cublaslt_gemm.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_kernel_util.cuh"
+#include "backends/cuda/float8_device.cuh"
+#include "backends/cuda/fp8_amax.cuh"
+#include "backends/cuda/fp8_gemm_families.h"
+#include "base/status_macros.h"
+#include "passes/memory_plan.h"
+
+namespace mpc::cuda {
+namespace {
+
+// Each block does one atomicMax on the history slot at its end; this many blocks of 256
+// threads fill an H100 several times over with grid-stride loops.
+constexpr int kCastMaxBlocks = 1024;
+
+template <bool kE4M3>
+__device__ __forceinline__ uint8_t EncodeScaled(float v, float scale) {
+  // The scaled value is formed in f32 (never fused) and rounded once, as on the CPU.
+  const float scaled = __fmul_rn(v, scale);
+  return kE4M3 ? FloatToF8E4M3Byte(scaled) : FloatToF8E5M2Byte(scaled);
+}
+
+// Plain layout over n elements: [0, 4*n4) as Vec4 loads and packed 4-code stores (code i
+// in byte i of the little-endian word), [4*n4, n) one by one.
+template <typename T, bool kE4M3>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    Fp8CastKernel(int64_t n, int64_t n4, const T* x, const float* scale_ptr, uint8_t* codes, float* amax_slot) {
+  const float scale = *scale_ptr;
+  int amax_bits = 0;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  for (int64_t i = first; i < n4; i += stride) {
+    const Vec4<T> xv = reinterpret_cast<const Vec4<T>*>(x)[i];
+    uint32_t packed = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float v = ToAcc<T>(xv.v[k]);
+      amax_bits = max(amax_bits, AbsBits(v));
+      packed |= static_cast<uint32_t>(EncodeScaled<kE4M3>(v, scale)) << (8 * k);
+    }
+    reinterpret_cast<uint32_t*>(codes)[i] = packed;
+  }
+  for (int64_t i = 4 * n4 + first; i < n; i += stride) {
+    const float v = ToAcc<T>(x[i]);
+    amax_bits = max(amax_bits, AbsBits(v));
+    codes[i] = EncodeScaled<kE4M3>(v, scale);
+  }
+  if (amax_slot != nullptr) RecordAmax(amax_bits, amax_slot);
+}
+
+// Transposed layout: x [rows, cols] -> codes [cols, rows]. Blocks of (32, 8) threads walk
+// 32x32 tiles (grid-stride over tiles, the same trip count for every thread of a block):
+// each thread loads 4 elements of a tile row-wise (coalesced along x's rows), the codes
+// go through shared memory, and each thread stores 4 codes of the transposed tile
+// (coalesced along the codes' rows).
+constexpr int kTile = 32;
+constexpr int kTileRowsPerPass = 8;  // blockDim.y
+constexpr int kTransposeThreads = kTile * kTileRowsPerPass;
+
+template <typename T, bool kE4M3>
+__global__ void __launch_bounds__(kTransposeThreads)
+    Fp8CastTransposeKernel(int64_t rows, int64_t cols, int64_t tiles_c, int64_t tiles, const T* x,
+                           const float* scale_ptr, uint8_t* codes, float* amax_slot) {
+  // 33 columns: the transposed reads tile[tx][j] hit 32 different banks.
+  __shared__ uint32_t tile[kTile][kTile + 1];
+  const float scale = *scale_ptr;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  int amax_bits = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = (t / tiles_c) * kTile, c0 = (t % tiles_c) * kTile;
+    for (int j = ty; j < kTile; j += kTileRowsPerPass) {
+      const int64_t r = r0 + j, c = c0 + tx;
+      if (r < rows && c < cols) {
+        const float v = ToAcc<T>(x[r * cols + c]);
+        amax_bits = max(amax_bits, AbsBits(v));
+        tile[j][tx] = EncodeScaled<kE4M3>(v, scale);
+      }
+    }
+    __syncthreads();
+    // Codes row (c0 + j) holds x's column c0 + j; its element (r0 + tx) is x[r0 + tx, c0 + j].
+    for (int j = ty; j < kTile; j += kTileRowsPerPass) {
+      const int64_t out_row = c0 + j, out_col = r0 + tx;
+      if (out_row < cols && out_col < rows) codes[out_row * rows + out_col] = static_cast<uint8_t>(tile[tx][j]);
+    }
+    __syncthreads();  // the next tile overwrites `tile`
+  }
+  if (amax_slot != nullptr) RecordAmax(amax_bits, amax_slot);
+}
+
+template <typename T>
+struct Fp8CastFactory {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    const std::string format = node.attrs.GetString("format", "e4m3");
+    if (format != "e4m3" && format != "e5m2") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Fp8Cast node '", node.name, "': format '", format, "' must be e4m3 or e5m2"));
+    }
+    const bool e4m3 = format == "e4m3";
+    const bool transpose = node.attrs.GetInt("transpose", 0) != 0;
+    const Shape& s = node.inputs[0]->shape;
+    if (transpose && s.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Fp8Cast node '", node.name, "': transpose=1 needs a 2-D input, got ", ShapeToString(s)));
+    }
+    const int64_t n = NumElements(s);
+    if (!transpose) {
+      const int64_t quads = (n + 3) / 4;
+      const int64_t want = (quads + kThreadsPerBlock - 1) / kThreadsPerBlock;
+      const unsigned blocks = static_cast<unsigned>(want < 1 ? 1 : (want > kCastMaxBlocks ? kCastMaxBlocks : want));
+      return MakeCudaKernel(backend, [e4m3, n, blocks](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+        if (n == 0) return absl::OkStatus();
+        const T* x = ctx.inputs[0].as<T>();
+        const float* scale = ctx.inputs[1].as<float>();
+        uint8_t* codes = ctx.outputs[0].as<uint8_t>();
+        float* amax_slot = ctx.inputs.size() > 2 && ctx.inputs[2].data ? ctx.inputs[2].as<float>() : nullptr;
+        const bool aligned = reinterpret_cast<uintptr_t>(x) % sizeof(Vec4<T>) == 0 &&
+                             reinterpret_cast<uintptr_t>(codes) % sizeof(uint32_t) == 0;
+        const int64_t n4 = aligned ? n / 4 : 0;
+        if (e4m3) {
+          Fp8CastKernel<T, true><<<blocks, kThreadsPerBlock, 0, stream>>>(n, n4, x, scale, codes, amax_slot);
+        } else {
+          Fp8CastKernel<T, false><<<blocks, kThreadsPerBlock, 0, stream>>>(n, n4, x, scale, codes, amax_slot);
+        }
+        return LaunchStatus("Fp8CastKernel");
+      });
+    }
+    const int64_t rows = s[0], cols = s[1];
+    const int64_t tiles_c = (cols + kTile - 1) / kTile, tiles = ((rows + kTile - 1) / kTile) * tiles_c;
+    const unsigned blocks = static_cast<unsigned>(tiles < 1 ? 1 : (tiles > kCastMaxBlocks ? kCastMaxBlocks : tiles));
+    return MakeCudaKernel(
+        backend, [e4m3, rows, cols, tiles_c, tiles, blocks](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+          if (tiles == 0) return absl::OkStatus();
+          const T* x = ctx.inputs[0].as<T>();
+          const float* scale = ctx.inputs[1].as<float>();
+          uint8_t* codes = ctx.outputs[0].as<uint8_t>();
+          float* amax_slot = ctx.inputs.size() > 2 && ctx.inputs[2].data ? ctx.inputs[2].as<float>() : nullptr;
+          const dim3 threads(kTile, kTileRowsPerPass);
+          if (e4m3) {
+            Fp8CastTransposeKernel<T, true>
+                <<<blocks, threads, 0, stream>>>(rows, cols, tiles_c, tiles, x, scale, codes, amax_slot);
+          } else {
+            Fp8CastTransposeKernel<T, false>
+                <<<blocks, threads, 0, stream>>>(rows, cols, tiles_c, tiles, x, scale, codes, amax_slot);
+          }
+          return LaunchStatus("Fp8CastTransposeKernel");
+        });
+  }
+};
+
+// ---- Fp8Gemm -------------------------------------------------------------------------
+
+// y[i, j] += bias[j] in f32, for an f32 y whose bias cuBLASLt's FP8 epilogue does not take.
+template <typename B>
+__global__ void AddBiasRowsKernel(int64_t count, int64_t n, const B* bias, float* y) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = __fadd_rn(y[i], ToAcc<B>(bias[i % n]));
+  }
+}
+
+class CudaFp8GemmKernel : public Kernel {
+ public:
+  enum class BiasRoute { kNone, kEpilogue, kSeparateAdd };
+
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
+    const Shape& a = node.inputs[0]->shape;
+    const Shape& b = node.inputs[1]->shape;
+    const Shape& y = node.outputs[0]->shape;
+    if (a.size() != 2 || b.size() != 2 || y.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat("Fp8Gemm node '", node.name, "' needs 2-D operands, got ",
+                                                     ShapeToString(a), " x ", ShapeToString(b)));
+    }
+    LtGemmSpec s;
+    s.ta = node.attrs.GetInt("transA", 0) != 0;
+    s.tb = node.attrs.GetInt("transB", 0) != 0;
+    if (s.ta || !s.tb) {
+      return absl::UnimplementedError(absl::StrCat(
+          "Fp8Gemm node '", node.name, "' with transA=", s.ta, " transB=", s.tb,
+          " is not on CUDA: cuBLASLt's FP8 GEMMs take only the TN layout (transA=0, transB=1), which is what the "
+          "fp8-lower pass emits; cast the operand transposed (Fp8Cast transpose=1) instead"));
+    }
+    s.m = y[0];
+    s.n = y[1];
+    s.k = a[1];
+    s.operand = node.inputs[0]->dtype;
+    s.b_operand = node.inputs[1]->dtype;
+    s.out = node.outputs[0]->dtype;
+    s.fast_accum = false;
+    // Every buffer is an arena offset or a cudaMalloc allocation, aligned to this.
+    s.alignment = static_cast<uint32_t>(kArenaAlignment);
+
+    std::unique_ptr<CudaFp8GemmKernel> k(new CudaFp8GemmKernel());
+    k->stream_ = cuda->stream();
+    k->m_ = s.m;
+    k->n_ = s.n;
+    if (s.m == 0 || s.n == 0) return std::unique_ptr<Kernel>(std::move(k));
+    const Value* bias = node.inputs.size() > 4 ? node.inputs[4] : nullptr;
+    if (bias) {
+      k->bias_dtype_ = bias->dtype;
+      const DType epilogue_bias = s.out == DType::kF16 ? DType::kF16 : DType::kBF16;  // cuBLASLt's FP8 pairing
+      if (bias->dtype == epilogue_bias) {
+        k->bias_route_ = BiasRoute::kEpilogue;
+        s.bias = true;
+        s.bias_dtype = bias->dtype;
+      } else if (s.out == DType::kF32 && (bias->dtype == DType::kF32 || bias->dtype == DType::kF16)) {
+        k->bias_route_ = BiasRoute::kSeparateAdd;
+      } else {
+        return absl::UnimplementedError(absl::StrCat("Fp8Gemm node '", node.name, "' with a ", DTypeName(bias->dtype),
+                                                     " bias and a ", DTypeName(s.out),
+                                                     " output is not on CUDA: cuBLASLt's FP8 epilogue takes a ",
+                                                     DTypeName(epilogue_bias), " bias for that output"));
+      }
+    }
+    if (s.k == 0) return absl::UnimplementedError("Fp8Gemm with K=0 (an empty contraction) is not on CUDA");
+    MPC_ASSIGN_OR_RETURN(k->gemm_, CublasLtGemm::Create(*cuda, s));
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    if (!gemm_) return absl::OkStatus();  // an empty [M,N]
+    LtGemmArgs args;
+    args.a = ctx.inputs[0].data;
+    args.b = ctx.inputs[1].data;
+    args.y = ctx.outputs[0].data;
+    args.a_scale_inv = ctx.inputs[2].as<float>();
+    args.b_scale_inv = ctx.inputs[3].as<float>();
+    if (bias_route_ == BiasRoute::kEpilogue) args.bias = ctx.inputs[4].data;
+    MPC_RETURN_IF_ERROR(gemm_->Run(args));
+    if (bias_route_ != BiasRoute::kSeparateAdd) return absl::OkStatus();
+    const int64_t count = m_ * n_;
+    float* y = ctx.outputs[0].as<float>();
+    if (bias_dtype_ == DType::kF32) {
+      AddBiasRowsKernel<float>
+          <<<BlocksFor(count), kThreadsPerBlock, 0, stream_>>>(count, n_, ctx.inputs[4].as<float>(), y);
+    } else {
+      AddBiasRowsKernel<__half>
+          <<<BlocksFor(count), kThreadsPerBlock, 0, stream_>>>(count, n_, ctx.inputs[4].as<__half>(), y);
+    }
+    return LaunchStatus("AddBiasRowsKernel");
+  }
+
+ private:
+  CudaFp8GemmKernel() = default;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CublasLtGemm> gemm_;
+  BiasRoute bias_route_ = BiasRoute::kNone;
+  DType bias_dtype_ = DType::kF32;
+  int64_t m_ = 0, n_ = 0;
+};
+
+}  // namespace
+}  // namespace mpc::cuda
+
+namespace mpc {
+
+void RegisterCudaFp8GemmKernels(KernelRegistry& r) {
+  cuda::RegisterCudaFloatKernels<cuda::Fp8CastFactory>(r, "Fp8Cast");
+  // Looked up by A's dtype: E4M3, or E5M2 where A is the HYBRID format's gradient.
+  r.Register("Fp8Gemm", "cuda", DType::kF8E4M3, cuda::CudaFp8GemmKernel::Create);
+  r.Register("Fp8Gemm", "cuda", DType::kF8E5M2, cuda::CudaFp8GemmKernel::Create);
+}
+
+}  // namespace mpc

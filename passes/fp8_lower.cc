@@ -1,0 +1,334 @@
+// The fp8-lower pass (see fp8_lower.h).
+#include "passes/fp8_lower.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace mpc {
+namespace {
+
+bool IsF32Bf16F16(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+
+// A 2-D Transpose that swaps the two axes (perm [1,0], or the default reversal).
+bool IsMatrixTranspose(const Node* n) {
+  if (!n || n->op != "Transpose" || n->inputs[0]->shape.size() != 2) return false;
+  const std::vector<int64_t> perm = n->attrs.GetInts("perm", {1, 0});
+  return perm == std::vector<int64_t>{1, 0};
+}
+
+// Where a GEMM operand comes from: the Fp8Quantize of tensor S, used as S or as S^T.
+struct Source {
+  Node* quantize = nullptr;
+  bool transposed = false;
+};
+
+std::optional<Source> ResolveOperand(const Value* v) {
+  Node* p = v->producer;
+  if (p && p->op == "Fp8Quantize") return Source{p, false};
+  if (IsMatrixTranspose(p)) {
+    Node* q = p->inputs[0]->producer;
+    if (q && q->op == "Fp8Quantize") return Source{q, true};
+  }
+  return std::nullopt;
+}
+
+DType FormatDType(const Node* quantize) {
+  return quantize->attrs.GetString("format", "e4m3") == "e4m3" ? DType::kF8E4M3 : DType::kF8E5M2;
+}
+
+// Everything needed to rewrite one GEMM.
+struct Plan {
+  Node* gemm = nullptr;
+  Source src[2];
+  bool cast_transposed[2] = {false, false};  // Fp8Cast transpose attribute per operand
+  Value* bias = nullptr;                     // what Fp8Gemm adds (nullptr: none)
+  Node* bias_cast = nullptr;                 // the Cast(bias -> f32) bypassed, if any
+  Node* out_cast = nullptr;                  // the Cast of the product folded in, if any
+  Value* result = nullptr;                   // the value the Fp8Gemm's output replaces
+};
+
+// Why `n` cannot be lowered ("" when it can); fills `plan` as far as it gets.
+std::string Analyze(const Graph& g, Node* n, const Capabilities* caps, Plan* plan) {
+  plan->gemm = n;
+  for (int i = 0; i < 2; ++i) {
+    auto src = ResolveOperand(n->inputs[i]);
+    if (!src) {
+      return absl::StrCat("operand ", i, " '", n->inputs[i]->name,
+                          "' does not come from an Fp8Quantize (or a 2-D Transpose of one)");
+    }
+    if (n->inputs[i]->shape.size() != 2) {
+      return absl::StrCat("operand ", i, " is ", ShapeToString(n->inputs[i]->shape),
+                          ": only 2-D operands (no batched MatMul) lower to Fp8Gemm");
+    }
+    plan->src[i] = *src;
+  }
+  bool ta = false, tb = false;
+  if (n->op == "Gemm") {
+    ta = n->attrs.GetInt("transA", 0) != 0;
+    tb = n->attrs.GetInt("transB", 0) != 0;
+    if (n->attrs.GetFloat("alpha", 1.0f) != 1.0f) return "alpha != 1";
+    if (n->attrs.Has("mpc_output_dtype") || n->attrs.Has("mpc_activation")) {
+      return "the Gemm carries mpc_output_dtype or mpc_activation";
+    }
+  }
+  const Value* a = n->inputs[0];
+  const int64_t m = ta ? a->shape[1] : a->shape[0], k = ta ? a->shape[0] : a->shape[1];
+  const int64_t nn = n->outputs[0]->shape[1];
+  // TN layout: A stored [M,K] = op(V_a), B stored [N,K] = op(V_b)^T, where V = S or S^T.
+  plan->cast_transposed[0] = plan->src[0].transposed != ta;
+  plan->cast_transposed[1] = plan->src[1].transposed == tb;
+  if (m % 16 != 0 || nn % 16 != 0 || k % 16 != 0) {
+    return absl::StrCat("M=", m, " N=", nn, " K=", k,
+                        ": FP8 tensor-core GEMMs need multiples of 16 (pad-dims pads the model's dims; the batch "
+                        "size, M or K of every GEMM, must be a multiple of 16 itself)");
+  }
+  const DType fa = FormatDType(plan->src[0].quantize), fb = FormatDType(plan->src[1].quantize);
+  if (fa == DType::kF8E5M2 && fb == DType::kF8E5M2) return "both operands are E5M2 (no FP8 kernel multiplies those)";
+
+  if (n->inputs.size() > 2 && n->inputs[2]) {
+    Value* c = n->inputs[2];
+    if (n->attrs.GetFloat("beta", 1.0f) != 1.0f) return "beta != 1";
+    if (c->shape != Shape{nn} && c->shape != Shape{1, nn}) {
+      return absl::StrCat("C ", ShapeToString(c->shape), " is not a bias row [", nn, "]");
+    }
+    plan->bias = c;
+    // The fp8 pass widened the bias to f32 for the f32 GEMM; Fp8Gemm takes it as it was
+    // (exact: the GEMM adds the same f32 values), the form cuBLASLt's FP8 kernels want.
+    Node* widen = c->producer;
+    if (widen && widen->op == "Cast" && c->dtype == DType::kF32 && IsF32Bf16F16(widen->inputs[0]->dtype)) {
+      plan->bias = widen->inputs[0];
+      plan->bias_cast = widen;
+    }
+  }
+
+  Value* out = n->outputs[0];
+  plan->result = out;
+  if (out->consumers.size() == 1 && out->consumers[0]->op == "Cast" && !g.IsOutput(out) &&
+      IsF32Bf16F16(out->consumers[0]->outputs[0]->dtype)) {
+    plan->out_cast = out->consumers[0];
+    plan->result = plan->out_cast->outputs[0];
+  }
+  if (!IsF32Bf16F16(plan->result->dtype)) {
+    return absl::StrCat("the product is ", DTypeName(plan->result->dtype), "; Fp8Gemm writes f32, bf16 or f16");
+  }
+
+  if (caps) {
+    for (int i = 0; i < 2; ++i) {
+      const DType x = plan->src[i].quantize->inputs[0]->dtype;
+      if (!caps->HasKernel("Fp8Cast", x)) {
+        return absl::StrCat("device ", caps->device, " has no Fp8Cast kernel for ", DTypeName(x));
+      }
+    }
+    if (!caps->HasKernel("Fp8Gemm", fa)) {
+      return absl::StrCat("device ", caps->device, " has no Fp8Gemm kernel for ", DTypeName(fa), " operands");
+    }
+  }
+  return "";
+}
+
+// Whether the GEMM's result (through the Cast the fp8 pass added) is unused; fills
+// plan->gemm, out_cast and bias_cast for the removal.
+bool IsDead(const Graph& g, Node* n, Plan* plan) {
+  plan->gemm = n;
+  const Value* out = n->outputs[0];
+  if (g.IsOutput(out)) return false;
+  if (!out->consumers.empty()) {
+    Node* cast = out->consumers[0];
+    if (out->consumers.size() != 1 || cast->op != "Cast" || !cast->outputs[0]->consumers.empty() ||
+        g.IsOutput(cast->outputs[0])) {
+      return false;
+    }
+    plan->out_cast = cast;
+  }
+  if (n->inputs.size() > 2 && n->inputs[2] && n->inputs[2]->producer && n->inputs[2]->producer->op == "Cast") {
+    plan->bias_cast = n->inputs[2]->producer;
+  }
+  return true;
+}
+
+// "<gemm>/input" from the scale state "<gemm>/input.fp8_scale" (the fp8 pass's naming).
+std::string TensorName(const Node* quantize) {
+  std::string s = quantize->inputs[1]->name;
+  const std::string suffix = ".fp8_scale";
+  if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    s.resize(s.size() - suffix.size());
+  }
+  return s;
+}
+
+// Points every CompileInfo reference to `from` at `to`.
+void Remap(CompileInfo& info, Value* from, Value* to) {
+  for (auto& pg : info.param_grads) {
+    if (pg.second == from) pg.second = to;
+  }
+  for (Value** v :
+       {&info.loss, &info.learning_rate, &info.loss_seed, &info.loss_scale, &info.found_nonfinite, &info.grad_norm}) {
+    if (*v == from) *v = to;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<bool> LowerFp8Gemms(Graph& g, CompileInfo& info, const Capabilities* caps,
+                                   std::vector<Fp8LowerDecision>* decisions) {
+  decisions->clear();
+  info.fp8_lowered.clear();
+  info.fp8_emulated.clear();
+  MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  std::vector<Plan> plans, dead;
+  absl::flat_hash_set<const Node*> lowered;  // plans and dead GEMMs: the uses that go away
+  for (Node* n : order) {
+    if ((n->op != "Gemm" && n->op != "MatMul") || n->attrs.GetInt("mpc_fp8", 0) != 1) continue;
+    Plan plan;
+    if (IsDead(g, n, &plan)) {
+      // Autodiff's dX of a layer whose input needs no gradient: removed with the
+      // emulation rather than lowered into an Fp8Gemm whose operand casts (side effects)
+      // nothing would remove.
+      decisions->push_back({n->name, false, "its result is unused (dead code, removed)"});
+      dead.push_back(plan);
+      lowered.insert(n);
+      continue;
+    }
+    const std::string reason = Analyze(g, n, caps, &plan);
+    decisions->push_back({n->name, reason.empty(), reason});
+    if (!reason.empty()) {
+      info.fp8_emulated.emplace_back(n->name, reason);
+      continue;
+    }
+    info.fp8_lowered.push_back(n->name);
+    plans.push_back(plan);
+    lowered.insert(n);
+  }
+  if (plans.empty()) return false;
+
+  // A quantization can go when every use of it is lowered: directly, or through 2-D
+  // Transposes that feed only lowered GEMMs.
+  auto only_lowered = [&](const Value* v) {
+    return std::all_of(v->consumers.begin(), v->consumers.end(), [&](const Node* c) { return lowered.contains(c); });
+  };
+  absl::flat_hash_map<const Node*, bool> removable;
+  std::vector<Node*> quantizers;  // in first-use order
+  for (const Plan& p : plans) {
+    for (const Source& s : p.src) {
+      if (removable.contains(s.quantize)) continue;
+      bool all = true;
+      for (const Node* c : s.quantize->outputs[0]->consumers) {
+        all = all && (lowered.contains(c) || (IsMatrixTranspose(c) && only_lowered(c->outputs[0])));
+      }
+      removable[s.quantize] = all;
+      quantizers.push_back(s.quantize);
+    }
+  }
+
+  // One Fp8Cast per (quantization, layout); the first one of a removable quantization
+  // records its amax.
+  std::map<std::pair<int, bool>, Value*> casts;  // (quantize node id, transposed) -> codes
+  absl::flat_hash_set<const Node*> recorded;
+  auto cast_of = [&](Node* q, bool transposed) -> absl::StatusOr<Value*> {
+    Value*& codes = casts[{q->id, transposed}];
+    if (codes) return codes;
+    std::vector<Value*> inputs{q->inputs[0], q->inputs[1]};
+    const bool has_history = q->inputs.size() > 3 && q->inputs[3];
+    if (has_history && removable[q] && recorded.insert(q).second) inputs.push_back(q->inputs[3]);
+    AttrMap attrs;
+    attrs.Set("format", q->attrs.GetString("format", "e4m3"));
+    if (transposed) attrs.Set("transpose", int64_t{1});
+    const std::string tensor = TensorName(q);
+    const std::string suffix = transposed ? ".fp8_codes_t" : ".fp8_codes";
+    MPC_ASSIGN_OR_RETURN(Node * cast, g.AddNode("Fp8Cast", std::move(inputs), std::move(attrs),
+                                                absl::StrCat("fp8_lower/", tensor, transposed ? "/cast_t" : "/cast"),
+                                                {tensor + suffix}));
+    codes = cast->outputs[0];
+    return codes;
+  };
+
+  absl::flat_hash_set<Node*> maybe_dead;  // bypassed pure nodes: bias casts
+  for (Plan& p : plans) {
+    Node* n = p.gemm;
+    Value* codes[2];
+    for (int i = 0; i < 2; ++i) {
+      MPC_ASSIGN_OR_RETURN(codes[i], cast_of(p.src[i].quantize, p.cast_transposed[i]));
+    }
+    AttrMap attrs;
+    attrs.Set("transA", int64_t{0});
+    attrs.Set("transB", int64_t{1});
+    attrs.Set("to", static_cast<int64_t>(DTypeToOnnx(p.result->dtype)));
+    std::vector<Value*> inputs{codes[0], codes[1], p.src[0].quantize->inputs[2], p.src[1].quantize->inputs[2]};
+    if (p.bias) inputs.push_back(p.bias);
+    const std::string gemm_name = n->name;
+    const std::string result_name = p.result->name;
+    MPC_ASSIGN_OR_RETURN(
+        Node * fp8, g.AddNode("Fp8Gemm", std::move(inputs), std::move(attrs), gemm_name, {result_name + "/fp8_gemm"}));
+    Value* y = fp8->outputs[0];
+    if (y->dtype != p.result->dtype || y->shape != p.result->shape) {
+      return absl::InternalError(absl::StrCat("fp8-lower: Fp8Gemm for '", gemm_name, "' infers ", DTypeName(y->dtype),
+                                              ShapeToString(y->shape), " but replaces ", DTypeName(p.result->dtype),
+                                              ShapeToString(p.result->shape)));
+    }
+    g.ReplaceAllUsesWith(p.result, y);
+    Remap(info, p.result, y);
+    if (p.out_cast) MPC_RETURN_IF_ERROR(g.RemoveNode(p.out_cast));
+    MPC_RETURN_IF_ERROR(g.RemoveNode(n));
+    if (p.bias_cast) maybe_dead.insert(p.bias_cast);
+    // The Fp8Gemm takes over the product's name (the old value is dead now).
+    MPC_RETURN_IF_ERROR(g.RenameValue(p.result, g.UniqueName(result_name + "/emulated")));
+    MPC_RETURN_IF_ERROR(g.RenameValue(y, result_name));
+  }
+
+  for (const Plan& p : dead) {
+    if (p.out_cast) MPC_RETURN_IF_ERROR(g.RemoveNode(p.out_cast));
+    MPC_RETURN_IF_ERROR(g.RemoveNode(p.gemm));
+    if (p.bias_cast) maybe_dead.insert(p.bias_cast);
+  }
+  // The emulation that is no longer used: quantizations (they have side effects, so
+  // nothing else would remove them) with their transposes, and bypassed bias casts. A
+  // quantization whose amax no Fp8Cast took over (only dead GEMMs used it) stays: the
+  // emulated program records that amax too.
+  for (Node* q : quantizers) {
+    const bool has_history = q->inputs.size() > 3 && q->inputs[3];
+    if (!removable[q] || (has_history && !recorded.contains(q))) continue;
+    std::vector<Node*> transposes;
+    for (Node* c : q->outputs[0]->consumers) {
+      if (std::find(transposes.begin(), transposes.end(), c) == transposes.end()) transposes.push_back(c);
+    }
+    for (Node* t : transposes) MPC_RETURN_IF_ERROR(g.RemoveNode(t));
+    MPC_RETURN_IF_ERROR(g.RemoveNode(q));
+  }
+  for (Node* c : maybe_dead) {
+    if (c->outputs[0]->consumers.empty() && !g.IsOutput(c->outputs[0])) MPC_RETURN_IF_ERROR(g.RemoveNode(c));
+  }
+  g.RemoveDeadValues();
+
+  // The end-of-step scale update rewrites scale, scale_inv and the history in place:
+  // every reader of them (now including the Fp8Casts and Fp8Gemms) runs first.
+  for (const auto& node : g.nodes()) {
+    Node* update = node.get();
+    if (update->op != "Fp8UpdateScales") continue;
+    std::set<int> have;
+    for (const Node* d : update->control_deps) have.insert(d->id);
+    for (Value* state : update->inputs) {
+      for (Node* reader : state->consumers) {
+        if (reader != update && have.insert(reader->id).second) update->control_deps.push_back(reader);
+      }
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<bool> Fp8LowerPass::Run(Graph& g, const PassContext& ctx) {
+  decisions_.clear();
+  if (ctx.spec->precision().compute() != PrecisionSpec::FP8) return false;
+  // Without FP8 tensor cores the emulation is what runs (the CPU's exact reference).
+  if (!ctx.capabilities || !ctx.capabilities->fp8) return false;
+  return LowerFp8Gemms(g, *ctx.info, ctx.capabilities, &decisions_);
+}
+
+}  // namespace mpc

@@ -1,0 +1,69 @@
+// fp8-lower: turns the fp8 pass's emulated FP8 GEMMs into real ones, for a backend with
+// FP8 tensor cores. It runs right after fp8 (training and evaluation pipelines) when the
+// device's Capabilities has fp8 (a test forces it on the CPU with a capability set whose
+// fp8 is true: the CPU has kernels for both new ops, so the lowered program runs there
+// and can be checked against the emulated one).
+//
+// What the fp8 pass leaves (passes/fp8.h), per converted GEMM (attribute mpc_fp8 = 1):
+//   q_a = Fp8Quantize(x_a, scale_a, scale_inv_a[, history_a])   (f32: code * scale_inv)
+//   q_b = ... (an operand may instead be Transpose(q), a MatMul's backward operand)
+//   p   = Gemm|MatMul(q_a, q_b[, Cast(bias -> f32)])             (f32)
+//   y   = Cast(p -> bf16/f16)                                    (absent for an f32 y)
+// becomes
+//   c_a = Fp8Cast(x_a, scale_a[, history_a]; transpose = t_a)   (FP8 codes, 1 byte each)
+//   c_b = Fp8Cast(x_b, scale_b[, history_b]; transpose = t_b)
+//   y   = Fp8Gemm(c_a, c_b, scale_inv_a, scale_inv_b[, bias]; transA = 0, transB = 1, to = y's dtype)
+// The Fp8Gemm takes over the GEMM's node name and y's value name, so reports, metrics
+// and the rest of the graph are unchanged. Every Fp8Gemm is in the TN layout cuBLASLt's
+// FP8 kernels need (A stored [M,K], B stored [N,K]); t_a / t_b say whether the quantized
+// tensor has to be cast transposed to get there (the backward GEMMs' dY^T, X^T, W^T).
+// One Fp8Cast per (quantization, layout), shared by every GEMM that needs it.
+//
+// Amax: each Fp8Quantize recorded max|x| once per step. When all of its uses are
+// lowered it is removed and the first Fp8Cast made from it takes the history (the
+// others get none), so the amax is still recorded exactly once per quantization; when
+// some use stays emulated the Fp8Quantize stays, keeps recording, and its Fp8Casts
+// record nothing. The scales are state that the end-of-step Fp8UpdateScales rewrites, so
+// every reader of an updated tensor (Fp8Cast: scale, history; Fp8Gemm: scale_inv) is
+// made a control dependency of the update.
+//
+// Left emulated (and listed with the reason in decisions()): GEMMs whose operands do not
+// come from Fp8Quantize (or a 2-D Transpose of one), batched (non-2-D) MatMuls, a Gemm
+// with alpha != 1 or a C that is not a bias row added with beta = 1, dimensions M, N, K
+// that are not multiples of 16 (cuBLASLt's FP8 rule; pad-dims pads K and N, but M of a
+// backward GEMM is the batch), E5M2 x E5M2 operands, and everything when the backend has
+// no Fp8Cast/Fp8Gemm kernel for the dtypes involved.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "passes/pass.h"
+
+namespace mpc {
+
+struct Fp8LowerDecision {
+  std::string node;  // the GEMM (mpc_fp8 = 1) by name
+  bool lowered = false;
+  std::string reason;  // why it stayed emulated ("" when lowered)
+};
+
+class Fp8LowerPass : public Pass {
+ public:
+  std::string_view name() const override { return "fp8-lower"; }
+  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
+
+  // One entry per FP8 GEMM the last Run saw, in topological order.
+  const std::vector<Fp8LowerDecision>& decisions() const { return decisions_; }
+
+ private:
+  std::vector<Fp8LowerDecision> decisions_;
+};
+
+// The lowering itself, without the capability check (Fp8LowerPass::Run's work once it
+// decided the device has FP8). GEMMs whose Fp8Cast/Fp8Gemm kernels `caps` lacks stay
+// emulated; a null `caps` assumes every kernel is there.
+absl::StatusOr<bool> LowerFp8Gemms(Graph& graph, CompileInfo& info, const Capabilities* caps,
+                                   std::vector<Fp8LowerDecision>* decisions);
+
+}  // namespace mpc

@@ -1,0 +1,170 @@
+// The op-numerics cases of the real FP8 ops (graph/ops_fp8_gemm.cc), which the mpc-domain
+// coverage rule does not require but which give the CUDA conformance test its check of
+// the CUDA Fp8Cast/Fp8Gemm kernels against the CPU's:
+//   Fp8Cast  codes of f32(x) * scale, plain and transposed, E4M3 and E5M2, from f32, bf16
+//            and f16, with saturating inputs; checked value for value against a float64
+//            rounding written here (nearest representable value, ties to the even code,
+//            saturation to ±max), independent of graph/float8.h.
+//   Fp8Gemm  the TN layout the fp8-lower pass emits (transA = 0, transB = 1), E4M3 x E4M3,
+//            E5M2 x E4M3 and E4M3 x E5M2, outputs bf16 (with and without a bf16 bias) and
+//            f16 (with an f16 bias); the reference sums the dequantized f32 operands
+//            f32(code) * scale_inv in float64. No f32 output: Hopper's FP8 tensor cores
+//            accumulate with fewer than f32's bits between cuBLASLt's promotions, which
+//            the conformance test's f32 tolerance (1e-5) would flag.
+// Every input has a fixed dtype (the ops are not float-dtype generic), so each case is the
+// same graph in every run dtype; there are no gradient cases (the ops have none).
+#include <algorithm>
+#include <cmath>
+
+#include "tests/graph/op_cases.h"
+
+namespace mpc::opcases {
+namespace {
+
+// Non-negative finite values of an FP8 format, in code order (code == index).
+std::vector<double> Fp8Values(int man_bits, int bias, int max_code) {
+  std::vector<double> v;
+  for (int c = 0; c <= max_code; ++c) {
+    const int e = c >> man_bits, m = c & ((1 << man_bits) - 1);
+    const double frac = static_cast<double>(m) / (1 << man_bits);
+    v.push_back(e == 0 ? std::ldexp(frac, 1 - bias) : std::ldexp(1.0 + frac, e - bias));
+  }
+  return v;
+}
+
+// The OCP rounding with saturation, in float64 (finite inputs only: the cases draw them).
+double RefRoundFp8(double y, bool e4m3) {
+  static const std::vector<double> e4 = Fp8Values(3, 7, 0x7E), e5 = Fp8Values(2, 15, 0x7B);
+  const std::vector<double>& vals = e4m3 ? e4 : e5;
+  const double a = std::fabs(y), sign = std::signbit(y) ? -1.0 : 1.0;
+  if (a >= vals.back()) return sign * vals.back();
+  const size_t i = std::upper_bound(vals.begin(), vals.end(), a) - vals.begin() - 1;
+  const double lo = a - vals[i], hi = vals[i + 1] - a;
+  const size_t pick = lo < hi ? i : hi < lo ? i + 1 : (i % 2 == 0 ? i : i + 1);
+  return sign * vals[pick];
+}
+
+std::vector<OpCase> Fp8CastCases() {
+  std::vector<OpCase> cases;
+  struct Variant {
+    const char* name;
+    DType x;
+    bool e4m3;
+    bool transpose;
+    bool history;
+    double scale;
+  };
+  // |x| up to 8: a scale of 100 (E4M3) or 10000 (E5M2) saturates the largest values.
+  for (const Variant& v : {Variant{"E4M3_F32", DType::kF32, true, false, true, 100.0},
+                           Variant{"E4M3_F32_Transpose", DType::kF32, true, true, false, 3.0},
+                           Variant{"E5M2_Bf16_Transpose", DType::kBF16, false, true, true, 10000.0},
+                           Variant{"E5M2_F16", DType::kF16, false, false, false, 0.37},
+                           Variant{"E4M3_Bf16", DType::kBF16, true, false, false, 0.001}}) {
+    OpCase c;
+    c.name = absl::StrCat("Fp8Cast_", v.name);
+    c.op = "Fp8Cast";
+    c.attrs.Set("format", std::string(v.e4m3 ? "e4m3" : "e5m2"));
+    if (v.transpose) c.attrs.Set("transpose", int64_t{1});
+    In x = XTyped("x", {24, 40}, v.x);
+    x.lo = -8;
+    x.hi = 8;
+    In scale;
+    scale.name = "scale";
+    scale.role = Role::kFed;
+    scale.dtype = DType::kF32;
+    scale.value = Tensor::Scalar(static_cast<float>(v.scale));
+    c.inputs = {x, scale};
+    if (v.history) {
+      In h = XTyped("amax_history", {4}, DType::kF32);
+      h.lo = h.hi = 0;  // this step's slot starts at 0, as after an update
+      c.inputs.push_back(h);
+    }
+    c.out_dtypes = {v.e4m3 ? DType::kF8E4M3 : DType::kF8E5M2};
+    c.exact = true;
+    c.gradient = false;
+    const bool e4m3 = v.e4m3, transpose = v.transpose;
+    c.ref = [e4m3, transpose](const std::vector<Tensor>& in) {
+      const Tensor& x = in[0];
+      const float scale = static_cast<float>(P(in[1])[0]);
+      const int64_t rows = x.shape()[0], cols = x.shape()[1];
+      Tensor y = F64(transpose ? Shape{cols, rows} : Shape{rows, cols});
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t k = 0; k < cols; ++k) {
+          // The kernel scales in f32, then rounds once.
+          const double scaled = static_cast<double>(static_cast<float>(P(x)[r * cols + k]) * scale);
+          P(y)[transpose ? k * rows + r : r * cols + k] = RefRoundFp8(scaled, e4m3);
+        }
+      }
+      return std::vector<Tensor>{y};
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::vector<OpCase> Fp8GemmCases() {
+  std::vector<OpCase> cases;
+  struct Variant {
+    const char* name;
+    DType a, b;
+    int64_t m, n, k;
+    DType out;
+    bool bias;
+  };
+  for (const Variant& v :
+       {Variant{"E4M3xE4M3_Bf16Bias_Bf16", DType::kF8E4M3, DType::kF8E4M3, 32, 48, 64, DType::kBF16, true},
+        Variant{"E5M2xE4M3_F16Bias_F16", DType::kF8E5M2, DType::kF8E4M3, 16, 32, 48, DType::kF16, true},
+        Variant{"E4M3xE5M2_Bf16", DType::kF8E4M3, DType::kF8E5M2, 48, 16, 32, DType::kBF16, false}}) {
+    OpCase c;
+    c.name = absl::StrCat("Fp8Gemm_TN_", v.name);
+    c.op = "Fp8Gemm";
+    c.attrs.Set("transA", int64_t{0});
+    c.attrs.Set("transB", int64_t{1});
+    c.attrs.Set("to", static_cast<int64_t>(DTypeToOnnx(v.out)));
+    // Codes drawn as values in [-4, 4] rounded to the format; scale_invs away from 1 so
+    // that the dequantized products are not exact.
+    In a = XTyped("a", {v.m, v.k}, v.a), b = XTyped("b", {v.n, v.k}, v.b);
+    a.lo = b.lo = -4;
+    a.hi = b.hi = 4;
+    In sa = XTyped("a_scale_inv", {}, DType::kF32), sb = XTyped("b_scale_inv", {}, DType::kF32);
+    sa.lo = sb.lo = 0.01;
+    sa.hi = sb.hi = 0.3;
+    c.inputs = {a, b, sa, sb};
+    if (v.bias) c.inputs.push_back(XTyped("bias", {v.n}, v.out));  // the epilogue's pairing
+    c.out_dtypes = {v.out};
+    c.gradient = false;
+    c.ref = [](const std::vector<Tensor>& in) {
+      const Tensor& a = in[0];
+      const Tensor& b = in[1];
+      const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[0];
+      const float sa = static_cast<float>(P(in[2])[0]), sb = static_cast<float>(P(in[3])[0]);
+      Tensor y = F64({m, n});
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = in.size() > 4 ? P(in[4])[j] : 0.0;
+          for (int64_t p = 0; p < k; ++p) {
+            const double av = static_cast<float>(P(a)[i * k + p]) * sa;  // f32(code) * scale_inv, in f32
+            const double bv = static_cast<float>(P(b)[j * k + p]) * sb;
+            acc += av * bv;
+          }
+          P(y)[i * n + j] = acc;
+        }
+      }
+      return std::vector<Tensor>{y};
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::vector<OpCase> Fp8Cases() {
+  std::vector<OpCase> cases = Fp8CastCases();
+  for (OpCase& c : Fp8GemmCases()) cases.push_back(std::move(c));
+  return cases;
+}
+
+}  // namespace
+
+MPC_REGISTER_OP_CASES(Fp8, Fp8Cases);
+
+}  // namespace mpc::opcases
