@@ -189,7 +189,15 @@ absl::Status Executor::WritePersistent(const std::string& name, const Tensor& va
                                                    " but the value given is ", DTypeName(value.dtype()),
                                                    ShapeToString(value.shape())));
   }
-  return backend_.CopyToDevice(location_.at(v), value.raw(), value.bytes());
+  MPC_RETURN_IF_ERROR(backend_.CopyToDevice(location_.at(v), value.raw(), value.bytes()));
+  // A parameter's low-precision copy (written by its optimizer update, see
+  // passes/optimizer.cc) follows the new master weight.
+  const Value* copy = FindValue(name + ".lowp");
+  if (v->kind == ValueKind::kParameter && copy && copy->persistent() && copy->shape == v->shape) {
+    const Tensor rounded = value.CastTo(copy->dtype);
+    MPC_RETURN_IF_ERROR(backend_.CopyToDevice(location_.at(copy), rounded.raw(), rounded.bytes()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace mpc

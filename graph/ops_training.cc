@@ -6,6 +6,9 @@
 // Semantics are torch.optim.SGD / torch.optim.AdamW's, so runs can be compared step by step.
 // With attribute gated=1 the last input is found_nonfinite (loss scaling): when it is
 // set, the update leaves parameter, state and step counter exactly as they were.
+// With attribute lowp_copy=1 the input just before that flag (or the last input) is the
+// parameter's bf16/f16 copy that the forward and backward GEMMs read: the update writes
+// it from the new master weight in the same pass, replacing a Cast per step.
 #include "base/status_macros.h"
 #include "graph/ops_common.h"
 
@@ -44,11 +47,21 @@ Types InferUpdate(const Node& n, const std::vector<int>& state_inputs, const std
     return absl::InvalidArgumentError(absl::StrCat("gradient of '", param->name, "' must arrive in f32"));
   }
   const int gated = n.attrs.GetInt("gated", 0) != 0 ? 1 : 0;
-  const int state_end = static_cast<int>(n.inputs.size()) - gated;
+  const int copy = n.attrs.GetInt("lowp_copy", 0) != 0 ? 1 : 0;
+  const int state_end = static_cast<int>(n.inputs.size()) - gated - copy;
+  if (copy) {
+    if (state_end < 0) return absl::InvalidArgumentError("lowp_copy=1 but the update has no copy input");
+    const Value* c = n.inputs[state_end];
+    if ((c->dtype != DType::kBF16 && c->dtype != DType::kF16) || c->shape != param->shape) {
+      return absl::InvalidArgumentError(absl::StrCat("the low-precision copy '", c->name, "' must be bf16 or f16 ",
+                                                     ShapeToString(param->shape), "; it is ", DTypeName(c->dtype),
+                                                     ShapeToString(c->shape)));
+    }
+  }
   for (int i : state_inputs) {
     if (i < state_end) MPC_RETURN_IF_ERROR(CheckStateLike(n, i, param));
   }
-  if (gated) MPC_RETURN_IF_ERROR(CheckScalarF32(n, state_end));
+  if (gated) MPC_RETURN_IF_ERROR(CheckScalarF32(n, static_cast<int>(n.inputs.size()) - 1));
   for (int i : scalars) MPC_RETURN_IF_ERROR(CheckScalarF32(n, i));
   return std::vector<TensorType>{};
 }
@@ -60,7 +73,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   sgd.name = "SgdUpdate";
   sgd.domain = "mpc";
   sgd.min_inputs = 3;
-  sgd.max_inputs = 5;  // + found_nonfinite when attr gated=1
+  sgd.max_inputs = 6;  // + lowp copy (lowp_copy=1) + found_nonfinite (gated=1)
   sgd.min_outputs = sgd.max_outputs = 0;
   sgd.has_side_effects = true;
   sgd.infer = [](const Node& n) { return InferUpdate(n, {3}, {2}); };
@@ -70,7 +83,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   adamw.name = "AdamWUpdate";
   adamw.domain = "mpc";
   adamw.min_inputs = 6;
-  adamw.max_inputs = 7;  // + found_nonfinite when attr gated=1
+  adamw.max_inputs = 8;  // + lowp copy (lowp_copy=1) + found_nonfinite (gated=1)
   adamw.min_outputs = adamw.max_outputs = 0;
   adamw.has_side_effects = true;
   adamw.infer = [](const Node& n) { return InferUpdate(n, {3, 4}, {2, 5}); };

@@ -6,6 +6,39 @@
 
 namespace mpc {
 
+namespace {
+
+// Autocast gives a parameter read in bf16/f16 one shared Cast, which runs every step.
+// Instead the update writes that copy from the new master weight (lowp_copy=1): the copy
+// becomes persistent state `<param>.lowp`, initialised from the initial weights, and the
+// Cast goes away. Same values (the update rounds the same f32 weight), one pass fewer.
+absl::Status FuseLowPrecisionCopy(Graph& graph, Value* param, Node* update) {
+  Node* cast = nullptr;
+  for (Node* reader : param->consumers) {
+    if (reader->op != "Cast" || reader->inputs.size() != 1 || reader->outputs.size() != 1) continue;
+    const DType to = reader->outputs[0]->dtype;
+    if (to != DType::kBF16 && to != DType::kF16) continue;
+    if (cast) return absl::OkStatus();  // two casts of one weight: leave them (autocast shares, so unusual)
+    cast = reader;
+  }
+  if (!cast) return absl::OkStatus();
+  Value* cast_out = cast->outputs[0];
+  Value* copy = graph.AddState(param->name + ".lowp", param->data.CastTo(cast_out->dtype));
+  graph.ReplaceAllUsesWith(cast_out, copy);
+  MPC_RETURN_IF_ERROR(graph.RemoveNode(cast));
+  const bool gated = update->attrs.GetInt("gated", 0) != 0;
+  update->inputs.insert(update->inputs.end() - (gated ? 1 : 0), copy);
+  copy->consumers.push_back(update);
+  update->attrs.Set("lowp_copy", int64_t{1});
+  // The update rewrites the copy: every other reader goes first.
+  for (Node* reader : copy->consumers) {
+    if (reader != update) update->control_deps.push_back(reader);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<bool> OptimizerPass::Run(Graph& graph, const PassContext& ctx) {
   const OptimizerSpec& opt = ctx.spec->optimizer();
   CompileInfo& info = *ctx.info;
@@ -48,6 +81,7 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph, const PassContext& ctx) {
       MPC_ASSIGN_OR_RETURN(update, graph.AddNode("SgdUpdate", std::move(inputs), std::move(attrs),
                                                  graph.UniqueName("update/" + param->name)));
     }
+    MPC_RETURN_IF_ERROR(FuseLowPrecisionCopy(graph, param, update));
     // Optimizer state of a padded parameter is padded alike and unpadded in checkpoints.
     for (Value* in : update->inputs) {
       if (in && in->kind == ValueKind::kState && in->shape == param->shape) in->logical_shape = param->logical_shape;

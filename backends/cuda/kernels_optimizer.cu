@@ -7,7 +7,9 @@
 //     t = step + 1; p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //     p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps); step = t
 // With attribute gated=1 the last input is the loss scaler's found_nonfinite flag: when it
-// is nonzero the update leaves parameter, state and step counter untouched.
+// is nonzero the update leaves parameter, state and step counter untouched. With
+// lowp_copy=1 the input before that flag (or the last) is the parameter's bf16/f16 copy,
+// rewritten from the new weight in the same pass (passes/optimizer.cc).
 //
 // Everything the CPU reads from a scalar tensor (lr, the flag, the step counter) is
 // device memory here and is read by the kernel, so a step never waits on the host. Each
@@ -35,6 +37,35 @@ namespace {
 // Grid-stride loops of 256-thread blocks over float4s: 1024 blocks fill an H100 (132 SMs)
 // several times over, and bound the AdamW completion counter's atomics.
 constexpr int kOptimizerMaxBlocks = 1024;
+
+// The low-precision copy an update writes, if any (at most one pointer is set).
+struct LowpCopyPtr {
+  __nv_bfloat16* bf16 = nullptr;
+  __half* f16 = nullptr;
+};
+
+__device__ __forceinline__ void StoreCopy(const LowpCopyPtr& c, int64_t i, float w) {
+  if (c.bf16) c.bf16[i] = __float2bfloat16_rn(w);
+  if (c.f16) c.f16[i] = __float2half_rn(w);
+}
+
+__device__ __forceinline__ void StoreCopy4(const LowpCopyPtr& c, int64_t quad, const float4& w) {
+  if (!c.bf16 && !c.f16) return;
+  StoreCopy(c, 4 * quad, w.x);
+  StoreCopy(c, 4 * quad + 1, w.y);
+  StoreCopy(c, 4 * quad + 2, w.z);
+  StoreCopy(c, 4 * quad + 3, w.w);
+}
+
+// The copy input of an update node with lowp_copy=1 (just before the gate flag).
+LowpCopyPtr CopyOf(const KernelContext& ctx, bool has_copy, bool gated) {
+  LowpCopyPtr c;
+  if (!has_copy) return c;
+  const TensorView& v = ctx.inputs[ctx.inputs.size() - (gated ? 2 : 1)];
+  if (v.dtype == DType::kBF16) c.bf16 = v.as<__nv_bfloat16>();
+  if (v.dtype == DType::kF16) c.f16 = v.as<__half>();
+  return c;
+}
 
 unsigned OptimizerBlocks(int64_t n) {
   const int64_t quads = (n + 3) / 4;
@@ -70,7 +101,7 @@ __device__ __forceinline__ void SgdElement(float& p, float g, float& buf, float 
 template <bool kMomentum>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     SgdUpdateKernel(int64_t n, int64_t n4, float* p, const float* g, float* buf, const float* lr_ptr,
-                    const float* skip, SgdHyper h) {
+                    const float* skip, LowpCopyPtr copy, SgdHyper h) {
   if (skip != nullptr && *skip != 0.0f) return;  // the same for every thread: a skipped step
   const float lr = *lr_ptr;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -85,6 +116,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     SgdElement<kMomentum>(pv.z, gv.z, bv.z, lr, h);
     SgdElement<kMomentum>(pv.w, gv.w, bv.w, lr, h);
     reinterpret_cast<float4*>(p)[i] = pv;
+    StoreCopy4(copy, i, pv);
     if constexpr (kMomentum) reinterpret_cast<float4*>(buf)[i] = bv;
   }
   for (int64_t i = 4 * n4 + first; i < n; i += stride) {
@@ -92,6 +124,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     if constexpr (kMomentum) bv = buf[i];
     SgdElement<kMomentum>(pv, g[i], bv, lr, h);
     p[i] = pv;
+    StoreCopy(copy, i, pv);
     if constexpr (kMomentum) buf[i] = bv;
   }
 }
@@ -106,9 +139,10 @@ class CudaSgdUpdate : public Kernel {
     k->hyper_.weight_decay = node.attrs.GetFloat("weight_decay", 0.0f);
     k->hyper_.nesterov = node.attrs.GetInt("nesterov", 0) != 0;
     k->gated_ = node.attrs.GetInt("gated", 0) != 0;
+    k->copy_ = node.attrs.GetInt("lowp_copy", 0) != 0;
     const size_t inputs = node.inputs.size();
-    // As on the CPU: the inputs before the gate flag are param, grad, lr[, momentum_buf].
-    const size_t n_state = inputs - (k->gated_ ? 1 : 0);
+    // As on the CPU: the inputs before the copy and the gate flag are param, grad, lr[, momentum_buf].
+    const size_t n_state = inputs - (k->gated_ ? 1 : 0) - (k->copy_ ? 1 : 0);
     if (inputs < 3 + (k->gated_ ? 1u : 0u) || n_state > 4) {
       return absl::InvalidArgumentError(absl::StrCat("SgdUpdate node '", node.name, "' has ", inputs,
                                                      " inputs; expected param, grad, lr[, momentum_buf]",
@@ -127,12 +161,14 @@ class CudaSgdUpdate : public Kernel {
     const float* lr = ctx.inputs[2].as<float>();
     float* buf = momentum_ ? ctx.inputs[3].as<float>() : nullptr;
     const float* skip = gated_ ? ctx.inputs.back().as<float>() : nullptr;
+    const LowpCopyPtr copy = CopyOf(ctx, copy_, gated_);
     const bool aligned = Aligned16(p) && Aligned16(g) && (!momentum_ || Aligned16(buf));
     const int64_t n4 = Quads(n_, aligned);
     if (momentum_) {
-      SgdUpdateKernel<true><<<blocks_, kThreadsPerBlock, 0, stream_>>>(n_, n4, p, g, buf, lr, skip, hyper_);
+      SgdUpdateKernel<true><<<blocks_, kThreadsPerBlock, 0, stream_>>>(n_, n4, p, g, buf, lr, skip, copy, hyper_);
     } else {
-      SgdUpdateKernel<false><<<blocks_, kThreadsPerBlock, 0, stream_>>>(n_, n4, p, g, nullptr, lr, skip, hyper_);
+      SgdUpdateKernel<false><<<blocks_, kThreadsPerBlock, 0, stream_>>>(n_, n4, p, g, nullptr, lr, skip, copy,
+                                                                        hyper_);
     }
     return LaunchStatus("SgdUpdateKernel");
   }
@@ -142,6 +178,7 @@ class CudaSgdUpdate : public Kernel {
   cudaStream_t stream_ = nullptr;
   SgdHyper hyper_{};
   bool gated_ = false;
+  bool copy_ = false;
   bool momentum_ = false;
   int64_t n_ = 0;
   unsigned blocks_ = 1;
@@ -175,7 +212,7 @@ __device__ __forceinline__ void AdamWElement(float& p, float g, float& m, float&
 // blocks_done: a zeroed counter in scratch memory; the last block to finish resets it.
 __global__ void __launch_bounds__(kThreadsPerBlock)
     AdamWUpdateKernel(int64_t n, int64_t n4, float* p, const float* g, float* m, float* v, const float* lr_ptr,
-                      float* step, const float* skip, unsigned* blocks_done, AdamWHyper h) {
+                      float* step, const float* skip, LowpCopyPtr copy, unsigned* blocks_done, AdamWHyper h) {
   __shared__ AdamWStepCoefs coefs;
   __shared__ float new_step;
   __shared__ int skipped;
@@ -209,6 +246,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       AdamWElement(pv.z, gv.z, mv.z, vv.z, h, c);
       AdamWElement(pv.w, gv.w, mv.w, vv.w, h, c);
       reinterpret_cast<float4*>(p)[i] = pv;
+      StoreCopy4(copy, i, pv);
       reinterpret_cast<float4*>(m)[i] = mv;
       reinterpret_cast<float4*>(v)[i] = vv;
     }
@@ -216,6 +254,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       float pv = p[i], mv = m[i], vv = v[i];
       AdamWElement(pv, g[i], mv, vv, h, c);
       p[i] = pv;
+      StoreCopy(copy, i, pv);
       m[i] = mv;
       v[i] = vv;
     }
@@ -239,14 +278,16 @@ class CudaAdamWUpdate : public Kernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
     MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
     const bool gated = node.attrs.GetInt("gated", 0) != 0;
-    const size_t expected = gated ? 7 : 6;
+    const bool copy = node.attrs.GetInt("lowp_copy", 0) != 0;
+    const size_t expected = 6 + (copy ? 1 : 0) + (gated ? 1 : 0);
     if (node.inputs.size() != expected) {
       return absl::InvalidArgumentError(absl::StrCat("AdamWUpdate node '", node.name, "' has ", node.inputs.size(),
-                                                     " inputs; expected ", expected,
-                                                     " (param, grad, lr, m, v, step",
+                                                     " inputs; expected ", expected, " (param, grad, lr, m, v, step",
+                                                     copy ? ", lowp copy: lowp_copy=1" : "",
                                                      gated ? ", found_nonfinite: gated=1)" : ")"));
     }
     auto k = std::unique_ptr<CudaAdamWUpdate>(new CudaAdamWUpdate());
+    k->copy_ = copy;
     k->backend_ = cuda;
     k->stream_ = cuda->stream();
     k->gated_ = gated;
@@ -278,10 +319,11 @@ class CudaAdamWUpdate : public Kernel {
     float* m = ctx.inputs[3].as<float>();
     float* v = ctx.inputs[4].as<float>();
     float* step = ctx.inputs[5].as<float>();
-    const float* skip = gated_ ? ctx.inputs[6].as<float>() : nullptr;
+    const float* skip = gated_ ? ctx.inputs.back().as<float>() : nullptr;
+    const LowpCopyPtr copy = CopyOf(ctx, copy_, gated_);
     const bool aligned = Aligned16(p) && Aligned16(g) && Aligned16(m) && Aligned16(v);
     AdamWUpdateKernel<<<blocks_, kThreadsPerBlock, 0, stream_>>>(n_, Quads(n_, aligned), p, g, m, v, lr, step, skip,
-                                                                 blocks_done_, hyper_);
+                                                                 copy, blocks_done_, hyper_);
     return LaunchStatus("AdamWUpdateKernel");
   }
 
@@ -291,6 +333,7 @@ class CudaAdamWUpdate : public Kernel {
   cudaStream_t stream_ = nullptr;
   AdamWHyper hyper_{};
   bool gated_ = false;
+  bool copy_ = false;
   int64_t n_ = 0;
   unsigned blocks_ = 1;
   unsigned* blocks_done_ = nullptr;

@@ -39,7 +39,8 @@ stage_env() {
 stage_tests() {
   "$mpc/bin/mpc_gpu_tests" --gtest_output="xml:$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
   local rc=$?
-  summary+=("tests: rc=$rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gpu_tests.log" | tr '\n' ' ')")
+  # gtest's closing counts only ("[  PASSED  ] 10 tests.", "[  FAILED  ] 1 test, listed below:").
+  summary+=("tests: rc=$rc; $(grep -E '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ tests?' "$OUT/gpu_tests.log" | tr '\n' ' ')")
 }
 
 # A copy of the Fashion-MNIST spec reading the carried data.
@@ -61,7 +62,8 @@ stage_train() {
     [ "$prec" = fp16 ] && extra_flags=(--loss_scaling dynamic)
     /usr/bin/time -v "$mpc/bin/mpc-train" --spec "$spec" --device "$dev" --precision "$prec" "${extra_flags[@]}" \
       --metrics "$OUT/train_$tag.jsonl" > "$OUT/train_$tag.log" 2>&1
-    line="$line $tag=$(accuracy "$OUT/train_$tag.jsonl")(rc $?)"
+    local rc=$?
+    line="$line $tag=$(accuracy "$OUT/train_$tag.jsonl")(rc $rc)"
   done
   summary+=("train (test accuracy after 10 epochs):$line")
 }

@@ -36,6 +36,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -100,6 +101,12 @@ In StateF32(const std::string& name, const Shape& shape, double lo = -1, double 
   in.hi = hi;
   return in;
 }
+// The bf16/f16 copy of a parameter an update rewrites (lowp_copy=1).
+In StateLowp(const std::string& name, const Shape& shape, DType dtype) {
+  In in = XTyped(name, shape, dtype);
+  in.role = Role::kState;
+  return in;
+}
 In StateF32Values(const std::string& name, const Shape& shape, const std::vector<float>& v) {
   In in = StateF32(name, shape);
   in.value = Tensor::FromVector<float>(shape, v);
@@ -119,11 +126,14 @@ OpCase Make(const std::string& name, const std::string& op, std::vector<In> inpu
 std::vector<OpCase> TrainingStepCases() {
   std::vector<OpCase> cases;
   const Shape p = {5, 6};
-  auto sgd = [&](const std::string& name, bool with_buf, float momentum, bool nesterov, float wd, int gate) {
+  auto sgd = [&](const std::string& name, bool with_buf, float momentum, bool nesterov, float wd, int gate,
+                 std::optional<DType> copy = std::nullopt) {
     std::vector<In> in = {StateF32("param", p), XTyped("grad", p, DType::kF32), ScalarF32("lr", 0.1)};
     if (with_buf) in.push_back(StateF32("momentum_buf", p));
+    if (copy) in.push_back(StateLowp("param_lowp", p, *copy));
     if (gate >= 0) in.push_back(ScalarF32("found_nonfinite", gate));
     OpCase c = Make(name, "SgdUpdate", in);
+    if (copy) c.attrs.Set("lowp_copy", int64_t{1});
     if (momentum != 0) c.attrs.Set("momentum", momentum);
     if (nesterov) c.attrs.Set("nesterov", int64_t{1});
     if (wd != 0) c.attrs.Set("weight_decay", wd);
@@ -136,13 +146,17 @@ std::vector<OpCase> TrainingStepCases() {
   cases.push_back(sgd("SgdUpdate_NesterovWeightDecay", true, 0.9f, true, 0.01f, -1));
   cases.push_back(sgd("SgdUpdate_GatedClean", true, 0.9f, false, 0, 0));
   cases.push_back(sgd("SgdUpdate_GatedSkipped", true, 0.9f, false, 0, 1));
+  cases.push_back(sgd("SgdUpdate_MomentumLowpCopyBf16", true, 0.9f, false, 0, -1, DType::kBF16));
 
-  auto adamw = [&](const std::string& name, float wd, bool custom, int gate) {
+  auto adamw = [&](const std::string& name, float wd, bool custom, int gate,
+                   std::optional<DType> copy = std::nullopt) {
     std::vector<In> in = {StateF32("param", p), XTyped("grad", p, DType::kF32), ScalarF32("lr", 1e-3),
                           StateF32("m", p, -0.1, 0.1), StateF32("v", p, 0, 0.01),
                           StateF32Values("step", {}, {3})};
+    if (copy) in.push_back(StateLowp("param_lowp", p, *copy));
     if (gate >= 0) in.push_back(ScalarF32("found_nonfinite", gate));
     OpCase c = Make(name, "AdamWUpdate", in);
+    if (copy) c.attrs.Set("lowp_copy", int64_t{1});
     if (wd != 0) c.attrs.Set("weight_decay", wd);
     if (custom) {
       c.attrs.Set("beta1", 0.8f);
@@ -157,6 +171,8 @@ std::vector<OpCase> TrainingStepCases() {
   cases.push_back(adamw("AdamWUpdate_WeightDecayBetasEps", 0.01f, true, -1));
   cases.push_back(adamw("AdamWUpdate_GatedClean", 0.01f, false, 0));
   cases.push_back(adamw("AdamWUpdate_GatedSkipped", 0.01f, false, 1));
+  cases.push_back(adamw("AdamWUpdate_LowpCopyBf16", 0.01f, false, -1, DType::kBF16));
+  cases.push_back(adamw("AdamWUpdate_GatedLowpCopyF16", 0.01f, false, 0, DType::kF16));
 
   // Loss scaling: unscale (with the non-finite check), clipping, the scale update.
   {
