@@ -35,6 +35,7 @@
 namespace mpc {
 namespace {
 
+using ::mpc::testing::DeviceBuffers;
 using ::mpc::testing::RandomTensor;
 
 // The shared CUDA backend as a CudaBackend (the FP8 wrapper needs the concrete class).
@@ -75,42 +76,6 @@ cuda::LtGemmSpec ValidFp8Spec(int64_t m, int64_t n, int64_t k) {
   }                                                                                                  \
   static_assert(true, "")
 
-// Device buffers freed with the test.
-class DeviceBuffers {
- public:
-  explicit DeviceBuffers(Backend& backend) : backend_(backend) {}
-  ~DeviceBuffers() {
-    for (void* p : owned_) backend_.Free(p);
-  }
-  void* Upload(const void* host, size_t bytes) {
-    auto p = backend_.Allocate(bytes);
-    if (!p.ok()) {
-      ADD_FAILURE() << p.status();
-      return nullptr;
-    }
-    owned_.push_back(*p);
-    std::vector<unsigned char> zeros;
-    if (!host) {
-      zeros.assign(bytes, 0);
-      host = zeros.data();
-    }
-    if (absl::Status st = backend_.CopyToDevice(*p, host, bytes); !st.ok()) {
-      ADD_FAILURE() << st;
-      return nullptr;
-    }
-    return *p;
-  }
-  std::vector<unsigned char> Download(const void* device, size_t bytes) {
-    std::vector<unsigned char> host(bytes);
-    if (absl::Status st = backend_.Synchronize(); !st.ok()) ADD_FAILURE() << st;
-    if (absl::Status st = backend_.CopyToHost(host.data(), device, bytes); !st.ok()) ADD_FAILURE() << st;
-    return host;
-  }
-
- private:
-  Backend& backend_;
-  std::vector<void*> owned_;
-};
 
 uint8_t EncodeF8(DType format, float v) {
   return format == DType::kF8E4M3 ? FloatToF8E4M3(v) : FloatToF8E5M2(v);

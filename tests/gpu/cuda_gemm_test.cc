@@ -37,6 +37,7 @@
 namespace mpc {
 namespace {
 
+using ::mpc::testing::DeviceBuffers;
 using ::mpc::testing::RandomTensor;
 
 constexpr int64_t kOnnxFloat = 1;
@@ -363,46 +364,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMatMul, ::testing::ValuesIn(MatMulCases()), 
 
 // ---- the wrapper's aux and backward epilogues --------------------------------------------
 
-// Device buffers freed with the test.
-class DeviceBuffers {
- public:
-  explicit DeviceBuffers(Backend& backend) : backend_(backend) {}
-  ~DeviceBuffers() {
-    for (void* p : owned_) backend_.Free(p);
-  }
-  // A device copy of `bytes` host bytes (zeros when host is null); nullptr on failure.
-  void* Upload(const void* host, size_t bytes) {
-    auto p = backend_.Allocate(bytes);
-    if (!p.ok()) {
-      ADD_FAILURE() << p.status();
-      return nullptr;
-    }
-    owned_.push_back(*p);
-    std::vector<unsigned char> zeros;
-    if (!host) {
-      zeros.assign(bytes, 0);
-      host = zeros.data();
-    }
-    if (absl::Status st = backend_.CopyToDevice(*p, host, bytes); !st.ok()) {
-      ADD_FAILURE() << st;
-      return nullptr;
-    }
-    return *p;
-  }
-  void* Upload(const Tensor& t) { return Upload(t.raw(), t.bytes()); }
-  void* Zeros(DType dtype, int64_t count) { return Upload(nullptr, static_cast<size_t>(count) * DTypeSize(dtype)); }
-  // The device tensor at `device` (synchronises).
-  Tensor Download(const void* device, DType dtype, const Shape& shape) {
-    Tensor t(dtype, shape);
-    if (absl::Status st = backend_.Synchronize(); !st.ok()) ADD_FAILURE() << st;
-    if (absl::Status st = backend_.CopyToHost(t.raw(), device, t.bytes()); !st.ok()) ADD_FAILURE() << st;
-    return t;
-  }
-
- private:
-  Backend& backend_;
-  std::vector<void*> owned_;
-};
 
 // op(A)[M,K] op(B)[K,N] in f64, row-major storage as LtGemmSpec describes.
 std::vector<double> HostGemm(const Tensor& a, const Tensor& b, int64_t m, int64_t n, int64_t k, bool ta, bool tb) {

@@ -21,4 +21,41 @@ Backend& SharedCpu() {
   return *backend;
 }
 
+DeviceBuffers::~DeviceBuffers() {
+  for (void* p : owned_) backend_.Free(p);
+}
+
+void* DeviceBuffers::Upload(const void* host, size_t bytes) {
+  auto p = backend_.Allocate(bytes);
+  if (!p.ok()) {
+    ADD_FAILURE() << p.status();
+    return nullptr;
+  }
+  owned_.push_back(*p);
+  std::vector<unsigned char> zeros;
+  if (!host) {
+    zeros.assign(bytes, 0);
+    host = zeros.data();
+  }
+  if (absl::Status st = backend_.CopyToDevice(*p, host, bytes); !st.ok()) {
+    ADD_FAILURE() << st;
+    return nullptr;
+  }
+  return *p;
+}
+
+std::vector<unsigned char> DeviceBuffers::Download(const void* device, size_t bytes) {
+  std::vector<unsigned char> host(bytes);
+  if (absl::Status st = backend_.Synchronize(); !st.ok()) ADD_FAILURE() << st;
+  if (absl::Status st = backend_.CopyToHost(host.data(), device, bytes); !st.ok()) ADD_FAILURE() << st;
+  return host;
+}
+
+Tensor DeviceBuffers::Download(const void* device, DType dtype, const Shape& shape) {
+  Tensor t(dtype, shape);
+  if (absl::Status st = backend_.Synchronize(); !st.ok()) ADD_FAILURE() << st;
+  if (absl::Status st = backend_.CopyToHost(t.raw(), device, t.bytes()); !st.ok()) ADD_FAILURE() << st;
+  return t;
+}
+
 }  // namespace mpc::testing
