@@ -12,6 +12,7 @@
 #include "passes/fp8.h"
 #include "passes/fp8_lower.h"
 #include "passes/fuse_epilogues.h"
+#include "passes/fuse_updates.h"
 #include "passes/loss_scaling.h"
 #include "passes/memory_plan.h"
 #include "passes/optimizer.h"
@@ -74,6 +75,7 @@ PassPipeline MakeTrainingPipeline(const PipelineOptions& options) {
   p.Add(std::make_unique<OptimizerPass>());
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
+  p.Add(std::make_unique<FuseUpdatesPass>());
   p.Add(std::make_unique<MemoryPlanPass>());
   return p;
 }

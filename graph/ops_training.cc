@@ -9,7 +9,12 @@
 // With attribute lowp_copy=1 the input just before that flag (or the last input) is the
 // parameter's bf16/f16 copy that the forward and backward GEMMs read: the update writes
 // it from the new master weight in the same pass, replacing a Cast per step.
+//   MultiSgdUpdate / MultiAdamWUpdate: the same updates for N parameters in one node
+//   (layout in graph/multi_tensor_update.h), created by the fuse-updates pass.
+#include <set>
+
 #include "base/status_macros.h"
+#include "graph/multi_tensor_update.h"
 #include "graph/ops_common.h"
 
 namespace mpc {
@@ -34,35 +39,81 @@ absl::Status CheckScalarF32(const Node& n, int i) {
   return absl::OkStatus();
 }
 
-Types InferUpdate(const Node& n, const std::vector<int>& state_inputs, const std::vector<int>& scalars) {
-  const Value* param = n.inputs[0];
+// Checks one parameter's inputs: f32 master weight, f32 gradient of its shape, f32 state
+// of its shape, the optional bf16/f16 copy.
+absl::Status CheckParameterInputs(const Node& n, const UpdateTensorInputs& in) {
+  const Value* param = n.inputs[in.param];
   if (param->dtype != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat("master weight '", param->name, "' must be f32"));
   }
-  if (n.inputs[1]->shape != param->shape) {
-    return absl::InvalidArgumentError(absl::StrCat("gradient ", ShapeToString(n.inputs[1]->shape),
+  const Value* grad = n.inputs[in.grad];
+  if (grad->shape != param->shape) {
+    return absl::InvalidArgumentError(absl::StrCat("gradient ", ShapeToString(grad->shape),
                                                    " does not match parameter ", ShapeToString(param->shape)));
   }
-  if (n.inputs[1]->dtype != DType::kF32) {
+  if (grad->dtype != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat("gradient of '", param->name, "' must arrive in f32"));
   }
-  const int gated = n.attrs.GetInt("gated", 0) != 0 ? 1 : 0;
-  const int copy = n.attrs.GetInt("lowp_copy", 0) != 0 ? 1 : 0;
-  const int state_end = static_cast<int>(n.inputs.size()) - gated - copy;
-  if (copy) {
-    if (state_end < 0) return absl::InvalidArgumentError("lowp_copy=1 but the update has no copy input");
-    const Value* c = n.inputs[state_end];
+  for (int i : {in.momentum_buf, in.m, in.v}) {
+    if (i >= 0) MPC_RETURN_IF_ERROR(CheckStateLike(n, i, param));
+  }
+  if (in.step >= 0) MPC_RETURN_IF_ERROR(CheckScalarF32(n, in.step));
+  if (in.lowp_copy >= 0) {
+    const Value* c = n.inputs[in.lowp_copy];
     if ((c->dtype != DType::kBF16 && c->dtype != DType::kF16) || c->shape != param->shape) {
       return absl::InvalidArgumentError(absl::StrCat("the low-precision copy '", c->name, "' must be bf16 or f16 ",
                                                      ShapeToString(param->shape), "; it is ", DTypeName(c->dtype),
                                                      ShapeToString(c->shape)));
     }
   }
-  for (int i : state_inputs) {
-    if (i < state_end) MPC_RETURN_IF_ERROR(CheckStateLike(n, i, param));
+  return absl::OkStatus();
+}
+
+// SgdUpdate(param, grad, lr[, momentum_buf][, copy][, flag]) and
+// AdamWUpdate(param, grad, lr, m, v, step[, copy][, flag]).
+Types InferUpdate(const Node& n, bool adamw) {
+  const int gated = n.attrs.GetInt("gated", 0) != 0 ? 1 : 0;
+  const int copy = n.attrs.GetInt("lowp_copy", 0) != 0 ? 1 : 0;
+  const int state_end = static_cast<int>(n.inputs.size()) - gated - copy;
+  if (state_end < (adamw ? 6 : 3)) {
+    return absl::InvalidArgumentError(absl::StrCat(n.op, " node '", n.name, "' has ", n.inputs.size(),
+                                                   " inputs, too few for its attributes (lowp_copy=", copy,
+                                                   ", gated=", gated, ")"));
   }
+  UpdateTensorInputs in;
+  in.param = 0;
+  in.grad = 1;
+  if (adamw) {
+    in.m = 3;
+    in.v = 4;
+    in.step = 5;
+  } else if (state_end > 3) {
+    in.momentum_buf = 3;
+  }
+  if (copy) in.lowp_copy = state_end;
+  MPC_RETURN_IF_ERROR(CheckParameterInputs(n, in));
+  MPC_RETURN_IF_ERROR(CheckScalarF32(n, 2));
   if (gated) MPC_RETURN_IF_ERROR(CheckScalarF32(n, static_cast<int>(n.inputs.size()) - 1));
-  for (int i : scalars) MPC_RETURN_IF_ERROR(CheckScalarF32(n, i));
+  return std::vector<TensorType>{};
+}
+
+Types InferMultiUpdate(const Node& n) {
+  MPC_ASSIGN_OR_RETURN(const MultiUpdateLayout layout, MultiUpdateLayoutOf(n));
+  MPC_RETURN_IF_ERROR(CheckScalarF32(n, layout.lr));
+  if (layout.found_nonfinite >= 0) MPC_RETURN_IF_ERROR(CheckScalarF32(n, layout.found_nonfinite));
+  // Each parameter and each piece of state is updated once: the kernels read every step
+  // counter before advancing any, which only equals updating one after the other when no
+  // two parameters share state.
+  std::set<const Value*> written;
+  for (const UpdateTensorInputs& in : layout.tensors) {
+    MPC_RETURN_IF_ERROR(CheckParameterInputs(n, in));
+    for (int i : {in.param, in.momentum_buf, in.m, in.v, in.step, in.lowp_copy}) {
+      if (i >= 0 && !written.insert(n.inputs[i]).second) {
+        return absl::InvalidArgumentError(absl::StrCat(n.op, " node '", n.name, "' updates '", n.inputs[i]->name,
+                                                       "' twice; give each parameter its own state"));
+      }
+    }
+  }
   return std::vector<TensorType>{};
 }
 
@@ -76,7 +127,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   sgd.max_inputs = 6;  // + lowp copy (lowp_copy=1) + found_nonfinite (gated=1)
   sgd.min_outputs = sgd.max_outputs = 0;
   sgd.has_side_effects = true;
-  sgd.infer = [](const Node& n) { return InferUpdate(n, {3}, {2}); };
+  sgd.infer = [](const Node& n) { return InferUpdate(n, /*adamw=*/false); };
   r.Register(sgd);
 
   OpDef adamw;
@@ -86,8 +137,20 @@ void RegisterTrainingOps(OpRegistry& r) {
   adamw.max_inputs = 8;  // + lowp copy (lowp_copy=1) + found_nonfinite (gated=1)
   adamw.min_outputs = adamw.max_outputs = 0;
   adamw.has_side_effects = true;
-  adamw.infer = [](const Node& n) { return InferUpdate(n, {3, 4}, {2, 5}); };
+  adamw.infer = [](const Node& n) { return InferUpdate(n, /*adamw=*/true); };
   r.Register(adamw);
+
+  for (const char* name : {"MultiSgdUpdate", "MultiAdamWUpdate"}) {
+    OpDef multi;
+    multi.name = name;
+    multi.domain = "mpc";
+    multi.min_inputs = 3;
+    multi.max_inputs = 1 << 20;
+    multi.min_outputs = multi.max_outputs = 0;
+    multi.has_side_effects = true;
+    multi.infer = InferMultiUpdate;
+    r.Register(multi);
+  }
 }
 
 }  // namespace mpc

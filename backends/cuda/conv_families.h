@@ -1,6 +1,6 @@
 // The convolution family's internal interface, between kernels_conv.cc (host code: the
 // cuDNN convolutions and the family's registry entry point RegisterCudaConvKernels) and
-// kernels_pool.cu (device code: the pooling kernels, and the two small device helpers the
+// kernels_pool.cu (device code: the pooling kernels, and the small device helpers the
 // convolutions need around cuDNN). No device code here: kernels_conv.cc is compiled by
 // the host compiler.
 #pragma once
@@ -8,8 +8,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "backends/backend.h"
 
 namespace mpc {
@@ -33,6 +35,21 @@ absl::Status LaunchCopyPlanesShifted(DType dtype, const void* src, int64_t src_h
 // added in f32 and rounded once to the dtype. Enqueued on `stream`.
 absl::Status LaunchAddChannelBias(DType dtype, void* y, const void* bias, int64_t batch, int64_t channels,
                                   int64_t spatial, cudaStream_t stream);
+
+class StridedCopy;  // tensor_families.h (device-side header)
+
+// A planned batched matrix transpose [outer, rows, cols] -> [outer, cols, rows] of
+// elem_bytes-sized elements: NCHW <-> NHWC for activations ([N, C, H*W] <-> [N, H*W, C])
+// and KCRS <-> KRSC for filters. Planned once at kernel creation (a tiled StridedCopy);
+// Launch enqueues it on `stream`. Source and destination must not overlap.
+class MatrixTranspose {
+ public:
+  static absl::StatusOr<MatrixTranspose> Make(int64_t outer, int64_t rows, int64_t cols, size_t elem_bytes);
+  absl::Status Launch(const void* src, void* dst, cudaStream_t stream) const;
+
+ private:
+  std::shared_ptr<const StridedCopy> copy_;
+};
 
 }  // namespace cuda
 }  // namespace mpc

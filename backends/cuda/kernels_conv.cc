@@ -1,7 +1,7 @@
 // CUDA convolution kernels on cuDNN: Conv (forward, optional bias), ConvGradInput
-// (backward data) and ConvGradWeight (backward filter), NCHW, 1-D and 2-D (1-D runs as
-// 2-D with H = 1), any strides / pads / dilations / groups (depthwise included), in f32,
-// bf16 and f16. Semantics: backends/cpu/kernels_conv.cc and graph/ops_conv.cc; the window
+// (backward data) and ConvGradWeight (backward filter) of the graph's NCHW tensors, 1-D
+// and 2-D (1-D runs as 2-D with H = 1), any strides / pads / dilations / groups (depthwise
+// included), in f32, bf16 and f16. Semantics: backends/cpu/kernels_conv.cc and graph/ops_conv.cc; the window
 // (strides, dilations, pads, auto_pad) is resolved by the same graph helper
 // (conv::ResolveWindow). Conv's bias gradient is a separate ReduceSumTo node, not here.
 //
@@ -26,11 +26,22 @@
 // and the rest is applied explicitly through a scratch buffer allocated at creation: X is
 // zero-padded into it (Conv, ConvGradWeight), or cuDNN writes the padded dX there and the
 // interior is cropped out (ConvGradInput).
+//
+// Layout: cuDNN's tensor-core convolution kernels for bf16 / f16 are channels-last (NHWC
+// activations, KRSC filters); given NCHW it runs NCHW kernels or transposes internally.
+// So a bf16 / f16 convolution without groups whose channel counts are multiples of 8 (the
+// tensor cores' alignment) runs channels-last: its operands are transposed into scratch
+// buffers (MatrixTranspose, planned at creation), cuDNN runs on NHWC descriptors and the
+// result is transposed back, the graph staying NCHW. f32 stays NCHW (FMA math, no tensor
+// cores). The node attribute mpc_conv_layout or the environment variable
+// MPC_CUDA_CONV_LAYOUT (nchw | nhwc | auto) overrides the choice, so the two layouts can
+// be compared on a device and tested against the CPU.
 #include <cudnn.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +59,7 @@ namespace mpc::cuda {
 namespace {
 
 enum class ConvMode { kForward, kGradInput, kGradWeight };
+enum class ConvLayout { kNchw, kNhwc };
 
 // Per-kernel workspace cap: every convolution node owns three kernels with their own
 // workspace, so algorithms wanting more (FFT and Winograd variants, typically) are
@@ -94,6 +106,26 @@ absl::StatusOr<cudnnDataType_t> CudnnType(DType d) {
     default:
       return absl::UnimplementedError(absl::StrCat("dtype ", DTypeName(d), " is not f32, bf16 or f16"));
   }
+}
+
+// See the header comment: the attribute, else the environment, else channels-last for
+// bf16 / f16 convolutions the tensor cores take as they are.
+absl::StatusOr<ConvLayout> ChooseLayout(const Node& node, DType dtype, const ConvGeom& q) {
+  std::string choice = node.attrs.GetString("mpc_conv_layout", "");
+  const char* source = "attribute mpc_conv_layout";
+  if (choice.empty()) {
+    const char* env = std::getenv("MPC_CUDA_CONV_LAYOUT");
+    choice = env ? env : "auto";
+    source = "MPC_CUDA_CONV_LAYOUT";
+  }
+  if (choice == "nchw") return ConvLayout::kNchw;
+  if (choice == "nhwc") return ConvLayout::kNhwc;
+  if (choice != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " is '", choice, "'; use nchw, nhwc or auto (channels-last for bf16/f16)"));
+  }
+  const bool half = dtype == DType::kBF16 || dtype == DType::kF16;
+  return half && q.g == 1 && q.c % 8 == 0 && q.m % 8 == 0 ? ConvLayout::kNhwc : ConvLayout::kNchw;
 }
 
 const char* ModeName(ConvMode mode) {
@@ -156,8 +188,7 @@ class CudnnConvKernel : public Kernel {
     if (x_desc_) cudnnDestroyTensorDescriptor(x_desc_);
     if (handle_) cudnnDestroy(handle_);
     if (backend_) {
-      backend_->Free(workspace_);
-      backend_->Free(padded_);
+      for (void* p : {workspace_, padded_, x_nhwc_, y_nhwc_, w_nhwc_}) backend_->Free(p);
     }
   }
 
@@ -167,16 +198,20 @@ class CudnnConvKernel : public Kernel {
     const int64_t planes = q_.n * q_.c;
     switch (mode_) {
       case ConvMode::kForward: {
-        const void* x = ctx.inputs[0].data;
-        if (padded_) {
-          MPC_RETURN_IF_ERROR(LaunchCopyPlanesShifted(dtype_, x, d.ih, d.iw, padded_, ph_, pw_, planes, -pad_top_,
-                                                      -pad_left_, stream_));
-          x = padded_;
+        MPC_ASSIGN_OR_RETURN(const void* x, PaddedX(ctx.inputs[0].data));
+        const void* w = ctx.inputs[1].data;
+        void* y = ctx.outputs[0].data;
+        if (nhwc()) {
+          MPC_RETURN_IF_ERROR(x_transpose_.Launch(x, x_nhwc_, stream_));
+          MPC_RETURN_IF_ERROR(w_transpose_.Launch(w, w_nhwc_, stream_));
+          x = x_nhwc_;
+          w = w_nhwc_;
+          y = y_nhwc_;
         }
-        MPC_RETURN_IF_ERROR(Check(cudnnConvolutionForward(handle_, &one, x_desc_, x, w_desc_, ctx.inputs[1].data,
-                                                          conv_desc_, fwd_algo_, workspace_, workspace_bytes_, &zero,
-                                                          y_desc_, ctx.outputs[0].data),
+        MPC_RETURN_IF_ERROR(Check(cudnnConvolutionForward(handle_, &one, x_desc_, x, w_desc_, w, conv_desc_,
+                                                          fwd_algo_, workspace_, workspace_bytes_, &zero, y_desc_, y),
                                   "cudnnConvolutionForward"));
+        if (nhwc()) MPC_RETURN_IF_ERROR(y_transpose_.Launch(y_nhwc_, ctx.outputs[0].data, stream_));
         if (has_bias_) {
           MPC_RETURN_IF_ERROR(LaunchAddChannelBias(dtype_, ctx.outputs[0].data, ctx.inputs[2].data, q_.n, q_.m,
                                                    d.oh * d.ow, stream_));
@@ -184,11 +219,22 @@ class CudnnConvKernel : public Kernel {
         return absl::OkStatus();
       }
       case ConvMode::kGradInput: {
-        void* dx = padded_ ? padded_ : ctx.outputs[0].data;
-        MPC_RETURN_IF_ERROR(Check(cudnnConvolutionBackwardData(handle_, &one, w_desc_, ctx.inputs[1].data, y_desc_,
-                                                               ctx.inputs[0].data, conv_desc_, bwd_data_algo_,
-                                                               workspace_, workspace_bytes_, &zero, x_desc_, dx),
+        void* dx_nchw = padded_ ? padded_ : ctx.outputs[0].data;
+        const void* dy = ctx.inputs[0].data;
+        const void* w = ctx.inputs[1].data;
+        void* dx = dx_nchw;
+        if (nhwc()) {
+          MPC_RETURN_IF_ERROR(y_transpose_.Launch(dy, y_nhwc_, stream_));
+          MPC_RETURN_IF_ERROR(w_transpose_.Launch(w, w_nhwc_, stream_));
+          dy = y_nhwc_;
+          w = w_nhwc_;
+          dx = x_nhwc_;
+        }
+        MPC_RETURN_IF_ERROR(Check(cudnnConvolutionBackwardData(handle_, &one, w_desc_, w, y_desc_, dy, conv_desc_,
+                                                               bwd_data_algo_, workspace_, workspace_bytes_, &zero,
+                                                               x_desc_, dx),
                                   "cudnnConvolutionBackwardData"));
+        if (nhwc()) MPC_RETURN_IF_ERROR(x_transpose_.Launch(x_nhwc_, dx_nchw, stream_));
         if (padded_) {
           MPC_RETURN_IF_ERROR(LaunchCopyPlanesShifted(dtype_, padded_, ph_, pw_, ctx.outputs[0].data, d.ih, d.iw,
                                                       planes, pad_top_, pad_left_, stream_));
@@ -196,16 +242,22 @@ class CudnnConvKernel : public Kernel {
         return absl::OkStatus();
       }
       case ConvMode::kGradWeight: {
-        const void* x = ctx.inputs[1].data;
-        if (padded_) {
-          MPC_RETURN_IF_ERROR(LaunchCopyPlanesShifted(dtype_, x, d.ih, d.iw, padded_, ph_, pw_, planes, -pad_top_,
-                                                      -pad_left_, stream_));
-          x = padded_;
+        MPC_ASSIGN_OR_RETURN(const void* x, PaddedX(ctx.inputs[1].data));
+        const void* dy = ctx.inputs[0].data;
+        void* dw = ctx.outputs[0].data;
+        if (nhwc()) {
+          MPC_RETURN_IF_ERROR(x_transpose_.Launch(x, x_nhwc_, stream_));
+          MPC_RETURN_IF_ERROR(y_transpose_.Launch(dy, y_nhwc_, stream_));
+          x = x_nhwc_;
+          dy = y_nhwc_;
+          dw = w_nhwc_;
         }
-        return Check(cudnnConvolutionBackwardFilter(handle_, &one, x_desc_, x, y_desc_, ctx.inputs[0].data,
-                                                    conv_desc_, bwd_filter_algo_, workspace_, workspace_bytes_, &zero,
-                                                    w_desc_, ctx.outputs[0].data),
-                     "cudnnConvolutionBackwardFilter");
+        MPC_RETURN_IF_ERROR(Check(cudnnConvolutionBackwardFilter(handle_, &one, x_desc_, x, y_desc_, dy, conv_desc_,
+                                                                 bwd_filter_algo_, workspace_, workspace_bytes_, &zero,
+                                                                 w_desc_, dw),
+                                  "cudnnConvolutionBackwardFilter"));
+        if (nhwc()) MPC_RETURN_IF_ERROR(w_transpose_.Launch(w_nhwc_, ctx.outputs[0].data, stream_));
+        return absl::OkStatus();
       }
     }
     return absl::InternalError("unknown convolution mode");
@@ -213,6 +265,17 @@ class CudnnConvKernel : public Kernel {
 
  private:
   CudnnConvKernel() = default;
+
+  bool nhwc() const { return layout_ == ConvLayout::kNhwc; }
+
+  // X as cuDNN reads it: x itself, or (asymmetric pads) x zero-padded into padded_.
+  absl::StatusOr<const void*> PaddedX(const void* x) const {
+    if (!padded_) return x;
+    const conv::Window2D& d = q_.w;
+    MPC_RETURN_IF_ERROR(LaunchCopyPlanesShifted(dtype_, x, d.ih, d.iw, padded_, ph_, pw_, q_.n * q_.c, -pad_top_,
+                                                -pad_left_, stream_));
+    return static_cast<const void*>(padded_);
+  }
 
   absl::Status Check(cudnnStatus_t s, const char* call) const {
     if (s == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
@@ -229,6 +292,7 @@ class CudnnConvKernel : public Kernel {
     MPC_ASSIGN_OR_RETURN(q_, ConvGeomOf(node, mode));
     const conv::Window2D& d = q_.w;
     has_bias_ = mode == ConvMode::kForward && node.inputs.size() > 2 && node.inputs[2] != nullptr;
+    MPC_ASSIGN_OR_RETURN(layout_, ChooseLayout(node, dtype_, q_));
     const bool tf32 = dtype_ == DType::kF32 && node.attrs.GetInt("mpc_tf32", 0) != 0 && cuda->capabilities().tf32;
     const bool fma_only = dtype_ == DType::kF32 && !tf32;
 
@@ -244,7 +308,7 @@ class CudnnConvKernel : public Kernel {
                          q_.m, ",", q_.c / q_.g, ",", d.kh, ",", d.kw, "] -> Y [", q_.n, ",", q_.m, ",", d.oh, ",",
                          d.ow, "], strides ", d.sh, "x", d.sw, ", dilations ", d.dh, "x", d.dw, ", pads t", d.pt,
                          " l", d.pl, " b", d.pb, " r", d.pr, ", group ", q_.g, ", ", DTypeName(dtype_),
-                         tf32 ? ", TF32" : "");
+                         tf32 ? ", TF32" : "", nhwc() ? ", run channels-last (NHWC)" : "");
     for (int64_t v : {q_.n, q_.c, q_.m, q_.g, ph_, pw_, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.dh, d.dw, sym_h, sym_w}) {
       if (v > INT_MAX) {
         return absl::UnimplementedError(absl::StrCat(what_, ": an extent exceeds cuDNN's int range"));
@@ -259,14 +323,16 @@ class CudnnConvKernel : public Kernel {
     MPC_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&y_desc_));
     MPC_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&w_desc_));
     MPC_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&conv_desc_));
-    MPC_RETURN_IF_ERROR(Check(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, data_type, i32(q_.n), i32(q_.c),
-                                                         i32(ph_), i32(pw_)),
+    // Dimensions are always given as N, C, H, W (K, C, R, S); the format sets the strides.
+    const cudnnTensorFormat_t format = nhwc() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    MPC_RETURN_IF_ERROR(Check(cudnnSetTensor4dDescriptor(x_desc_, format, data_type, i32(q_.n), i32(q_.c), i32(ph_),
+                                                         i32(pw_)),
                               "cudnnSetTensor4dDescriptor(X)"));
-    MPC_RETURN_IF_ERROR(Check(cudnnSetTensor4dDescriptor(y_desc_, CUDNN_TENSOR_NCHW, data_type, i32(q_.n), i32(q_.m),
-                                                         i32(d.oh), i32(d.ow)),
+    MPC_RETURN_IF_ERROR(Check(cudnnSetTensor4dDescriptor(y_desc_, format, data_type, i32(q_.n), i32(q_.m), i32(d.oh),
+                                                         i32(d.ow)),
                               "cudnnSetTensor4dDescriptor(Y)"));
-    MPC_RETURN_IF_ERROR(Check(cudnnSetFilter4dDescriptor(w_desc_, data_type, CUDNN_TENSOR_NCHW, i32(q_.m),
-                                                         i32(q_.c / q_.g), i32(d.kh), i32(d.kw)),
+    MPC_RETURN_IF_ERROR(Check(cudnnSetFilter4dDescriptor(w_desc_, data_type, format, i32(q_.m), i32(q_.c / q_.g),
+                                                         i32(d.kh), i32(d.kw)),
                               "cudnnSetFilter4dDescriptor(W)"));
     MPC_RETURN_IF_ERROR(Check(cudnnSetConvolution2dDescriptor(conv_desc_, i32(sym_h), i32(sym_w), i32(d.sh),
                                                               i32(d.sw), i32(d.dh), i32(d.dw),
@@ -294,6 +360,29 @@ class CudnnConvKernel : public Kernel {
       const size_t bytes = static_cast<size_t>(q_.n * q_.c * ph_ * pw_) * DTypeSize(dtype_);
       MPC_ASSIGN_OR_RETURN(padded_, backend_->Allocate(bytes));
     }
+    if (nhwc()) MPC_RETURN_IF_ERROR(PlanChannelsLast());
+    return absl::OkStatus();
+  }
+
+  // The channels-last scratch buffers (X or dX, Y or dY, W or dW, as cuDNN sees them) and
+  // the transposes in the direction this mode needs: operands into NHWC / KRSC, the
+  // result back to the graph's NCHW / KCRS.
+  absl::Status PlanChannelsLast() {
+    const conv::Window2D& d = q_.w;
+    const size_t es = DTypeSize(dtype_);
+    const int64_t x_plane = ph_ * pw_, y_plane = d.oh * d.ow, w_plane = d.kh * d.kw, cg = q_.c / q_.g;
+    MPC_ASSIGN_OR_RETURN(x_nhwc_, backend_->Allocate(static_cast<size_t>(q_.n * q_.c * x_plane) * es));
+    MPC_ASSIGN_OR_RETURN(y_nhwc_, backend_->Allocate(static_cast<size_t>(q_.n * q_.m * y_plane) * es));
+    MPC_ASSIGN_OR_RETURN(w_nhwc_, backend_->Allocate(static_cast<size_t>(q_.m * cg * w_plane) * es));
+    const bool x_in = mode_ != ConvMode::kGradInput;   // X is read (forward, filter gradient)
+    const bool y_in = mode_ != ConvMode::kForward;     // dY is read (both gradients)
+    const bool w_in = mode_ != ConvMode::kGradWeight;  // W is read (forward, data gradient)
+    MPC_ASSIGN_OR_RETURN(x_transpose_, x_in ? MatrixTranspose::Make(q_.n, q_.c, x_plane, es)
+                                            : MatrixTranspose::Make(q_.n, x_plane, q_.c, es));
+    MPC_ASSIGN_OR_RETURN(y_transpose_, y_in ? MatrixTranspose::Make(q_.n, q_.m, y_plane, es)
+                                            : MatrixTranspose::Make(q_.n, y_plane, q_.m, es));
+    MPC_ASSIGN_OR_RETURN(w_transpose_, w_in ? MatrixTranspose::Make(q_.m, cg, w_plane, es)
+                                            : MatrixTranspose::Make(q_.m, w_plane, cg, es));
     return absl::OkStatus();
   }
 
@@ -404,6 +493,13 @@ class CudnnConvKernel : public Kernel {
   // are symmetric.
   int64_t pad_top_ = 0, pad_left_ = 0, ph_ = 0, pw_ = 0;
   void* padded_ = nullptr;
+
+  // Channels-last: the NHWC / KRSC scratch operands and the transposes to or from them.
+  ConvLayout layout_ = ConvLayout::kNchw;
+  void* x_nhwc_ = nullptr;
+  void* y_nhwc_ = nullptr;
+  void* w_nhwc_ = nullptr;
+  MatrixTranspose x_transpose_, y_transpose_, w_transpose_;
 };
 
 }  // namespace

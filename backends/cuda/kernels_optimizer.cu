@@ -12,11 +12,9 @@
 // rewritten from the new weight in the same pass (passes/optimizer.cc).
 //
 // Everything the CPU reads from a scalar tensor (lr, the flag, the step counter) is
-// device memory here and is read by the kernel, so a step never waits on the host. Each
-// elementwise formula uses the _rn intrinsics in the CPU's evaluation order: nvcc would
-// otherwise contract a*b + c into an FMA, and the CPU build (x86-64 without -mfma)
-// rounds every product, so the intrinsics keep the two backends bit-identical except for
-// b^t (see AdamWUpdateKernel).
+// device memory here and is read by the kernel, so a step never waits on the host. The
+// element formulas (optimizer_math.cuh) keep the two backends bit-identical except for
+// b^t (see AdamWCoefsAt).
 //
 // The AdamW step counter: every block reads it, so it may only change once every block
 // has read it. Instead of a second launch per parameter, the last block to finish (a
@@ -28,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_kernel_util.cuh"
+#include "backends/cuda/optimizer_math.cuh"
 #include "backends/cuda/training_families.h"
 #include "base/status_macros.h"
 
@@ -37,25 +36,6 @@ namespace {
 // Grid-stride loops of 256-thread blocks over float4s: 1024 blocks fill an H100 (132 SMs)
 // several times over, and bound the AdamW completion counter's atomics.
 constexpr int kOptimizerMaxBlocks = 1024;
-
-// The low-precision copy an update writes, if any (at most one pointer is set).
-struct LowpCopyPtr {
-  __nv_bfloat16* bf16 = nullptr;
-  __half* f16 = nullptr;
-};
-
-__device__ __forceinline__ void StoreCopy(const LowpCopyPtr& c, int64_t i, float w) {
-  if (c.bf16) c.bf16[i] = __float2bfloat16_rn(w);
-  if (c.f16) c.f16[i] = __float2half_rn(w);
-}
-
-__device__ __forceinline__ void StoreCopy4(const LowpCopyPtr& c, int64_t quad, const float4& w) {
-  if (!c.bf16 && !c.f16) return;
-  StoreCopy(c, 4 * quad, w.x);
-  StoreCopy(c, 4 * quad + 1, w.y);
-  StoreCopy(c, 4 * quad + 2, w.z);
-  StoreCopy(c, 4 * quad + 3, w.w);
-}
 
 // The copy input of an update node with lowp_copy=1 (just before the gate flag).
 LowpCopyPtr CopyOf(const KernelContext& ctx, bool has_copy, bool gated) {
@@ -80,22 +60,6 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 int64_t Quads(int64_t n, bool aligned) { return aligned ? n / 4 : 0; }
 
 // ---- SGD -----------------------------------------------------------------------------
-
-struct SgdHyper {
-  float momentum;
-  float weight_decay;
-  bool nesterov;
-};
-
-template <bool kMomentum>
-__device__ __forceinline__ void SgdElement(float& p, float g, float& buf, float lr, const SgdHyper& h) {
-  float d = __fadd_rn(g, __fmul_rn(h.weight_decay, p));
-  if constexpr (kMomentum) {
-    buf = __fadd_rn(__fmul_rn(h.momentum, buf), d);
-    d = h.nesterov ? __fadd_rn(d, __fmul_rn(h.momentum, buf)) : buf;
-  }
-  p = __fsub_rn(p, __fmul_rn(lr, d));
-}
 
 // buf is null unless kMomentum; skip (the gate flag) may be null.
 template <bool kMomentum>
@@ -186,29 +150,6 @@ class CudaSgdUpdate : public Kernel {
 
 // ---- AdamW ---------------------------------------------------------------------------
 
-struct AdamWHyper {
-  float b1, b2;
-  float one_minus_b1, one_minus_b2;  // 1 - b in f32, as the CPU evaluates it
-  float eps;
-  float weight_decay;
-};
-
-// This step's coefficients, computed once per block from the device scalars.
-struct AdamWStepCoefs {
-  float step_size;  // lr / (1 - b1^t)
-  float bc2_sqrt;   // sqrt(1 - b2^t)
-  float decay;      // 1 - lr*wd
-};
-
-__device__ __forceinline__ void AdamWElement(float& p, float g, float& m, float& v, const AdamWHyper& h,
-                                             const AdamWStepCoefs& c) {
-  p = __fmul_rn(p, c.decay);
-  m = __fadd_rn(__fmul_rn(h.b1, m), __fmul_rn(h.one_minus_b1, g));
-  v = __fadd_rn(__fmul_rn(h.b2, v), __fmul_rn(__fmul_rn(h.one_minus_b2, g), g));  // ((1-b2)*g)*g as on the CPU
-  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), c.bc2_sqrt), h.eps);
-  p = __fsub_rn(p, __fdiv_rn(__fmul_rn(c.step_size, m), denom));
-}
-
 // blocks_done: a zeroed counter in scratch memory; the last block to finish resets it.
 __global__ void __launch_bounds__(kThreadsPerBlock)
     AdamWUpdateKernel(int64_t n, int64_t n4, float* p, const float* g, float* m, float* v, const float* lr_ptr,
@@ -219,16 +160,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   if (threadIdx.x == 0) {
     skipped = skip != nullptr && *skip != 0.0f;
     const float t = *step + 1.0f;
-    const float lr = *lr_ptr;
-    // b^t: the CPU calls powf (glibc, < 1 ulp). pow in f64 rounded once to f32 is the
-    // correctly rounded value in all but vanishingly rare cases, so the two agree
-    // wherever glibc is correctly rounded. Once per block, so its cost does not matter.
-    const float b1t = static_cast<float>(::pow(static_cast<double>(h.b1), static_cast<double>(t)));
-    const float b2t = static_cast<float>(::pow(static_cast<double>(h.b2), static_cast<double>(t)));
-    const float bc1 = __fsub_rn(1.0f, b1t), bc2 = __fsub_rn(1.0f, b2t);
-    coefs.step_size = __fdiv_rn(lr, bc1);
-    coefs.bc2_sqrt = __fsqrt_rn(bc2);
-    coefs.decay = __fsub_rn(1.0f, __fmul_rn(lr, h.weight_decay));
+    coefs = AdamWCoefsAt(t, *lr_ptr, h);
     new_step = t;
   }
   __syncthreads();
@@ -353,6 +285,7 @@ namespace mpc {
 // The training family's single entry point (cuda_backend.h).
 void RegisterCudaTrainingKernels(KernelRegistry& r) {
   cuda::RegisterCudaOptimizerKernels(r);
+  cuda::RegisterCudaMultiTensorUpdateKernels(r);
   cuda::RegisterCudaLossScalingKernels(r);
   cuda::RegisterCudaFp8Kernels(r);
 }

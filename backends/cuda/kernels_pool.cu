@@ -1,7 +1,8 @@
 // CUDA pooling kernels: MaxPool, AveragePool, their gradients MaxPoolGrad and
 // AveragePoolGrad, GlobalAveragePool and GlobalMaxPool, in f32, bf16 and f16 (what the CPU
-// backend registers, minus f64); plus the two device helpers the cuDNN convolutions of
-// kernels_conv.cc need (zero-padding / cropping planes, adding a per-channel bias).
+// backend registers, minus f64); plus the device helpers the cuDNN convolutions of
+// kernels_conv.cc need (zero-padding / cropping planes, adding a per-channel bias, and the
+// NCHW <-> NHWC transposes of the channels-last path).
 //
 // Semantics are those of backends/cpu/kernels_pool.cc, which is the reference, with the
 // window resolved by the same graph helper (conv::ResolveWindow, ONNX opset-17 rules):
@@ -35,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/conv_families.h"
 #include "backends/cuda/cuda_kernel_util.cuh"
+#include "backends/cuda/tensor_families.h"
 #include "base/status_macros.h"
 #include "graph/ops_conv_util.h"
 
@@ -465,6 +467,24 @@ absl::Status LaunchAddChannelBias(DType dtype, void* y, const void* bias, int64_
       return absl::InvalidArgumentError(
           absl::StrCat("AddChannelBias: dtype ", DTypeName(dtype), " is not f32, bf16 or f16"));
   }
+}
+
+absl::StatusOr<MatrixTranspose> MatrixTranspose::Make(int64_t outer, int64_t rows, int64_t cols,
+                                                      size_t elem_bytes) {
+  // The index space in destination order (StridedCopy takes the tiled path when the last
+  // axis is the destination's contiguous one): element (o, c, r) moves from
+  // src[(o*rows + r)*cols + c] to dst[(o*cols + c)*rows + r].
+  MPC_ASSIGN_OR_RETURN(StridedCopy copy,
+                       StridedCopy::Make(Shape{outer, cols, rows}, {rows * cols, 1, cols}, 0, {rows * cols, rows, 1},
+                                         0, elem_bytes, "NCHW <-> NHWC transpose"));
+  MatrixTranspose t;
+  t.copy_ = std::make_shared<const StridedCopy>(std::move(copy));
+  return t;
+}
+
+absl::Status MatrixTranspose::Launch(const void* src, void* dst, cudaStream_t stream) const {
+  if (!copy_) return absl::FailedPreconditionError("MatrixTranspose::Launch before Make");
+  return copy_->Launch(src, dst, stream);
 }
 
 }  // namespace mpc::cuda

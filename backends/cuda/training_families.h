@@ -10,6 +10,10 @@ namespace mpc::cuda {
 // kernels_optimizer.cu: SgdUpdate, AdamWUpdate (f32 master weights, in place).
 void RegisterCudaOptimizerKernels(KernelRegistry& r);
 
+// kernels_multi_tensor_update.cu: MultiSgdUpdate, MultiAdamWUpdate (f32, many parameters
+// per launch).
+void RegisterCudaMultiTensorUpdateKernels(KernelRegistry& r);
+
 // kernels_loss_scaling.cu: UnscaleGradients, ClipByGlobalNorm, InjectNonFinite,
 // UpdateLossScale (all f32).
 void RegisterCudaLossScalingKernels(KernelRegistry& r);

@@ -174,6 +174,54 @@ std::vector<OpCase> TrainingStepCases() {
   cases.push_back(adamw("AdamWUpdate_LowpCopyBf16", 0.01f, false, -1, DType::kBF16));
   cases.push_back(adamw("AdamWUpdate_GatedLowpCopyF16", 0.01f, false, 0, DType::kF16));
 
+  // Multi-tensor updates (graph/multi_tensor_update.h): parameters of mixed sizes (one
+  // spans several 16,384-element chunks and ends in a partial float4, one is 7 elements),
+  // mixed copies (none, bf16, f16), per-parameter step counters; 35 parameters need two
+  // launches of at most 32.
+  const std::vector<Shape> multi_shapes = {{130, 311}, {7}, {64, 33}, {1}, {4096}};
+  const std::vector<std::optional<DType>> multi_copies = {std::nullopt, DType::kBF16, DType::kF16, std::nullopt,
+                                                          DType::kBF16};
+  auto multi = [&](const std::string& name, bool adamw, int tensors, int gate, float momentum = 0.9f) {
+    std::vector<In> in = {ScalarF32("lr", adamw ? 1e-3 : 0.1)};
+    if (gate >= 0) in.push_back(ScalarF32("found_nonfinite", gate));
+    std::vector<int64_t> copies;
+    for (int t = 0; t < tensors; ++t) {
+      const Shape& shape = multi_shapes[t % multi_shapes.size()];
+      const std::optional<DType> copy = multi_copies[t % multi_copies.size()];
+      const std::string id = std::to_string(t);
+      in.push_back(StateF32("param" + id, shape));
+      in.push_back(XTyped("grad" + id, shape, DType::kF32));
+      if (adamw) {
+        in.push_back(StateF32("m" + id, shape, -0.1, 0.1));
+        in.push_back(StateF32("v" + id, shape, 0, 0.01));
+        in.push_back(StateF32Values("step" + id, {}, {static_cast<float>(3 + t)}));
+      } else if (momentum != 0) {
+        in.push_back(StateF32("momentum_buf" + id, shape));
+      }
+      if (copy) in.push_back(StateLowp("param_lowp" + id, shape, *copy));
+      copies.push_back(copy ? 1 : 0);
+    }
+    OpCase c = Make(name, adamw ? "MultiAdamWUpdate" : "MultiSgdUpdate", in);
+    c.attrs.Set("lowp_copies", copies);
+    if (adamw) {
+      c.attrs.Set("weight_decay", 0.01f);
+    } else if (momentum != 0) {
+      c.attrs.Set("momentum", momentum);
+      c.attrs.Set("nesterov", int64_t{1});
+    }
+    if (gate >= 0) c.attrs.Set("gated", int64_t{1});
+    c.exact = gate == 1;
+    return c;
+  };
+  cases.push_back(multi("MultiSgdUpdate_Plain", false, 5, -1, 0.0f));
+  cases.push_back(multi("MultiSgdUpdate_NesterovMixedCopies", false, 5, -1));
+  cases.push_back(multi("MultiSgdUpdate_GatedSkipped", false, 5, 1));
+  cases.push_back(multi("MultiSgdUpdate_TwoLaunches", false, 35, 0));
+  cases.push_back(multi("MultiAdamWUpdate_MixedCopies", true, 5, -1));
+  cases.push_back(multi("MultiAdamWUpdate_GatedClean", true, 5, 0));
+  cases.push_back(multi("MultiAdamWUpdate_GatedSkipped", true, 5, 1));
+  cases.push_back(multi("MultiAdamWUpdate_TwoLaunches", true, 35, -1));
+
   // Loss scaling: unscale (with the non-finite check), clipping, the scale update.
   {
     OpCase c = Make("UnscaleGradients_Finite", "UnscaleGradients",
@@ -328,10 +376,55 @@ std::vector<OpCase> PaddingAndCastCases() {
 }
 
 // Every case the conformance tests run: the op-numerics tables, then the above.
+// Channels-last convolutions (backends/cuda/kernels_conv.cc runs bf16/f16 convolutions
+// NHWC behind the graph's NCHW): every convolution case again with the layout forced to
+// NHWC (attribute mpc_conv_layout), and the group-1 cases widened to 8 input and 16 output
+// channels, which bf16/f16 run channels-last by themselves, in that automatic choice and
+// with NCHW forced.
+std::vector<OpCase> ChannelsLastConvCases() {
+  std::vector<OpCase> cases;
+  auto with_layout = [](OpCase c, const std::string& suffix, const char* layout) {
+    c.name += suffix;
+    if (layout) c.attrs.Set("mpc_conv_layout", std::string(layout));
+    c.gradient = false;
+    c.ref = nullptr;  // the CPU backend is the reference here
+    return c;
+  };
+  for (const OpCase& c : AllCases()) {
+    const bool conv = c.op == "Conv", grad_input = c.op == "ConvGradInput", grad_weight = c.op == "ConvGradWeight";
+    if (!conv && !grad_input && !grad_weight) continue;
+    cases.push_back(with_layout(c, "_ForcedNHWC", "nhwc"));
+    if (c.attrs.GetInt("group", 1) != 1) continue;
+    // Inputs: Conv (X, W[, B]), ConvGradInput (dY, W), ConvGradWeight (dY, X).
+    OpCase wide = with_layout(c, "_Wide8x16", nullptr);
+    constexpr int64_t kC = 8, kM = 16;
+    if (conv) {
+      wide.inputs[0].shape[1] = kC;
+      wide.inputs[1].shape[0] = kM;
+      wide.inputs[1].shape[1] = kC;
+      if (wide.inputs.size() > 2) wide.inputs[2].shape[0] = kM;
+    } else {
+      wide.inputs[0].shape[1] = kM;
+      if (grad_input) {
+        wide.inputs[1].shape[0] = kM;
+        wide.inputs[1].shape[1] = kC;
+        std::vector<int64_t> x_shape = wide.attrs.GetInts("input_shape", {});
+        x_shape[1] = kC;
+        wide.attrs.Set("input_shape", x_shape);
+      } else {
+        wide.inputs[1].shape[1] = kC;
+      }
+    }
+    cases.push_back(wide);
+    cases.push_back(with_layout(wide, "_ForcedNCHW", "nchw"));
+  }
+  return cases;
+}
+
 const std::vector<OpCase>& ConformanceCases() {
   static const std::vector<OpCase>* cases = [] {
     auto* all = new std::vector<OpCase>(AllCases());
-    for (auto family : {TrainingStepCases, PaddingAndCastCases}) {
+    for (auto family : {TrainingStepCases, PaddingAndCastCases, ChannelsLastConvCases}) {
       for (OpCase& c : family()) all->push_back(std::move(c));
     }
     return all;

@@ -1,5 +1,5 @@
 // Pass tests on small graphs with golden expectations: memory planning, simplify
-// (CSE, identity folding, DCE), epilogue fusion, and the pipeline's contract
+// (CSE, identity folding, DCE), epilogue fusion, update fusion, and the pipeline's contract
 // (verification, error prefixes, disabling, dumps).
 #include <algorithm>
 #include <cstring>
@@ -10,6 +10,8 @@
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/fuse_epilogues.h"
+#include "passes/fuse_updates.h"
+#include "graph/multi_tensor_update.h"
 #include "passes/memory_plan.h"
 #include "passes/optimizer.h"
 #include "passes/pass_pipeline.h"
@@ -237,24 +239,35 @@ TEST(AutodiffTest, UpdatesAreOrderedAfterEveryReaderOfTheirParameter) {
 
 // Under bf16 autocast each weight is read through one shared Cast per step; the optimizer
 // pass replaces it by a persistent bf16 copy that the update rewrites (lowp_copy=1).
+// The three-layer MLP through autocast (bf16), autodiff and the optimizer pass: SGD with
+// momentum 0.9, or AdamW with weight decay 0.05.
+struct Bf16Training {
+  Mlp m = ThreeLayerMlp();
+  TrainSpec spec;
+  CompileInfo info;
+  Capabilities caps;
+  PassContext ctx{&spec, &caps, &info};
+};
+
+void CompileBf16Training(Bf16Training& t, bool sgd) {
+  t.spec.mutable_precision()->set_compute(PrecisionSpec::BF16);
+  if (sgd) {
+    t.spec.mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
+  } else {
+    t.spec.mutable_optimizer()->mutable_adamw()->set_weight_decay(0.05f);
+  }
+  t.info.loss = t.m.loss;
+  ASSERT_TRUE(AutocastPass().Run(*t.m.graph, t.ctx).ok());
+  ASSERT_TRUE(AutodiffPass().Run(*t.m.graph, t.ctx).ok());
+  ASSERT_TRUE(OptimizerPass().Run(*t.m.graph, t.ctx).ok());
+}
+
 TEST(OptimizerTest, UpdatesWriteTheLowPrecisionCopyInsteadOfACastPerStep) {
   for (bool sgd : {false, true}) {
     SCOPED_TRACE(sgd ? "SgdUpdate" : "AdamWUpdate");
-    Mlp m = ThreeLayerMlp();
-    TrainSpec spec;
-    spec.mutable_precision()->set_compute(PrecisionSpec::BF16);
-    if (sgd) {
-      spec.mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
-    } else {
-      spec.mutable_optimizer()->mutable_adamw();
-    }
-    CompileInfo info;
-    info.loss = m.loss;
-    Capabilities caps;
-    PassContext ctx{&spec, &caps, &info};
-    ASSERT_TRUE(AutocastPass().Run(*m.graph, ctx).ok());
-    ASSERT_TRUE(AutodiffPass().Run(*m.graph, ctx).ok());
-    ASSERT_TRUE(OptimizerPass().Run(*m.graph, ctx).ok());
+    Bf16Training t;
+    CompileBf16Training(t, sgd);
+    Mlp& m = t.m;
     int updates_with_copy = 0;
     for (const auto& n : m.graph->nodes()) {
       // No Cast reads a master weight any more.
@@ -280,6 +293,136 @@ TEST(OptimizerTest, UpdatesWriteTheLowPrecisionCopyInsteadOfACastPerStep) {
     }
     EXPECT_EQ(updates_with_copy, 6);  // weights and biases: the bf16 Gemms read both
   }
+}
+
+// fuse-updates: the six per-parameter updates of a bf16 MLP become one MultiAdamWUpdate
+// that carries every parameter's inputs in the documented layout and still runs after
+// every reader of every parameter and of every bf16 copy.
+TEST(FuseUpdatesTest, OneMultiTensorUpdateForAllParametersAfterEveryReader) {
+  for (bool sgd : {false, true}) {
+    SCOPED_TRACE(sgd ? "sgd" : "adamw");
+    Bf16Training t;
+    CompileBf16Training(t, sgd);
+    Mlp& m = t.m;
+    const CompileInfo& info = t.info;
+    auto changed = FuseUpdatesPass().Run(*m.graph, t.ctx);
+    ASSERT_TRUE(changed.ok()) << changed.status();
+    EXPECT_TRUE(*changed);
+    std::vector<const Node*> multi;
+    for (const auto& n : m.graph->nodes()) {
+      EXPECT_NE(n->op, "SgdUpdate");
+      EXPECT_NE(n->op, "AdamWUpdate");
+      if (IsMultiTensorUpdate(*n)) multi.push_back(n.get());
+    }
+    ASSERT_EQ(multi.size(), 1u);
+    const Node& fused = *multi[0];
+    EXPECT_EQ(fused.op, sgd ? "MultiSgdUpdate" : "MultiAdamWUpdate");
+    if (!sgd) EXPECT_FLOAT_EQ(fused.attrs.GetFloat("weight_decay", 0), 0.05f);
+    EXPECT_FALSE(fused.attrs.Has("lowp_copy"));
+    EXPECT_EQ(fused.attrs.GetInts("lowp_copies", {}), std::vector<int64_t>(6, 1));
+    auto layout = MultiUpdateLayoutOf(fused);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_EQ(fused.inputs[layout->lr], info.learning_rate);
+    ASSERT_EQ(layout->tensors.size(), info.param_grads.size());
+    auto order = m.graph->TopologicalOrder();
+    ASSERT_TRUE(order.ok()) << order.status();
+    std::map<const Node*, size_t> pos;
+    for (size_t i = 0; i < order->size(); ++i) pos[(*order)[i]] = i;
+    for (size_t t = 0; t < layout->tensors.size(); ++t) {
+      const UpdateTensorInputs& in = layout->tensors[t];
+      const auto& [param, grad] = info.param_grads[t];
+      EXPECT_EQ(fused.inputs[in.param], param);  // parameters in graph order
+      EXPECT_EQ(fused.inputs[in.grad], grad);
+      const Value* copy = fused.inputs[in.lowp_copy];
+      EXPECT_EQ(copy->name, param->name + ".lowp");
+      if (sgd) {
+        EXPECT_EQ(fused.inputs[in.momentum_buf]->name, param->name + ".momentum");
+      } else {
+        EXPECT_EQ(fused.inputs[in.m]->name, param->name + ".adam_m");
+        EXPECT_EQ(fused.inputs[in.v]->name, param->name + ".adam_v");
+        EXPECT_EQ(fused.inputs[in.step]->name, param->name + ".adam_step");
+      }
+      for (const Value* written : std::vector<const Value*>{param, copy}) {
+        for (const Node* reader : written->consumers) {
+          if (reader != &fused) EXPECT_LT(pos[reader], pos[&fused]) << reader->name << " reads " << written->name;
+        }
+      }
+    }
+  }
+}
+
+// Updates with different hyper-parameters stay apart; a group of one stays a single update.
+TEST(FuseUpdatesTest, GroupsByAttributesAndLeavesALoneUpdateAlone) {
+  Graph g;
+  Value* lr = g.AddInput("lr", DType::kF32, {});
+  auto add_update = [&](const std::string& name, float beta1) {
+    Value* p = g.AddParameter(name, testing::RandomTensor(DType::kF32, {4, 3}, 1));
+    Value* grad = g.AddInput(name + ".grad", DType::kF32, {4, 3});
+    Value* m = g.AddState(name + ".m", Tensor(DType::kF32, {4, 3}));
+    Value* v = g.AddState(name + ".v", Tensor(DType::kF32, {4, 3}));
+    Value* step = g.AddState(name + ".step", Tensor::Scalar(0.0f));
+    AttrMap attrs;
+    attrs.Set("beta1", beta1);
+    auto node = g.AddNode("AdamWUpdate", {p, grad, lr, m, v, step}, attrs, "update/" + name);
+    ASSERT_TRUE(node.ok()) << node.status();
+  };
+  add_update("a", 0.9f);
+  add_update("b", 0.8f);
+  add_update("c", 0.9f);
+  PassContext ctx;
+  auto changed = FuseUpdatesPass().Run(g, ctx);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  std::map<std::string, int> ops;
+  for (const auto& n : g.nodes()) {
+    ++ops[n->op];
+    if (n->op == "MultiAdamWUpdate") {
+      EXPECT_FLOAT_EQ(n->attrs.GetFloat("beta1", 0), 0.9f);
+      auto layout = MultiUpdateLayoutOf(*n);
+      ASSERT_TRUE(layout.ok()) << layout.status();
+      ASSERT_EQ(layout->tensors.size(), 2u);
+      EXPECT_EQ(n->inputs[layout->tensors[0].param]->name, "a");
+      EXPECT_EQ(n->inputs[layout->tensors[1].param]->name, "c");
+    }
+    if (n->op == "AdamWUpdate") EXPECT_EQ(n->inputs[0]->name, "b");
+  }
+  EXPECT_EQ(ops, (std::map<std::string, int>{{"AdamWUpdate", 1}, {"MultiAdamWUpdate", 1}}));
+}
+
+// Two parameters sharing a step counter would advance it once in the CUDA kernel (every
+// block reads the counters before any advances) but twice on the CPU: rejected.
+TEST(FuseUpdatesTest, MultiUpdateSharingStateIsAnError) {
+  Graph g;
+  Value* lr = g.AddInput("lr", DType::kF32, {});
+  Value* step = g.AddState("shared.step", Tensor::Scalar(0.0f));
+  std::vector<Value*> inputs{lr};
+  for (const char* name : {"a", "b"}) {
+    inputs.push_back(g.AddParameter(name, testing::RandomTensor(DType::kF32, {4}, 1)));
+    inputs.push_back(g.AddInput(std::string(name) + ".grad", DType::kF32, {4}));
+    inputs.push_back(g.AddState(std::string(name) + ".m", Tensor(DType::kF32, {4})));
+    inputs.push_back(g.AddState(std::string(name) + ".v", Tensor(DType::kF32, {4})));
+    inputs.push_back(step);
+  }
+  AttrMap attrs;
+  attrs.Set("lowp_copies", std::vector<int64_t>{0, 0});
+  auto node = g.AddNode("MultiAdamWUpdate", inputs, attrs, "update/shared");
+  ASSERT_FALSE(node.ok());
+  EXPECT_NE(std::string(node.status().message()).find("updates 'shared.step' twice"), std::string::npos)
+      << node.status();
+}
+
+// A multi-tensor update whose inputs do not match its attributes is rejected by name.
+TEST(FuseUpdatesTest, MultiUpdateWithTheWrongInputCountIsAnError) {
+  Graph g;
+  Value* lr = g.AddInput("lr", DType::kF32, {});
+  Value* p = g.AddParameter("w", testing::RandomTensor(DType::kF32, {4}, 1));
+  Value* grad = g.AddInput("w.grad", DType::kF32, {4});
+  AttrMap attrs;
+  attrs.Set("lowp_copies", std::vector<int64_t>{0, 0});  // two parameters, inputs for one
+  auto node = g.AddNode("MultiSgdUpdate", {lr, p, grad}, attrs, "update/bad");
+  ASSERT_FALSE(node.ok());
+  EXPECT_NE(std::string(node.status().message()).find("'update/bad' has 3 inputs"), std::string::npos)
+      << node.status();
 }
 
 }  // namespace
