@@ -16,8 +16,13 @@ root=$PWD
 OUT=${OUT:-$root/.device/out}
 mkdir -p "$OUT"
 mpc=/tmp/mpc-bundle
-if [ ! -x "$mpc/bin/mpc-train" ]; then
-  mkdir -p "$mpc" && tar -C "$mpc" -xJf .device/bundle.tar.xz || { echo "verify: no .device/bundle.tar.xz (run scripts/gpu/make_bundle.sh here and carry .device)"; exit 1; }
+# Unpack again whenever the carried bundle changed: a warm machine keeps /tmp between calls,
+# and a rebuilt bundle must not run the previous binaries.
+[ -f .device/bundle.tar.xz ] || { echo "verify: no .device/bundle.tar.xz (run scripts/gpu/make_bundle.sh here and carry .device)"; exit 1; }
+bundle_sum=$(cksum < .device/bundle.tar.xz)
+if [ ! -x "$mpc/bin/mpc-train" ] || [ "$(cat "$mpc/.bundle_sum" 2>/dev/null)" != "$bundle_sum" ]; then
+  rm -rf "$mpc" && mkdir -p "$mpc" && tar -C "$mpc" -xJf .device/bundle.tar.xz || { echo "verify: cannot unpack .device/bundle.tar.xz"; exit 1; }
+  echo "$bundle_sum" > "$mpc/.bundle_sum"
 fi
 # cuDNN and cuBLAS may live in Python wheels there (../shared/GPU.md).
 extra=""
@@ -41,6 +46,24 @@ stage_tests() {
   local rc=$?
   # gtest's closing counts only ("[  PASSED  ] 10 tests.", "[  FAILED  ] 1 test, listed below:").
   summary+=("tests: rc=$rc; $(grep -E '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ tests?' "$OUT/gpu_tests.log" | tr '\n' ' ')")
+  # A device fault (an illegal address, say) poisons the CUDA context, and every test after
+  # it in the same process fails too. Rerun each failed test alone, with synchronous
+  # launches so an error names the kernel that caused it: what still fails is real.
+  local failed
+  failed=$(grep -oE '^\[  FAILED  \] [A-Za-z_][A-Za-z0-9_/]*\.[A-Za-z0-9_/.]+' "$OUT/gpu_tests.log" |
+    sed 's/^\[  FAILED  \] //' | sort -u | head -300)
+  if [ -n "$failed" ]; then
+    local alone_fail=0 alone_pass=0
+    : > "$OUT/gpu_tests_alone.log"
+    for t in $failed; do
+      if CUDA_LAUNCH_BLOCKING=1 timeout 120 "$mpc/bin/mpc_gpu_tests" --gtest_filter="$t" >> "$OUT/gpu_tests_alone.log" 2>&1; then
+        alone_pass=$((alone_pass + 1))
+      else
+        alone_fail=$((alone_fail + 1)); echo "$t" >> "$OUT/gpu_tests_failing_alone.txt"
+      fi
+    done
+    summary+=("tests rerun alone (first 300 failures): $alone_pass pass, $alone_fail fail (gpu_tests_failing_alone.txt)")
+  fi
 }
 
 # A copy of the Fashion-MNIST spec reading the carried data.
