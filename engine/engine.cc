@@ -16,6 +16,7 @@
 #include "engine/checkpoint.h"
 #include "engine/dataset.h"
 #include "engine/executor.h"
+#include "engine/index_check.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
 #include "engine/mpc.h"
@@ -109,6 +110,7 @@ absl::Status Engine::Impl::CheckDataMatchesModel(const Dataset& data, const Prog
         " values) but model input '", features->name, "' takes ", ShapeToString(model_row), " (",
         NumElements(model_row), " values) per example; check the data files and the model"));
   }
+  MPC_RETURN_IF_ERROR(CheckGatherIndices(*features, data.features, absl::StrCat("the ", what, " features")));
   const Value* logits = program.graph->FindValue(program.logits_output);
   if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
     if (data.labels.dtype() != DType::kI64 || data.labels.shape().empty()) {

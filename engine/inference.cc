@@ -18,6 +18,7 @@
 #include "backends/backend.h"
 #include "base/status_macros.h"
 #include "engine/executor.h"
+#include "engine/index_check.h"
 #include "engine/program.h"
 #include "graph/onnx_import.h"
 #include "passes/autocast.h"
@@ -289,6 +290,13 @@ absl::StatusOr<std::vector<NamedTensor>> InferenceSession::Run(const std::map<st
     fed.push_back(&t);
   }
   MPC_ASSIGN_OR_RETURN(Compiled * c, m.CompiledFor(fed));
+  for (size_t i = 0; i < fed.size(); ++i) {
+    const Value* input = c->program.graph->FindValue(c->input_values[i]);
+    if (input) {
+      MPC_RETURN_IF_ERROR(CheckGatherIndices(*input, *fed[i], absl::StrCat(m.source, ": input '", m.inputs[i].name,
+                                                                           "'")));
+    }
+  }
   m.last_device = c->backend->name();
   for (size_t i = 0; i < fed.size(); ++i) MPC_RETURN_IF_ERROR(c->executor->SetInput(c->input_values[i], *fed[i]));
   MPC_RETURN_IF_ERROR(c->executor->Run(/*seed=*/0, /*step=*/0));

@@ -6,6 +6,8 @@
 // f64), 16 bytes at a time when the row size and the pointers allow it. An index outside
 // [-dim, dim) yields a zero row where the CPU kernel returns an OutOfRange error: the
 // indices live on the device, and reporting one would need a host synchronisation.
+// Indices that come from the data (token ids) are checked before anything runs, on every
+// backend (engine/index_check.h); computed indices are the graph's to keep in range.
 //
 // GatherGrad(dY, indices) attrs axis, shape: zeros of `shape` with dY's rows added at the
 // gathered positions, repeated indices summed. Deterministic, without atomics:

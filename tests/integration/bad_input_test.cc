@@ -143,6 +143,59 @@ TEST_F(BadInputTest, MissingSpecFile) {
   EXPECT_NE(line.find("does_not_exist.spec"), std::string::npos) << line;
 }
 
+// Token ids outside an embedding table: the CPU's Gather would stop the first step, the
+// GPU's would read a zero row; the engine rejects the data before training, naming the
+// example and the table, on every backend.
+TEST_F(BadInputTest, TokenIdOutsideTheEmbeddingTable) {
+  // tokens [batch, 4] -> Gather(emb [10, 8]) -> ReduceMean over the tokens -> Gemm -> 3 logits.
+  std::string emb, w, b;
+  for (int i = 0; i < 80; ++i) absl::StrAppend(&emb, " float_data: ", 0.01 * (i % 17) - 0.08);
+  for (int i = 0; i < 24; ++i) absl::StrAppend(&w, " float_data: ", 0.02 * (i % 7) - 0.06);
+  for (int i = 0; i < 3; ++i) absl::StrAppend(&b, " float_data: 0");
+  const std::string model = absl::StrCat(R"(ir_version: 8
+opset_import { domain: "" version: 17 }
+graph {
+  name: "embed"
+  node { input: "emb" input: "tokens" output: "e" name: "lookup" op_type: "Gather" }
+  node { input: "e" output: "m" name: "pool" op_type: "ReduceMean"
+         attribute { name: "axes" ints: 1 type: INTS } attribute { name: "keepdims" i: 0 type: INT } }
+  node { input: "m" input: "w" input: "b" output: "logits" name: "head" op_type: "Gemm" }
+  initializer { name: "emb" dims: 10 dims: 8 data_type: 1)", emb, R"( }
+  initializer { name: "w" dims: 8 dims: 3 data_type: 1)", w, R"( }
+  initializer { name: "b" dims: 3 data_type: 1)", b, R"( }
+  input { name: "tokens" type { tensor_type { elem_type: 7 shape { dim { dim_param: "batch" } dim { dim_value: 4 } } } } }
+  output { name: "logits" type { tensor_type { elem_type: 1 shape { dim { dim_param: "batch" } dim { dim_value: 3 } } } } }
+})");
+  WriteFile(dir_ + "/embed.onnxtxt", model);
+  std::vector<int64_t> tokens(16 * 4), labels(16);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 7) % 10);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 3);
+  tokens[9 * 4 + 2] = 10;  // example 9, third token: one past the table
+  ASSERT_TRUE(WriteNpy(dir_ + "/tokens.npy", Tensor::FromVector<int64_t>({16, 4}, tokens)).ok());
+  ASSERT_TRUE(WriteNpy(dir_ + "/labels.npy", Tensor::FromVector<int64_t>({16}, labels)).ok());
+  const std::string spec = dir_ + "/embed.spec";
+  WriteFile(spec, absl::StrCat("model: \"", dir_, "/embed.onnxtxt\"\nfeatures_input: \"tokens\"\n",
+                               "loss { type: SOFTMAX_CROSS_ENTROPY output: \"logits\" }\n",
+                               "train_data { npy { features: \"", dir_, "/tokens.npy\" labels: \"", dir_,
+                               "/labels.npy\" } }\nbatch_size: 4\nsteps: 2\noptimizer { sgd { lr: 0.1 } }\n"));
+  const std::string line = ExpectCleanFailure(spec);
+  for (const char* part : {"training data features", "example 9", "is 10", "'tokens'", "'emb'", "10 entries", "'lookup'"}) {
+    EXPECT_NE(line.find(part), std::string::npos) << part << " missing from: " << line;
+  }
+  // `mpc run` checks what it is fed the same way.
+  const auto run = testing::RunCommand(absl::StrCat(MPC_TOOL_BIN, " run --model ", dir_, "/embed.onnxtxt --input tokens=",
+                                                    dir_, "/tokens.npy --output-dir ", dir_, "/out"));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  for (const char* part : {"input 'tokens'", "example 9", "is 10", "'emb'"}) {
+    EXPECT_NE(run.output.find(part), std::string::npos) << part << " missing from: " << run.output;
+  }
+  // The same data with the id in range trains.
+  tokens[9 * 4 + 2] = 9;
+  ASSERT_TRUE(WriteNpy(dir_ + "/tokens.npy", Tensor::FromVector<int64_t>({16, 4}, tokens)).ok());
+  const auto ok = testing::RunCommand(absl::StrCat(MPC_TRAIN_BIN, " --spec ", spec));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+}
+
 TEST_F(BadInputTest, CompileToolReportsTheSameErrors) {
   WriteFile(dir_ + "/garbage.onnx", "garbage");
   const auto r = testing::RunCommand(absl::StrCat(MPC_TOOL_BIN, " compile --spec ", Spec("", dir_ + "/garbage.onnx")));
