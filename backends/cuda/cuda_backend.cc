@@ -50,6 +50,8 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (lt_) cublasLtDestroy(lt_);
   if (workspace_) cudaFree(workspace_);
+  if (cudnn_) cudnnDestroy(cudnn_);
+  for (void* w : conv_workspaces_) cudaFree(w);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

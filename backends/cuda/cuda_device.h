@@ -1,6 +1,7 @@
 // CudaBackend: one device, one stream, plain cudaMalloc buffers, the "cuda" kernel
-// registry, and the process's shared cuBLASLt handle and workspace. Kernels receive a
-// Backend& and reach the stream and cuBLASLt through AsCuda().
+// registry, and the library state every kernel shares: the cuBLASLt handle and workspace,
+// the cuDNN handle and the convolution workspace. Kernels receive a Backend& and reach
+// the stream and the libraries through AsCuda().
 #pragma once
 
 #include <cstddef>
@@ -10,6 +11,9 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
@@ -43,6 +47,19 @@ class CudaBackend : public Backend {
   absl::StatusOr<cublasLtHandle_t> CublasLt();
   void* cublaslt_workspace() const { return workspace_; }
 
+  // The cuDNN handle, bound to the stream, created on first use and shared by every
+  // convolution kernel (one handle per kernel would cost a cudnnCreate each and device
+  // memory per handle). Defined in cuda_backend_cudnn.cc.
+  absl::StatusOr<cudnnHandle_t> Cudnn();
+  // One convolution workspace for all convolution kernels: they run one after another
+  // on the stream, so the largest request is all that is needed. A kernel reserves its
+  // size when it is created and reads conv_workspace() when it runs. A buffer replaced
+  // by a larger one stays allocated until the backend goes: a captured CUDA graph may
+  // point into it, and every kernel recorded there asked for no more than it holds.
+  absl::Status ReserveConvWorkspace(size_t bytes);
+  void* conv_workspace() const { return conv_workspaces_.empty() ? nullptr : conv_workspaces_.back(); }
+  size_t conv_workspace_bytes() const { return conv_workspace_bytes_; }
+
  private:
   CudaBackend() = default;
   int device_ = 0;
@@ -50,6 +67,9 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::vector<void*> conv_workspaces_;  // the last is the current one
+  size_t conv_workspace_bytes_ = 0;
   Capabilities caps_;
 };
 

@@ -7,11 +7,11 @@
 //
 // cuDNN 9's legacy convolution API (cudnn_cnn: tensor / filter / convolution descriptors,
 // cudnnConvolutionForward / BackwardData / BackwardFilter; deprecated in cuDNN 9 but
-// present) with everything built at kernel creation: one cuDNN handle per kernel bound to
-// the backend's stream (it could move into CudaBackend, shared), the descriptors, the
-// algorithm (cudnnGet*Algorithm_v7 heuristics, the fastest-ranked one that succeeds, fits
-// kMaxWorkspaceBytes and is deterministic, else the fastest that fits) and its workspace.
-// Run only enqueues work on the stream.
+// present) with everything built at kernel creation: the descriptors, the algorithm
+// (cudnnGet*Algorithm_v7 heuristics, the fastest-ranked one that succeeds, fits
+// kMaxWorkspaceBytes and is deterministic, else the fastest that fits) and its workspace
+// size, reserved in the backend's one convolution workspace. The cuDNN handle is the
+// backend's, bound to its stream. Run only enqueues work on the stream.
 //
 // Numerics: compute type f32 for every dtype (bf16 / f16 tensors with f32 accumulation,
 // cuDNN's PSEUDO_*_CONFIG), rounded once to the output dtype by cuDNN. f32 runs with
@@ -61,10 +61,10 @@ namespace {
 enum class ConvMode { kForward, kGradInput, kGradWeight };
 enum class ConvLayout { kNchw, kNhwc };
 
-// Per-kernel workspace cap: every convolution node owns three kernels with their own
-// workspace, so algorithms wanting more (FFT and Winograd variants, typically) are
-// passed over for the next-ranked one. A shared workspace in CudaBackend could lift this.
-constexpr size_t kMaxWorkspaceBytes = size_t{64} << 20;
+// Workspace cap per algorithm. The workspace is one buffer shared by every convolution
+// (CudaBackend::ReserveConvWorkspace), so this bounds the whole, not a per-kernel sum;
+// algorithms wanting more are passed over for the next-ranked one.
+constexpr size_t kMaxWorkspaceBytes = size_t{256} << 20;
 
 // The geometry of one convolution in 2-D form, as the CPU kernels compute it.
 struct ConvGeom {
@@ -186,9 +186,8 @@ class CudnnConvKernel : public Kernel {
     if (w_desc_) cudnnDestroyFilterDescriptor(w_desc_);
     if (y_desc_) cudnnDestroyTensorDescriptor(y_desc_);
     if (x_desc_) cudnnDestroyTensorDescriptor(x_desc_);
-    if (handle_) cudnnDestroy(handle_);
     if (backend_) {
-      for (void* p : {workspace_, padded_, x_nhwc_, y_nhwc_, w_nhwc_}) backend_->Free(p);
+      for (void* p : {padded_, x_nhwc_, y_nhwc_, w_nhwc_}) backend_->Free(p);
     }
   }
 
@@ -196,6 +195,7 @@ class CudnnConvKernel : public Kernel {
     const float one = 1.0f, zero = 0.0f;  // f32 scaling factors: the compute type is f32
     const conv::Window2D& d = q_.w;
     const int64_t planes = q_.n * q_.c;
+    void* workspace = workspace_bytes_ > 0 ? backend_->conv_workspace() : nullptr;
     switch (mode_) {
       case ConvMode::kForward: {
         MPC_ASSIGN_OR_RETURN(const void* x, PaddedX(ctx.inputs[0].data));
@@ -209,7 +209,7 @@ class CudnnConvKernel : public Kernel {
           y = y_nhwc_;
         }
         MPC_RETURN_IF_ERROR(Check(cudnnConvolutionForward(handle_, &one, x_desc_, x, w_desc_, w, conv_desc_,
-                                                          fwd_algo_, workspace_, workspace_bytes_, &zero, y_desc_, y),
+                                                          fwd_algo_, workspace, workspace_bytes_, &zero, y_desc_, y),
                                   "cudnnConvolutionForward"));
         if (nhwc()) MPC_RETURN_IF_ERROR(y_transpose_.Launch(y_nhwc_, ctx.outputs[0].data, stream_));
         if (has_bias_) {
@@ -231,7 +231,7 @@ class CudnnConvKernel : public Kernel {
           dx = x_nhwc_;
         }
         MPC_RETURN_IF_ERROR(Check(cudnnConvolutionBackwardData(handle_, &one, w_desc_, w, y_desc_, dy, conv_desc_,
-                                                               bwd_data_algo_, workspace_, workspace_bytes_, &zero,
+                                                               bwd_data_algo_, workspace, workspace_bytes_, &zero,
                                                                x_desc_, dx),
                                   "cudnnConvolutionBackwardData"));
         if (nhwc()) MPC_RETURN_IF_ERROR(x_transpose_.Launch(x_nhwc_, dx_nchw, stream_));
@@ -253,7 +253,7 @@ class CudnnConvKernel : public Kernel {
           dw = w_nhwc_;
         }
         MPC_RETURN_IF_ERROR(Check(cudnnConvolutionBackwardFilter(handle_, &one, x_desc_, x, y_desc_, dy, conv_desc_,
-                                                                 bwd_filter_algo_, workspace_, workspace_bytes_, &zero,
+                                                                 bwd_filter_algo_, workspace, workspace_bytes_, &zero,
                                                                  w_desc_, dw),
                                   "cudnnConvolutionBackwardFilter"));
         if (nhwc()) MPC_RETURN_IF_ERROR(w_transpose_.Launch(w_nhwc_, ctx.outputs[0].data, stream_));
@@ -317,8 +317,7 @@ class CudnnConvKernel : public Kernel {
     auto i32 = [](int64_t v) { return static_cast<int>(v); };
 
     MPC_CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda->device()));
-    MPC_CUDNN_RETURN_IF_ERROR(cudnnCreate(&handle_));
-    MPC_CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle_, stream_));
+    MPC_ASSIGN_OR_RETURN(handle_, cuda->Cudnn());
     MPC_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&x_desc_));
     MPC_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&y_desc_));
     MPC_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&w_desc_));
@@ -353,9 +352,7 @@ class CudnnConvKernel : public Kernel {
     }
 
     MPC_RETURN_IF_ERROR(ChooseAlgorithm(fma_only));
-    if (workspace_bytes_ > 0) {
-      MPC_ASSIGN_OR_RETURN(workspace_, backend_->Allocate(workspace_bytes_));
-    }
+    MPC_RETURN_IF_ERROR(backend_->ReserveConvWorkspace(workspace_bytes_));
     if (explicit_pad) {
       const size_t bytes = static_cast<size_t>(q_.n * q_.c * ph_ * pw_) * DTypeSize(dtype_);
       MPC_ASSIGN_OR_RETURN(padded_, backend_->Allocate(bytes));
@@ -477,7 +474,7 @@ class CudnnConvKernel : public Kernel {
   bool has_bias_ = false;
   std::string what_;  // the convolution, for error messages
 
-  cudnnHandle_t handle_ = nullptr;
+  cudnnHandle_t handle_ = nullptr;  // the backend's
   cudnnTensorDescriptor_t x_desc_ = nullptr;  // X or dX, as cuDNN sees it (padded extents)
   cudnnTensorDescriptor_t y_desc_ = nullptr;  // Y or dY
   cudnnFilterDescriptor_t w_desc_ = nullptr;  // W or dW
@@ -485,8 +482,7 @@ class CudnnConvKernel : public Kernel {
   cudnnConvolutionFwdAlgo_t fwd_algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_ = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
+  size_t workspace_bytes_ = 0;  // this algorithm's need, reserved in the backend's workspace
 
   // Asymmetric pads: the part cuDNN does not apply (top, left; bottom and right follow
   // from the padded extents ph_ x pw_) and the padded X / dX buffer, null when the pads
