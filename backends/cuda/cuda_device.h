@@ -51,9 +51,10 @@ class CudaBackend : public Backend {
   // convolution kernel (one handle per kernel would cost a cudnnCreate each and device
   // memory per handle). Defined in cuda_backend_cudnn.cc.
   absl::StatusOr<cudnnHandle_t> Cudnn();
-  // One convolution workspace for all convolution kernels: they run one after another
-  // on the stream, so the largest request is all that is needed. A kernel reserves its
-  // size when it is created and reads conv_workspace() when it runs. A buffer replaced
+  // One convolution scratch buffer for all convolution kernels (cuDNN's workspace and
+  // their temporary padded / channels-last copies): they run one after another on the
+  // stream, so the largest request is all that is needed. A kernel reserves its size
+  // when it is created and reads conv_workspace() when it runs. A buffer replaced
   // by a larger one stays allocated until the backend goes: a captured CUDA graph may
   // point into it, and every kernel recorded there asked for no more than it holds.
   absl::Status ReserveConvWorkspace(size_t bytes);

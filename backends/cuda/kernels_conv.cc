@@ -23,9 +23,10 @@
 //
 // Pads: cuDNN takes one pad per axis, applied at both ends. Asymmetric pads (explicit, or
 // from auto_pad SAME_* with an even kernel extent) are split: cuDNN applies min(begin, end)
-// and the rest is applied explicitly through a scratch buffer allocated at creation: X is
+// and the rest is applied explicitly through a scratch buffer: X is
 // zero-padded into it (Conv, ConvGradWeight), or cuDNN writes the padded dX there and the
-// interior is cropped out (ConvGradInput).
+// interior is cropped out (ConvGradInput). That buffer, the channels-last copies below and
+// cuDNN's workspace are all pieces of the backend's one convolution scratch buffer.
 //
 // Layout: cuDNN's tensor-core convolution kernels for bf16 / f16 are channels-last (NHWC
 // activations, KRSC filters); given NCHW it runs NCHW kernels or transposes internally.
@@ -186,16 +187,19 @@ class CudnnConvKernel : public Kernel {
     if (w_desc_) cudnnDestroyFilterDescriptor(w_desc_);
     if (y_desc_) cudnnDestroyTensorDescriptor(y_desc_);
     if (x_desc_) cudnnDestroyTensorDescriptor(x_desc_);
-    if (backend_) {
-      for (void* p : {padded_, x_nhwc_, y_nhwc_, w_nhwc_}) backend_->Free(p);
-    }
   }
 
   absl::Status Run(KernelContext& ctx) override {
     const float one = 1.0f, zero = 0.0f;  // f32 scaling factors: the compute type is f32
     const conv::Window2D& d = q_.w;
     const int64_t planes = q_.n * q_.c;
-    void* workspace = workspace_bytes_ > 0 ? backend_->conv_workspace() : nullptr;
+    // This run's pieces of the backend's shared scratch (see ScratchLayout).
+    char* scratch = static_cast<char*>(backend_->conv_workspace());
+    void* workspace = workspace_bytes_ > 0 ? scratch : nullptr;
+    padded_ = scratch_.padded >= 0 ? scratch + scratch_.padded : nullptr;
+    x_nhwc_ = scratch_.x_nhwc >= 0 ? scratch + scratch_.x_nhwc : nullptr;
+    y_nhwc_ = scratch_.y_nhwc >= 0 ? scratch + scratch_.y_nhwc : nullptr;
+    w_nhwc_ = scratch_.w_nhwc >= 0 ? scratch + scratch_.w_nhwc : nullptr;
     switch (mode_) {
       case ConvMode::kForward: {
         MPC_ASSIGN_OR_RETURN(const void* x, PaddedX(ctx.inputs[0].data));
@@ -352,25 +356,32 @@ class CudnnConvKernel : public Kernel {
     }
 
     MPC_RETURN_IF_ERROR(ChooseAlgorithm(fma_only));
-    MPC_RETURN_IF_ERROR(backend_->ReserveConvWorkspace(workspace_bytes_));
-    if (explicit_pad) {
-      const size_t bytes = static_cast<size_t>(q_.n * q_.c * ph_ * pw_) * DTypeSize(dtype_);
-      MPC_ASSIGN_OR_RETURN(padded_, backend_->Allocate(bytes));
-    }
     if (nhwc()) MPC_RETURN_IF_ERROR(PlanChannelsLast());
-    return absl::OkStatus();
+    // The scratch: [cuDNN workspace | padded X / dX | X / dX NHWC | Y / dY NHWC | W / dW KRSC],
+    // each piece 256-byte aligned, inside the backend's one convolution workspace.
+    const size_t es = DTypeSize(dtype_);
+    int64_t used = 0;
+    auto take = [&used](size_t bytes) {
+      const int64_t at = used;
+      used += static_cast<int64_t>((bytes + 255) / 256 * 256);
+      return at;
+    };
+    take(workspace_bytes_);
+    if (explicit_pad) scratch_.padded = take(static_cast<size_t>(q_.n * q_.c * ph_ * pw_) * es);
+    if (nhwc()) {
+      scratch_.x_nhwc = take(static_cast<size_t>(q_.n * q_.c * ph_ * pw_) * es);
+      scratch_.y_nhwc = take(static_cast<size_t>(q_.n * q_.m * d.oh * d.ow) * es);
+      scratch_.w_nhwc = take(static_cast<size_t>(q_.m * (q_.c / q_.g) * d.kh * d.kw) * es);
+    }
+    return backend_->ReserveConvWorkspace(static_cast<size_t>(used));
   }
 
-  // The channels-last scratch buffers (X or dX, Y or dY, W or dW, as cuDNN sees them) and
-  // the transposes in the direction this mode needs: operands into NHWC / KRSC, the
+  // The transposes in the direction this mode needs: operands into NHWC / KRSC, the
   // result back to the graph's NCHW / KCRS.
   absl::Status PlanChannelsLast() {
     const conv::Window2D& d = q_.w;
     const size_t es = DTypeSize(dtype_);
     const int64_t x_plane = ph_ * pw_, y_plane = d.oh * d.ow, w_plane = d.kh * d.kw, cg = q_.c / q_.g;
-    MPC_ASSIGN_OR_RETURN(x_nhwc_, backend_->Allocate(static_cast<size_t>(q_.n * q_.c * x_plane) * es));
-    MPC_ASSIGN_OR_RETURN(y_nhwc_, backend_->Allocate(static_cast<size_t>(q_.n * q_.m * y_plane) * es));
-    MPC_ASSIGN_OR_RETURN(w_nhwc_, backend_->Allocate(static_cast<size_t>(q_.m * cg * w_plane) * es));
     const bool x_in = mode_ != ConvMode::kGradInput;   // X is read (forward, filter gradient)
     const bool y_in = mode_ != ConvMode::kForward;     // dY is read (both gradients)
     const bool w_in = mode_ != ConvMode::kGradWeight;  // W is read (forward, data gradient)
@@ -484,13 +495,22 @@ class CudnnConvKernel : public Kernel {
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_ = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
   size_t workspace_bytes_ = 0;  // this algorithm's need, reserved in the backend's workspace
 
+  // Where this kernel's scratch pieces sit in the backend's convolution workspace (byte
+  // offsets, -1: not used). Every convolution kernel runs alone on the stream, so all of
+  // them share one buffer, sized by the largest (no per-kernel activation-sized copies).
+  struct ScratchLayout {
+    int64_t padded = -1, x_nhwc = -1, y_nhwc = -1, w_nhwc = -1;
+  };
+  ScratchLayout scratch_;
+
   // Asymmetric pads: the part cuDNN does not apply (top, left; bottom and right follow
-  // from the padded extents ph_ x pw_) and the padded X / dX buffer, null when the pads
-  // are symmetric.
+  // from the padded extents ph_ x pw_). padded_: the padded X / dX in the scratch during
+  // Run, null when the pads are symmetric.
   int64_t pad_top_ = 0, pad_left_ = 0, ph_ = 0, pw_ = 0;
   void* padded_ = nullptr;
 
-  // Channels-last: the NHWC / KRSC scratch operands and the transposes to or from them.
+  // Channels-last: the NHWC / KRSC operands in the scratch during Run, and the
+  // transposes to or from them.
   ConvLayout layout_ = ConvLayout::kNchw;
   void* x_nhwc_ = nullptr;
   void* y_nhwc_ = nullptr;
