@@ -8,8 +8,13 @@
 // (ceil_mode keeping a last window that starts in the end padding, which sees no input
 // and gives 0; count_include_pad counting explicit pads but not the ceil_mode overhang;
 // MaxPoolGrad recomputing the first maximum from X instead of a forward workspace) are
-// stated once here and match the forward exactly. Pooling is memory-bound and small
-// next to the convolutions.
+// stated once here and match the forward exactly. Pooling is memory-bound; max pooling
+// whose windows all lie inside the input (no pad taps, no ceil_mode overhang, dilation 1:
+// the usual 2x2/2 and 3x3/2) takes a fast path with fixed-size window loops, and with
+// disjoint windows its gradient writes dX directly instead of through an accumulator.
+// The fast paths visit the same taps in the same order with the same strict comparison,
+// so their results are bit-identical to the general loops (tests/graph/conv_op_cases.cc
+// holds cases of both kinds, ties included).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -34,6 +39,7 @@ struct PoolGeom {
   bool include_pad = false;
   std::vector<Taps> th, tw;     // per output row / column, computed once per node
   std::vector<int64_t> ch, cw;  // averaging divisor factors per output row / column
+  bool full_windows = false;    // every window lies inside the input, dilation 1
 };
 
 Taps TapsOf(int64_t o, int64_t stride, int64_t pad, int64_t dil, int64_t k, int64_t in) {
@@ -77,6 +83,9 @@ absl::StatusOr<PoolGeom> PoolGeomOf(const Node& node, const Shape& x_shape) {
     g.tw.push_back(TapsOf(ow, d.sw, d.pl, d.dw, d.kw, d.iw));
     g.cw.push_back(CountOf(g.tw.back(), d.dw, d.kw, d.iw, d.pl, d.pr, g.include_pad));
   }
+  g.full_windows = d.dh == 1 && d.dw == 1;
+  for (const Taps& t : g.th) g.full_windows &= t.k0 == 0 && t.k1 == d.kh;
+  for (const Taps& t : g.tw) g.full_windows &= t.k0 == 0 && t.k1 == d.kw;
   return g;
 }
 
@@ -103,6 +112,53 @@ inline int64_t ArgMax(const T* xp, const PoolGeom& g, int64_t oh, int64_t ow) {
   return best;
 }
 
+// ArgMax for a window wholly inside the input (PoolGeom::full_windows), whose top-left
+// tap is `first`: KH x KW fixed at compile time (0: the runtime kh x kw). Row-major order
+// and strict comparison as ArgMax; starting from the first tap, which compares equal to
+// itself (or is a NaN, which then stays), gives the same first maximum.
+template <typename T, int KH, int KW>
+inline int64_t ArgMaxFull(const T* xp, int64_t iw, int64_t first, int64_t kh, int64_t kw) {
+  using A = cpu::Acc<T>;
+  const int64_t rows = KH > 0 ? KH : kh, cols = KW > 0 ? KW : kw;
+  int64_t best = first;
+  A best_v = A(xp[first]);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = first + r * iw + c;
+      const A v = A(xp[i]);
+      if (v > best_v) {
+        best = i;
+        best_v = v;
+      }
+    }
+  }
+  return best;
+}
+
+// Calls f(output index, argmax index) for every window of one plane.
+template <typename T, typename F>
+inline void ForEachArgMax(const T* xp, const PoolGeom& g, F f) {
+  const conv::Window2D& d = g.w;
+  auto full = [&](auto argmax) {
+    for (int64_t oh = 0; oh < d.oh; ++oh) {
+      for (int64_t ow = 0; ow < d.ow; ++ow) {
+        f(oh * d.ow + ow, argmax(g.th[oh].start * d.iw + g.tw[ow].start));
+      }
+    }
+  };
+  if (!g.full_windows) {
+    for (int64_t oh = 0; oh < d.oh; ++oh) {
+      for (int64_t ow = 0; ow < d.ow; ++ow) f(oh * d.ow + ow, ArgMax(xp, g, oh, ow));
+    }
+  } else if (d.kh == 2 && d.kw == 2) {
+    full([&](int64_t first) { return ArgMaxFull<T, 2, 2>(xp, d.iw, first, 2, 2); });
+  } else if (d.kh == 3 && d.kw == 3) {
+    full([&](int64_t first) { return ArgMaxFull<T, 3, 3>(xp, d.iw, first, 3, 3); });
+  } else {
+    full([&](int64_t first) { return ArgMaxFull<T, 0, 0>(xp, d.iw, first, d.kh, d.kw); });
+  }
+}
+
 template <typename T>
 struct MaxPoolKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
@@ -116,12 +172,9 @@ struct MaxPoolKernel {
       for (int64_t p = 0; p < g.planes; ++p) {
         const T* xp = x + p * d.ih * d.iw;
         T* yp = y + p * d.oh * d.ow;
-        for (int64_t oh = 0; oh < d.oh; ++oh) {
-          for (int64_t ow = 0; ow < d.ow; ++ow) {
-            const int64_t i = ArgMax(xp, g, oh, ow);
-            yp[oh * d.ow + ow] = i >= 0 ? xp[i] : static_cast<T>(cpu::Acc<T>(0));
-          }
-        }
+        ForEachArgMax(xp, g, [&](int64_t o, int64_t i) {
+          yp[o] = i >= 0 ? xp[i] : static_cast<T>(cpu::Acc<T>(0));
+        });
       }
       return absl::OkStatus();
     });
@@ -140,18 +193,23 @@ struct MaxPoolGradKernel {
       const T* dy = ctx.inputs[0].as<T>();
       const T* x = ctx.inputs[1].as<T>();
       T* dx = ctx.outputs[0].as<T>();
+      // Disjoint full windows: every dX element gets at most one dY, so it is written
+      // directly, as the accumulator would round it (0 + dY: a -0 gradient becomes +0).
+      const bool disjoint = g.full_windows && d.sh >= d.kh && d.sw >= d.kw;
 #pragma omp parallel for schedule(static)
       for (int64_t p = 0; p < g.planes; ++p) {
-        std::vector<A> acc(static_cast<size_t>(d.ih * d.iw), A(0));
         const T* xp = x + p * d.ih * d.iw;
         const T* dyp = dy + p * d.oh * d.ow;
-        for (int64_t oh = 0; oh < d.oh; ++oh) {
-          for (int64_t ow = 0; ow < d.ow; ++ow) {
-            const int64_t i = ArgMax(xp, g, oh, ow);
-            if (i >= 0) acc[i] += A(dyp[oh * d.ow + ow]);
-          }
-        }
         T* dxp = dx + p * d.ih * d.iw;
+        if (disjoint) {
+          for (int64_t i = 0; i < d.ih * d.iw; ++i) dxp[i] = static_cast<T>(A(0));
+          ForEachArgMax(xp, g, [&](int64_t o, int64_t i) { dxp[i] = static_cast<T>(A(0) + A(dyp[o])); });
+          continue;
+        }
+        std::vector<A> acc(static_cast<size_t>(d.ih * d.iw), A(0));
+        ForEachArgMax(xp, g, [&](int64_t o, int64_t i) {
+          if (i >= 0) acc[i] += A(dyp[o]);
+        });
         for (int64_t i = 0; i < d.ih * d.iw; ++i) dxp[i] = static_cast<T>(acc[i]);
       }
       return absl::OkStatus();

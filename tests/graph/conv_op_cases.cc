@@ -385,6 +385,9 @@ std::vector<PoolSpec> PoolSpecs() {
     q.dh = q.dw = 2;
     add("2x2_Dilation2", q);
   }
+  // Windows wholly inside the input with a kernel other than 2x2 / 3x3, overlapping (the
+  // CPU's fast path with runtime window sizes and an accumulated gradient).
+  add("2x3_Stride1_Full", PoolGeo(2, 2, 5, 6, 2, 3, 1));
   {
     // SAME_UPPER, 3x3 stride 2 on 5x6: out 3x3; pads H 1/1, W 0/1.
     Geo q = PoolGeo(1, 2, 5, 6, 3, 3, 2);
@@ -407,8 +410,44 @@ std::vector<PoolSpec> PoolSpecs() {
   return specs;
 }
 
+// Max pooling over data full of ties (values from {-1, 0, 0.5, 1}, exact in every float
+// dtype): the first maximum in row-major order takes the window and its gradient, in
+// the disjoint 2x2/2 fast path and the overlapping general path alike.
+void AddMaxPoolTieCases(std::vector<OpCase>& cases) {
+  const struct {
+    const char* name;
+    Geo q;
+  } geos[] = {{"2x2_Stride2_Ties", PoolGeo(2, 3, 6, 6, 2, 2, 2)}, {"3x3_Stride1_Ties", PoolGeo(1, 2, 6, 7, 3, 3, 1)}};
+  for (const auto& [name, q] : geos) {
+    const Shape xs = XShape(q, false), ys = YShape(q, q.c, false);
+    std::vector<double> xv(static_cast<size_t>(NumElements(xs)));
+    const double levels[] = {-1, 0, 0.5, 1};
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = levels[(i * 7 + i / 5) % 4];
+    In x = X("X", xs);
+    x.role = Role::kFed;
+    x.value = Tensor::FromVector<double>(xs, xv);
+    OpCase c;
+    c.name = absl::StrCat("MaxPool_", name);
+    c.op = "MaxPool";
+    c.attrs = PoolAttrs(q, false);
+    c.inputs = {x};
+    c.exact = true;
+    c.gradient = false;  // ties: not differentiable
+    c.ref = [q](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefMaxPool(q, false, in[0])}; };
+    cases.push_back(c);
+    OpCase g = c;
+    g.name = absl::StrCat("MaxPoolGrad_", name);
+    g.op = "MaxPoolGrad";
+    g.inputs = {X("dY", ys), x};
+    g.exact = false;
+    g.ref = [q](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefMaxPoolGrad(q, false, in[0], in[1])}; };
+    cases.push_back(g);
+  }
+}
+
 std::vector<OpCase> PoolCases() {
   std::vector<OpCase> cases;
+  AddMaxPoolTieCases(cases);
   for (const PoolSpec& s : PoolSpecs()) {
     const Geo q = s.q;
     const bool one_d = s.one_d;
