@@ -420,15 +420,19 @@ struct BatchNormKernel {
       for (int64_t c = 0; c < cs.c; ++c) {
         A mean, var, unbiased = 0;
         if (training) {
+          // The per-channel sums run over N x S values: simd reductions (partial sums
+          // per vector lane) instead of one serial chain of dependent adds.
           A sum = 0;
           for (int64_t i = 0; i < cs.n; ++i) {
             const T* p = x + (i * cs.c + c) * cs.s;
+#pragma omp simd reduction(+ : sum)
             for (int64_t k = 0; k < cs.s; ++k) sum += A(p[k]);
           }
           mean = sum / static_cast<A>(m);
           A sq = 0;
           for (int64_t i = 0; i < cs.n; ++i) {
             const T* p = x + (i * cs.c + c) * cs.s;
+#pragma omp simd reduction(+ : sq)
             for (int64_t k = 0; k < cs.s; ++k) {
               const A dlt = A(p[k]) - mean;
               sq += dlt * dlt;
@@ -479,6 +483,7 @@ struct BatchNormGradKernel {
         A sdy = 0, sdyx = 0;
         for (int64_t i = 0; i < cs.n; ++i) {
           const int64_t o = (i * cs.c + c) * cs.s;
+#pragma omp simd reduction(+ : sdy, sdyx)
           for (int64_t k = 0; k < cs.s; ++k) {
             const A g = A(dy[o + k]);
             sdy += g;
