@@ -1,9 +1,35 @@
-// MultiUpdateLayoutOf: walks the per-parameter input groups of a multi-tensor update.
+// SingleUpdateInputsOf and MultiUpdateLayoutOf: where an update's inputs are.
 #include "graph/multi_tensor_update.h"
 
 #include "absl/strings/str_cat.h"
 
 namespace mpc {
+
+absl::StatusOr<UpdateTensorInputs> SingleUpdateInputsOf(const Node& node) {
+  const bool adamw = node.op == "AdamWUpdate";
+  const int gated = node.attrs.GetInt("gated", 0) != 0 ? 1 : 0;
+  const int copy = node.attrs.GetInt("lowp_copy", 0) != 0 ? 1 : 0;
+  const int state_end = static_cast<int>(node.inputs.size()) - gated - copy;
+  if (adamw ? state_end != 6 : (state_end != 3 && state_end != 4)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        node.op, " node '", node.name, "' has ", node.inputs.size(), " inputs, which does not fit its attributes (",
+        "lowp_copy=", copy, ", gated=", gated, "); expected ",
+        adamw ? "param, grad, lr, m, v, step" : "param, grad, lr[, momentum_buf]",
+        copy ? ", the low-precision copy" : "", gated ? ", found_nonfinite" : ""));
+  }
+  UpdateTensorInputs in;
+  in.param = 0;
+  in.grad = 1;
+  if (adamw) {
+    in.m = 3;
+    in.v = 4;
+    in.step = 5;
+  } else if (state_end == 4) {
+    in.momentum_buf = 3;
+  }
+  if (copy) in.lowp_copy = state_end;
+  return in;
+}
 
 bool IsMultiTensorUpdate(const Node& node) {
   return node.op == "MultiSgdUpdate" || node.op == "MultiAdamWUpdate";

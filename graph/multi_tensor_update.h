@@ -1,5 +1,7 @@
-// The input layout of the multi-tensor optimizer updates, shared by their shape
-// inference, the fuse-updates pass that creates them and the CPU and CUDA kernels.
+// The input layouts of the optimizer updates, shared by their shape inference, the
+// fuse-updates pass that turns single updates into multi-tensor ones, and the kernels.
+//   SgdUpdate(param, grad, lr[, momentum_buf][, lowp_copy][, found_nonfinite])
+//   AdamWUpdate(param, grad, lr, m, v, step[, lowp_copy][, found_nonfinite])
 //   MultiSgdUpdate(lr[, found_nonfinite], {param, grad[, momentum_buf][, lowp_copy]} x N)
 //   MultiAdamWUpdate(lr[, found_nonfinite], {param, grad, m, v, step[, lowp_copy]} x N)
 // Attributes are those of SgdUpdate / AdamWUpdate (one set for all N tensors: gated,
@@ -31,6 +33,11 @@ struct MultiUpdateLayout {
   int found_nonfinite = -1;  // gated=1
   std::vector<UpdateTensorInputs> tensors;
 };
+
+// Where the parameter's inputs of a single SgdUpdate / AdamWUpdate are (lr is input 2,
+// found_nonfinite the last with gated=1); an error naming the node when its input count
+// does not fit its attributes.
+absl::StatusOr<UpdateTensorInputs> SingleUpdateInputsOf(const Node& node);
 
 // True for MultiSgdUpdate and MultiAdamWUpdate.
 bool IsMultiTensorUpdate(const Node& node);

@@ -69,31 +69,12 @@ absl::Status CheckParameterInputs(const Node& n, const UpdateTensorInputs& in) {
   return absl::OkStatus();
 }
 
-// SgdUpdate(param, grad, lr[, momentum_buf][, copy][, flag]) and
-// AdamWUpdate(param, grad, lr, m, v, step[, copy][, flag]).
-Types InferUpdate(const Node& n, bool adamw) {
-  const int gated = n.attrs.GetInt("gated", 0) != 0 ? 1 : 0;
-  const int copy = n.attrs.GetInt("lowp_copy", 0) != 0 ? 1 : 0;
-  const int state_end = static_cast<int>(n.inputs.size()) - gated - copy;
-  if (state_end < (adamw ? 6 : 3)) {
-    return absl::InvalidArgumentError(absl::StrCat(n.op, " node '", n.name, "' has ", n.inputs.size(),
-                                                   " inputs, too few for its attributes (lowp_copy=", copy,
-                                                   ", gated=", gated, ")"));
-  }
-  UpdateTensorInputs in;
-  in.param = 0;
-  in.grad = 1;
-  if (adamw) {
-    in.m = 3;
-    in.v = 4;
-    in.step = 5;
-  } else if (state_end > 3) {
-    in.momentum_buf = 3;
-  }
-  if (copy) in.lowp_copy = state_end;
+// SgdUpdate / AdamWUpdate: one parameter (layout in graph/multi_tensor_update.h).
+Types InferUpdate(const Node& n) {
+  MPC_ASSIGN_OR_RETURN(const UpdateTensorInputs in, SingleUpdateInputsOf(n));
   MPC_RETURN_IF_ERROR(CheckParameterInputs(n, in));
   MPC_RETURN_IF_ERROR(CheckScalarF32(n, 2));
-  if (gated) MPC_RETURN_IF_ERROR(CheckScalarF32(n, static_cast<int>(n.inputs.size()) - 1));
+  if (n.attrs.GetInt("gated", 0) != 0) MPC_RETURN_IF_ERROR(CheckScalarF32(n, static_cast<int>(n.inputs.size()) - 1));
   return std::vector<TensorType>{};
 }
 
@@ -127,7 +108,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   sgd.max_inputs = 6;  // + lowp copy (lowp_copy=1) + found_nonfinite (gated=1)
   sgd.min_outputs = sgd.max_outputs = 0;
   sgd.has_side_effects = true;
-  sgd.infer = [](const Node& n) { return InferUpdate(n, /*adamw=*/false); };
+  sgd.infer = InferUpdate;
   r.Register(sgd);
 
   OpDef adamw;
@@ -137,7 +118,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   adamw.max_inputs = 8;  // + lowp copy (lowp_copy=1) + found_nonfinite (gated=1)
   adamw.min_outputs = adamw.max_outputs = 0;
   adamw.has_side_effects = true;
-  adamw.infer = [](const Node& n) { return InferUpdate(n, /*adamw=*/true); };
+  adamw.infer = InferUpdate;
   r.Register(adamw);
 
   for (const char* name : {"MultiSgdUpdate", "MultiAdamWUpdate"}) {

@@ -19,27 +19,15 @@ struct Member {
   UpdateTensorInputs in;
 };
 
-// The inputs of SgdUpdate / AdamWUpdate (graph/ops_training.cc), or false when the node
-// does not have the shape a multi-tensor update can take over (an SGD node with momentum
-// but no buffer, say, which only a hand-written graph has).
+// The inputs of SgdUpdate / AdamWUpdate, or false when the node does not have the shape a
+// multi-tensor update can take over (an SGD node with momentum but no buffer, say, which
+// only a hand-written graph has: MultiSgdUpdate carries a buffer exactly when momentum != 0).
 bool DescribeUpdate(const Node& n, UpdateTensorInputs& in) {
-  const bool adamw = n.op == "AdamWUpdate";
-  const int gated = n.attrs.GetInt("gated", 0) != 0 ? 1 : 0;
-  const int copy = n.attrs.GetInt("lowp_copy", 0) != 0 ? 1 : 0;
-  const int state_end = static_cast<int>(n.inputs.size()) - gated - copy;
-  in.param = 0;
-  in.grad = 1;
-  if (adamw) {
-    if (state_end != 6) return false;
-    in.m = 3;
-    in.v = 4;
-    in.step = 5;
-  } else {
-    const bool momentum = n.attrs.GetFloat("momentum", 0.0f) != 0.0f;
-    if (state_end != (momentum ? 4 : 3)) return false;
-    if (momentum) in.momentum_buf = 3;
-  }
-  if (copy) in.lowp_copy = state_end;
+  absl::StatusOr<UpdateTensorInputs> inputs = SingleUpdateInputsOf(n);
+  if (!inputs.ok()) return false;
+  const bool momentum = n.op == "SgdUpdate" && n.attrs.GetFloat("momentum", 0.0f) != 0.0f;
+  if (n.op == "SgdUpdate" && (inputs->momentum_buf >= 0) != momentum) return false;
+  in = *inputs;
   return true;
 }
 

@@ -92,6 +92,9 @@ inline absl::Status LaunchStatus(const char* what) {
 
 constexpr int kThreadsPerBlock = 256;
 
+// float4 (16-byte) loads and stores need the pointer 16-byte aligned.
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Blocks for a grid-stride loop over n elements: enough to fill the device several times,
 // never more than the grid limit.
 inline unsigned BlocksFor(int64_t n, int threads = kThreadsPerBlock) {

@@ -97,8 +97,6 @@ std::vector<BatchPlan> PlanBatches(const std::vector<int64_t>& sizes, int* total
   return nonempty;
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Sets the pointers of each planned tensor: tensor i reads in[i] and writes out[i].
 void FillBatch(BatchPlan& p, const std::vector<const float*>& in, const std::vector<float*>& out) {
   TensorBatch& a = p.args;

@@ -163,17 +163,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-LowpCopyPtr CopyAt(const KernelContext& ctx, int index) {
-  LowpCopyPtr c;
-  if (index < 0) return c;
-  const TensorView& v = ctx.inputs[index];
-  if (v.dtype == DType::kBF16) c.bf16 = v.as<__nv_bfloat16>();
-  if (v.dtype == DType::kF16) c.f16 = v.as<__half>();
-  return c;
-}
-
 // One kernel for both optimizers: the launches (parameters split by kMaxTensorsPerLaunch,
 // sizes and block offsets fixed at creation) and, for AdamW, one arrival counter each.
 class CudaMultiTensorUpdate : public Kernel {
@@ -244,7 +233,7 @@ class CudaMultiTensorUpdate : public Kernel {
         s.s1 = first_state >= 0 ? ctx.inputs[first_state].as<float>() : nullptr;
         s.s2 = in.v >= 0 ? ctx.inputs[in.v].as<float>() : nullptr;
         s.step = in.step >= 0 ? ctx.inputs[in.step].as<float>() : nullptr;
-        s.copy = CopyAt(ctx, in.lowp_copy);
+        s.copy = LowpCopyAt(ctx, in.lowp_copy);
         s.aligned = Aligned16(s.p) && Aligned16(s.g) && (!s.s1 || Aligned16(s.s1)) && (!s.s2 || Aligned16(s.s2));
       }
       if (layout_.adamw) {

@@ -39,12 +39,7 @@ constexpr int kOptimizerMaxBlocks = 1024;
 
 // The copy input of an update node with lowp_copy=1 (just before the gate flag).
 LowpCopyPtr CopyOf(const KernelContext& ctx, bool has_copy, bool gated) {
-  LowpCopyPtr c;
-  if (!has_copy) return c;
-  const TensorView& v = ctx.inputs[ctx.inputs.size() - (gated ? 2 : 1)];
-  if (v.dtype == DType::kBF16) c.bf16 = v.as<__nv_bfloat16>();
-  if (v.dtype == DType::kF16) c.f16 = v.as<__half>();
-  return c;
+  return LowpCopyAt(ctx, has_copy ? static_cast<int>(ctx.inputs.size()) - (gated ? 2 : 1) : -1);
 }
 
 unsigned OptimizerBlocks(int64_t n) {
@@ -52,8 +47,6 @@ unsigned OptimizerBlocks(int64_t n) {
   const int64_t blocks = (quads + kThreadsPerBlock - 1) / kThreadsPerBlock;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kOptimizerMaxBlocks ? kOptimizerMaxBlocks : blocks));
 }
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The float4 part of a grid-stride loop covers [0, 4*n4); the scalar tail [4*n4, n).
 // n4 is n/4 when every array is 16-byte aligned, else 0 (all scalar).

@@ -1,6 +1,6 @@
 // The per-element optimizer formulas on the device, shared by the single-parameter
 // updates (kernels_optimizer.cu) and the multi-tensor ones (kernels_multi_tensor_update.cu),
-// so the two compute the same bits. Each formula uses the _rn intrinsics in the CPU's
+// so the two compute the same bits; plus LowpCopyAt, which both use to set up a launch. Each formula uses the _rn intrinsics in the CPU's
 // evaluation order (backends/cpu/kernels_optimizer.cc): nvcc would otherwise contract
 // a*b + c into an FMA, and the CPU build (x86-64 without -mfma) rounds every product.
 #pragma once
@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "backends/backend.h"
+
 namespace mpc::cuda {
 
 // The low-precision copy an update writes, if any (at most one pointer is set).
@@ -17,6 +19,16 @@ struct LowpCopyPtr {
   __nv_bfloat16* bf16 = nullptr;
   __half* f16 = nullptr;
 };
+
+// The bf16/f16 copy at input `index` of a kernel's context; none when index < 0.
+inline LowpCopyPtr LowpCopyAt(const KernelContext& ctx, int index) {
+  LowpCopyPtr c;
+  if (index < 0) return c;
+  const TensorView& v = ctx.inputs[index];
+  if (v.dtype == DType::kBF16) c.bf16 = v.as<__nv_bfloat16>();
+  if (v.dtype == DType::kF16) c.f16 = v.as<__half>();
+  return c;
+}
 
 __device__ __forceinline__ void StoreCopy(const LowpCopyPtr& c, int64_t i, float w) {
   if (c.bf16) c.bf16[i] = __float2bfloat16_rn(w);
