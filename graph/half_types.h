@@ -3,7 +3,7 @@
 // reading one converts to float (exact), constructing one from a float rounds to
 // nearest even (graph/float_convert.h). Arithmetic on them therefore happens in f32
 // and only the store into a Bf16/Half rounds — the "compute in f32, round the output"
-// semantics DESIGN.md's numerics contract gives every low-precision op.
+// semantics the numerics contract (docs/numerics.md) gives every low-precision op.
 //
 // Deliberately no arithmetic operators: `a + b` resolves to float + float through the
 // implicit conversion, and a kernel that wants an f32 accumulator must say so (a

@@ -9,7 +9,7 @@
 //   LayerNormalization (opset 17)           + LayerNormGrad (mpc)
 //   BatchNormalization (opset 15)           + BatchNormGrad, BatchNormStatsUpdate (mpc)
 // Statistics (norms, reductions) are computed in f32 whatever the I/O dtype (f64 for
-// f64), per DESIGN.md; the saved statistics a gradient reuses are stored in f32 (f64
+// f64), per docs/numerics.md; the saved statistics a gradient reuses are stored in f32 (f64
 // for f64 inputs).
 //
 // LayerNormalization always produces (Y, Mean, InvStdDev); Mean/InvStdDev keep X's rank

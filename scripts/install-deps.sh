@@ -1,16 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages mpc builds, tests and trains with. Idempotent: does
-# nothing when everything is already installed.
+# Installs the Debian packages mpc builds, tests and trains with: the list in
+# scripts/deps/debian-packages.txt (one package per line, '#' comments). Idempotent:
+# does nothing when everything is already installed. Installs without Recommends, so
+# the list must name everything the build finds (scripts/check-deps.sh proves it).
 set -euo pipefail
+cd "$(dirname "$0")"
 
-packages=(
-  build-essential cmake ninja-build pkg-config
-  libprotobuf-dev protobuf-compiler libabsl-dev libgtest-dev libgmock-dev
-  libonnx-dev libdnnl-dev zlib1g-dev
-  dataset-fashion-mnist
-  python3-numpy python3-onnx python3-torch python3-torchvision
-  fortunes
-)
+mapfile -t packages < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' deps/debian-packages.txt | awk '{print $1}')
 
 missing=()
 for p in "${packages[@]}"; do

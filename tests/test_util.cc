@@ -38,4 +38,8 @@ std::string MakeTempDir(const std::string& name) {
 
 std::string SourcePath(const std::string& relative) { return std::string(MPC_SOURCE_DIR) + "/" + relative; }
 
+std::string Python() { return MPC_PYTHON; }
+
+std::string FashionMnistPath(const std::string& file) { return std::string(MPC_FASHION_MNIST_DIR) + "/" + file; }
+
 }  // namespace mpc::testing

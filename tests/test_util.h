@@ -15,5 +15,9 @@ double RelativeError(const Tensor& a, const Tensor& b);
 // A fresh empty directory under the test temp dir.
 std::string MakeTempDir(const std::string& name);
 std::string SourcePath(const std::string& relative);
+// What the configure found for the tests (cmake/test_prerequisites.cmake): Debian's
+// python3 with the reference packages, and a file of the Fashion-MNIST dataset.
+std::string Python();
+std::string FashionMnistPath(const std::string& file);
 
 }  // namespace mpc::testing

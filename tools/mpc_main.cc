@@ -39,7 +39,7 @@ ABSL_FLAG(std::string, o, "", "write the compiled training program as ONNX (doma
 ABSL_FLAG(std::string, device, "", "compile for this backend's capabilities (cpu, cuda); overrides the spec");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides the spec's precision.compute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
-ABSL_FLAG(int32_t, pad_multiple, 0, "pad GEMM dims to this multiple (1: no padding); overrides the spec");
+ABSL_FLAG(int32_t, pad_multiple, 0, "pad Gemm weights to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
 ABSL_FLAG(std::vector<std::string>, input, {},
           "mpc run: NAME=FILE.npy feeds graph input NAME; repeat the flag once per input");

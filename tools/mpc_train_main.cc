@@ -23,7 +23,7 @@ ABSL_FLAG(bool, resume, false, "continue from the checkpoint in the checkpoint d
 ABSL_FLAG(std::string, export_onnx, "", "after training, write the model with its trained weights here");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides the spec's precision.compute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
-ABSL_FLAG(int32_t, pad_multiple, 0, "pad GEMM dims to this multiple (1: no padding); overrides the spec");
+ABSL_FLAG(int32_t, pad_multiple, 0, "pad Gemm weights to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training");
 
 namespace {
@@ -38,9 +38,9 @@ int Fail(const std::string& message) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trains a model on the CPU (or GPU) backend.\n"
-      "usage: mpc-train --spec S [--model M] [--metrics FILE] [--checkpoint_dir DIR] [--device cpu]\n"
+      "usage: mpc-train --spec S [--model M] [--metrics FILE] [--checkpoint_dir DIR] [--device cpu|cuda|auto]\n"
       "                 [--precision f32|tf32|bf16|fp16|fp8] [--loss-scaling off|dynamic|static:S]\n"
-      "                 [--resume] [--export_onnx FILE] [--profile]");
+      "                 [--pad-multiple N] [--resume] [--export_onnx FILE] [--profile]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) return Fail(absl::StrFormat("unexpected argument '%s'; see --help", positional[1]));

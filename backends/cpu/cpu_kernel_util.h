@@ -29,7 +29,7 @@ std::unique_ptr<Kernel> MakeKernel(F fn) {
 }
 
 // The type a kernel over T computes and accumulates in: f64 for the f64 reference
-// kernels, f32 for everything else (DESIGN.md: reductions, softmax, norms and losses
+// kernels, f32 for everything else (docs/numerics.md: reductions, softmax, norms and losses
 // accumulate in f32 whatever their I/O dtype). Converting a Bf16/Half to it is exact.
 template <typename T>
 using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;

@@ -1,4 +1,4 @@
-// bf16 and f16 Gemm/MatMul on the CPU, with DESIGN.md's low-precision GEMM semantics:
+// bf16 and f16 Gemm/MatMul on the CPU, with docs/numerics.md's low-precision GEMM semantics:
 // operands in the 16-bit format, products accumulated in f32, the result rounded once
 // to the output dtype (the inputs' dtype, or f32 with mpc_output_dtype = 1).
 //

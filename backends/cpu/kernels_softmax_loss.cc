@@ -1,7 +1,7 @@
 // CPU softmax-family and loss kernels: Softmax/LogSoftmax on any axis and their
 // gradients, SoftmaxCrossEntropyLoss (+ fused gradient), MeanSquaredError (+ gradient),
 // and Dropout (+ gradient), in f32, f64, bf16 and f16. Every reduction and every
-// intermediate is in Acc<T> (f32, or f64 for the f64 reference kernels), per DESIGN.md;
+// intermediate is in Acc<T> (f32, or f64 for the f64 reference kernels), per docs/numerics.md;
 // a bf16/f16 kernel rounds only its stored outputs. Loss values are summed in f64.
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // Building blocks shared by the CUDA kernel families (backends/cuda/kernels_*.cu):
 //   - device element types for mpc's dtypes (DeviceType<DType>) with exact widening to the
 //     f32 accumulator (Acc) and one rounding on store (FromAcc), the numerics contract of
-//     DESIGN.md: every op computes in f32 whatever its I/O dtype and rounds its output once;
+//     docs/numerics.md: every op computes in f32 whatever its I/O dtype and rounds its output once;
 //   - Lambda kernels bound to the backend's stream at creation (MakeCudaKernel);
 //   - grid-stride launches of device lambdas over n elements (LaunchElementwise) and the
 //     launch check that turns a bad configuration into an absl::Status naming the kernel;

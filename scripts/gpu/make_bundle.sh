@@ -2,7 +2,7 @@
 # Builds what the H100 machine runs and packs it under .device/ (gitignored), so a session
 # that is lent a GPU spends its device minutes running, not building. The device machine
 # has the CUDA toolkit, a driver and PyTorch, but not protobuf, abseil, ONNX or oneDNN
-# (../shared/GPU.md), so the bundle carries those shared libraries beside the stripped
+# (docs/gpu.md), so the bundle carries those shared libraries beside the stripped
 # binaries; the CUDA libraries (cudart, cuBLASLt, cuDNN) are the device's own.
 #
 #   scripts/gpu/make_bundle.sh          # build-gpu/ (Release, sm_90) -> .device/

@@ -24,7 +24,7 @@ if [ ! -x "$mpc/bin/mpc-train" ] || [ "$(cat "$mpc/.bundle_sum" 2>/dev/null)" !=
   rm -rf "$mpc" && mkdir -p "$mpc" && tar -C "$mpc" -xJf .device/bundle.tar.xz || { echo "verify: cannot unpack .device/bundle.tar.xz"; exit 1; }
   echo "$bundle_sum" > "$mpc/.bundle_sum"
 fi
-# cuDNN and cuBLAS may live in Python wheels there (../shared/GPU.md).
+# cuDNN and cuBLAS may live in Python wheels there (docs/gpu.md).
 extra=""
 for m in nvidia.cudnn nvidia.cublas nvidia.cuda_runtime; do
   d=$(python3 -c "import $m as x; print(x.__path__[0])" 2>/dev/null) && [ -d "$d/lib" ] && extra="$extra:$d/lib"

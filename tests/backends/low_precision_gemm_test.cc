@@ -1,4 +1,4 @@
-// bf16 and f16 GEMMs on the CPU backend against DESIGN.md's definition of a
+// bf16 and f16 GEMMs on the CPU backend against docs/numerics.md's definition of a
 // low-precision GEMM: operands rounded to the format, products accumulated in f32, the
 // output rounded to the output dtype.
 //   *F32Output   Cast(f32 -> bf16/f16) operands into a Gemm/MatMul with

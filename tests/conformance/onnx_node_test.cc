@@ -7,7 +7,7 @@
 //   PASS         every output matches: floats |got - want| <= atol + rtol * |want| per
 //                element (ONNX's defaults, rtol 1e-3, atol 1e-7; one ulp, 2^-7, for bf16
 //                outputs, whose rounding ONNX 1.12's reference truncates) and, for f32/f64,
-//                ||got - want|| / ||want|| < 1e-5 (DESIGN.md's f32 tolerance); NaN only
+//                ||got - want|| / ||want|| < 1e-5 (docs/numerics.md's f32 tolerance); NaN only
 //                where expected; integers and bools exactly.
 //   FAIL         wrong numbers, shapes or dtypes, or an error that is not Unimplemented.
 //   UNSUPPORTED  a form mpc deliberately does not support: the compiler returned
@@ -66,7 +66,7 @@ namespace fs = std::filesystem;
 constexpr double kRtol = 1e-3;      // onnx.backend.test.runner's defaults
 constexpr double kAtol = 1e-7;
 constexpr double kRtolBf16 = 1.0 / 128;  // one bf16 ulp
-constexpr double kNormRel = 1e-5;   // DESIGN.md: f32 results vs the reference
+constexpr double kNormRel = 1e-5;   // docs/numerics.md: f32 results vs the reference
 
 std::string CaseDir() {
   const char* env = std::getenv("MPC_ONNX_NODE_TESTS");

@@ -109,11 +109,6 @@ bool SameContents(const Tensor& a, const Tensor& b) {
          std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
 }
 
-bool HaveNumpy() {
-  if (!std::filesystem::exists("/usr/bin/python3")) return false;
-  return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
-}
-
 // ---- IDX -------------------------------------------------------------------------------
 
 void ExpectSampleDataset(const Dataset& data) {
@@ -235,14 +230,9 @@ TEST(IdxTest, MissingFile) {
   EXPECT_EQ(data.status().message(), dir + "/nope.gz: file not found");
 }
 
-constexpr char kFashionDir[] = "/usr/share/datasets/fashion-mnist";
-
 TEST(IdxTest, FashionMnistTrain) {
-  const std::string images = std::string(kFashionDir) + "/train-images-idx3-ubyte.gz";
-  const std::string labels = std::string(kFashionDir) + "/train-labels-idx1-ubyte.gz";
-  if (!std::filesystem::exists(images) || !std::filesystem::exists(labels)) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  const std::string images = testing::FashionMnistPath("train-images-idx3-ubyte.gz");
+  const std::string labels = testing::FashionMnistPath("train-labels-idx1-ubyte.gz");
   auto data = LoadIdx(images, labels);
   ASSERT_TRUE(data.ok()) << data.status();
   ASSERT_EQ(data->features.shape(), (Shape{60000, 28, 28}));
@@ -268,11 +258,8 @@ TEST(IdxTest, FashionMnistTrain) {
 }
 
 TEST(IdxTest, FashionMnistTest) {
-  const std::string images = std::string(kFashionDir) + "/t10k-images-idx3-ubyte.gz";
-  const std::string labels = std::string(kFashionDir) + "/t10k-labels-idx1-ubyte.gz";
-  if (!std::filesystem::exists(images) || !std::filesystem::exists(labels)) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  const std::string images = testing::FashionMnistPath("t10k-images-idx3-ubyte.gz");
+  const std::string labels = testing::FashionMnistPath("t10k-labels-idx1-ubyte.gz");
   auto data = LoadIdx(images, labels);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->features.shape(), (Shape{10000, 28, 28}));
@@ -375,7 +362,6 @@ TEST(NpyTest, F16LoadsAsRawBits) {
 
 // Files in the wild come from numpy itself; read what it writes and let it read ours.
 TEST(NpyTest, InteropWithPythonNumpy) {
-  if (!HaveNumpy()) GTEST_SKIP() << "/usr/bin/python3 with numpy not available";
   const std::string dir = testing::MakeTempDir("npy_python");
   const std::string script = dir + "/write.py";
   WriteFile(script,
@@ -390,7 +376,7 @@ TEST(NpyTest, InteropWithPythonNumpy) {
             "np.save(d + '/b.npy', np.array([True, False, True]))\n"
             "np.save(d + '/empty.npy', np.zeros((0, 5), dtype=np.float32))\n"
             "np.save(d + '/fortran.npy', np.asfortranarray(np.ones((3, 4), dtype=np.float32)))\n");
-  ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " " + dir).c_str()), 0);
+  ASSERT_EQ(std::system((testing::Python() + " " + script + " " + dir).c_str()), 0);
 
   auto f32 = ReadNpy(dir + "/f32.npy");
   ASSERT_TRUE(f32.ok()) << f32.status();
@@ -443,7 +429,7 @@ TEST(NpyTest, InteropWithPythonNumpy) {
             "    assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all(), name\n"
             "s = np.load(d + '/ours_scalar.npy')\n"
             "assert s.shape == () and s.dtype == np.float64 and s == 2.5\n");
-  EXPECT_EQ(std::system(("/usr/bin/python3 " + dir + "/check.py " + dir).c_str()), 0);
+  EXPECT_EQ(std::system((testing::Python() + " " + dir + "/check.py " + dir).c_str()), 0);
 }
 
 TEST(NpyTest, BadMagic) {

@@ -87,7 +87,7 @@ RUNS = [
         "autocast": False,
     },
     # bf16 autocast (torch.autocast('cpu', dtype=torch.bfloat16)); compared within the
-    # bf16 tolerance of DESIGN.md, since accumulation order differs from PyTorch's.
+    # bf16 tolerance of docs/numerics.md, since accumulation order differs from PyTorch's.
     {
         "name": "bf16_sgd",
         "optimizer": "sgd",

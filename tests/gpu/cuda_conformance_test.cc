@@ -1,4 +1,4 @@
-// Cross-backend conformance (DESIGN.md, Testing): every op-numerics case
+// Cross-backend conformance (docs/numerics.md): every op-numerics case
 // (tests/graph/*_op_cases.cc), plus this file's cases for the kernels those tables do
 // not reach, runs on the CUDA backend and on the CPU backend, the numerics reference,
 // over the same fresh random inputs, and everything must agree:
@@ -7,7 +7,7 @@
 //                  i64, i32, u8, bool, f8e4m3 and f8e5m2 where the CPU runs the op in
 //                  them: data movement, comparisons); every output of the node and
 //                  the state it updates in place: ||cuda - cpu|| / max(||cpu||, tiny)
-//                  within DESIGN.md's tolerance for the output's dtype (f32 1e-5, bf16
+//                  within docs/numerics.md's tolerance for the output's dtype (f32 1e-5, bf16
 //                  1e-2, f16 2e-3, f8 1e-1; NaN never passes); integer and bool
 //                  outputs, data movement (cases marked exact) and Dropout equal value
 //                  for value. Dropout in training mode draws its mask from the
@@ -537,7 +537,7 @@ std::string InstanceName(const ::testing::TestParamInfo<ConformanceCase>& info) 
 // ---------------------------------------------------------------------------------
 // The comparison.
 
-// DESIGN.md's tolerance (||out - ref|| / ||ref||) for an output of dtype `d`.
+// docs/numerics.md's tolerance (||out - ref|| / ||ref||) for an output of dtype `d`.
 double Tolerance(DType d) {
   switch (d) {
     case DType::kBF16: return kBf16Tol;

@@ -6,7 +6,7 @@
 //   CudaGemm*     one Gemm node through Graph -> PlanMemory -> Executor on both backends,
 //                 same random inputs, every C route (none, bias epilogue, full C with beta,
 //                 broadcast C: row with beta != 1, column, scalar, [1,1], another dtype);
-//                 ||cuda - cpu|| / ||cpu|| within DESIGN.md's tolerances (f32 1e-5,
+//                 ||cuda - cpu|| / ||cpu|| within docs/numerics.md's tolerances (f32 1e-5,
 //                 tf32 1e-3, bf16 1e-2, f16 2e-3).
 //   CudaMatMul*   one MatMul node likewise: 2-D, folded batch, equal batch, broadcast
 //                 batch (strided with stride 0), and broadcasts that need several calls.

@@ -431,7 +431,7 @@ std::vector<OpCase> LossCases() {
 }
 
 // Backward-only ops, forward-checked (they have no gradients of their own). Autocast
-// paints them like any op, so each must hold DESIGN.md's tolerance in every dtype.
+// paints them like any op, so each must hold docs/numerics.md's tolerance in every dtype.
 std::vector<OpCase> BackwardOpCases() {
   std::vector<OpCase> cases;
   auto add = [&](OpCase c) {

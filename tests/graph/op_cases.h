@@ -30,10 +30,10 @@
 
 namespace mpc::opcases {
 
-constexpr double kF32Tol = 1e-5;   // DESIGN.md: f32 vs an f64 reference
+constexpr double kF32Tol = 1e-5;   // docs/numerics.md: f32 vs an f64 reference
 constexpr double kF64Tol = 1e-12;  // the f64 kernels are the gradient checks' reference
-constexpr double kBf16Tol = 1e-2;  // DESIGN.md: bf16 vs an f64 reference
-constexpr double kF16Tol = 2e-3;   // DESIGN.md: f16 vs an f64 reference
+constexpr double kBf16Tol = 1e-2;  // docs/numerics.md: bf16 vs an f64 reference
+constexpr double kF16Tol = 2e-3;   // docs/numerics.md: f16 vs an f64 reference
 constexpr double kFdStep = 1e-6;
 constexpr double kFdTol = 1e-6;    // |analytic - numeric| <= kFdTol * max(1, |numeric|)
 constexpr int kFdMaxElements = 30;

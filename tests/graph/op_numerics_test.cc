@@ -2,7 +2,7 @@
 // inputs, a float64 reference written here as plain loops) and one harness that runs
 // every case twice:
 //   OpForward   the op on the CPU backend in f32, f64, bf16 and f16 against the
-//               reference, with DESIGN.md's tolerances (||out - ref|| / ||ref||: f32
+//               reference, with docs/numerics.md's tolerances (||out - ref|| / ||ref||: f32
 //               < 1e-5, bf16 < 1e-2, f16 < 2e-3; NaN never passes). A bf16/f16 run
 //               rounds the inputs to the format first and the reference computes in
 //               f64 from those rounded values, so the check measures the kernel alone;
@@ -155,7 +155,7 @@ absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
   return ::testing::AssertionSuccess();
 }
 
-// DESIGN.md's tolerance for a run in `float_dtype` (f64: the reference dtype itself).
+// docs/numerics.md's tolerance for a run in `float_dtype` (f64: the reference dtype itself).
 double Tolerance(DType float_dtype) {
   switch (float_dtype) {
     case DType::kF64: return kF64Tol;
@@ -289,7 +289,7 @@ absl::StatusOr<std::vector<GradSample>> RunGradientCheck(const OpCase& c) {
 std::string CaseName(const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; }
 
 // ---------------------------------------------------------------------------------
-// Forward: every case in f32, bf16 and f16 (DESIGN.md tolerances) and in f64 (the
+// Forward: every case in f32, bf16 and f16 (docs/numerics.md tolerances) and in f64 (the
 // reference dtype the gradient checks run in).
 
 class OpForward : public ::testing::TestWithParam<OpCase> {};

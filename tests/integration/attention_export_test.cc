@@ -29,7 +29,7 @@ class AttentionExportTest : public ::testing::TestWithParam<AttentionCase> {
   static void SetUpTestSuite() {
     dir_ = new std::string(testing::MakeTempDir("attention_export"));
     const auto r = testing::RunCommand(absl::StrCat(
-        "/usr/bin/python3 ", testing::SourcePath("tests/golden/make_attention_cases.py"), " --out ", *dir_));
+        testing::Python(), " ", testing::SourcePath("tests/golden/make_attention_cases.py"), " --out ", *dir_));
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static std::string* dir_;

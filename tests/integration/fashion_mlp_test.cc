@@ -19,9 +19,6 @@ double NumberAfter(const std::string& line, const std::string& key) {
 }
 
 TEST(FashionMlpTest, TenEpochsFp32ReachAtLeast88PercentTestAccuracy) {
-  if (!std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
-    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-  }
   const std::string dir = testing::MakeTempDir("fashion_mlp");
   const auto r = testing::RunCommand(absl::StrCat(
       MPC_TRAIN_BIN, " --spec ", testing::SourcePath("models/fashion_mlp/fashion_mlp.spec"), " --metrics ", dir,

@@ -179,7 +179,7 @@ TEST(Fp8LowerTrainingTest, FashionMlpLoweredMatchesTheEmulation) {
   auto spec = LoadTrainSpec(spec_path);
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto data = LoadDataSource(spec->train_data(), testing::SourcePath("models/fashion_mlp"), "train_data");
-  if (!data.ok()) GTEST_SKIP() << "dataset-fashion-mnist is not installed: " << data.status();
+  ASSERT_TRUE(data.ok()) << data.status();
   TrainSetup setup;
   setup.spec = *spec;
   setup.spec.set_batch_size(128);

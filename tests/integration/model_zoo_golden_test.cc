@@ -5,7 +5,7 @@
 // mask, Split, exact GELU through Erf) with AdamW. Same initial weights, same batches:
 //   f32:  every step's loss within relative 1e-3 of PyTorch's;
 //   bf16: mpc's bf16 autocast against torch.autocast('cpu', bfloat16), the 20 losses
-//         within DESIGN.md's bf16 tolerance: ||mpc - torch|| / ||torch|| < 1e-2.
+//         within docs/numerics.md's bf16 tolerance: ||mpc - torch|| / ||torch|| < 1e-2.
 // The golden data is generated where it is used (ResNet-50 alone is ~100 MB of
 // weights) by the scripts in tests/golden/, with Debian's python3-torch and torchvision.
 #include <cmath>
@@ -51,7 +51,7 @@ std::string GenerateGolden(const ZooRun& z) {
                                                 dir, " --runs ", z.run)
                                  : absl::StrCat(testing::SourcePath("tests/golden/make_convnet_golden.py"), " --arch ",
                                                 z.model, " --out ", dir, " --runs ", z.run);
-  const auto r = testing::RunCommand(absl::StrCat("/usr/bin/python3 ", script));
+  const auto r = testing::RunCommand(absl::StrCat(testing::Python(), " ", script));
   EXPECT_EQ(r.exit_code, 0) << "golden generation failed (scripts/install-deps.sh installs python3-torch and "
                                "python3-torchvision):\n"
                             << r.output;

@@ -1,7 +1,7 @@
 // The first 20 training steps of an MLP (Gemm/ReLU/Tanh/Sigmoid) from fixed initial
 // weights and a fixed batch order match PyTorch (CPU) step by step, with SGD
 // (momentum, nesterov, weight decay) and AdamW, in f32 (relative 1e-4 per step) and
-// with bf16 autocast against torch.autocast('cpu', dtype=torch.bfloat16) (DESIGN.md's
+// with bf16 autocast against torch.autocast('cpu', dtype=torch.bfloat16) (docs/numerics.md's
 // bf16 tolerance, 1e-2). Golden data: tests/golden/make_mlp_golden.py.
 #include <cmath>
 #include <fstream>

@@ -1,7 +1,7 @@
 // The failure mode loss scaling exists for, reproduced: a model whose gradients fall
 // below the f16 range. Trained in fp16 without loss scaling, most weight-gradient
 // elements flush to zero; with dynamic scaling (initial scale 2^16) they match the f32
-// gradients within DESIGN.md's f16 tolerance.
+// gradients within docs/numerics.md's f16 tolerance.
 #include "backends/cpu/cpu_backend.h"
 #include "engine/executor.h"
 #include "graph/graph_builder.h"

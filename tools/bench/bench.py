@@ -974,7 +974,7 @@ def wheel_lib_dirs(python):
 
 def mpc_gpu_env(python):
     """os.environ, plus the nvidia wheels' lib folders appended to LD_LIBRARY_PATH when mpc-train
-    cannot otherwise find a library it needs (../shared/GPU.md, step 3). Returns (env, note)."""
+    cannot otherwise find a library it needs (docs/gpu.md). Returns (env, note)."""
     env = dict(os.environ)
     missing = missing_libs(MPC_TRAIN, env)
     if not missing:
