@@ -1,7 +1,7 @@
-// The Backend interface: what a device can do (Capabilities), its memory, and the
-// kernels it runs, looked up by (op, backend, dtype) in a KernelRegistry the way ONNX
-// Runtime's kernel registry works. Passes only ever see Capabilities, so every pass is
-// testable on the CPU with a fake capability set.
+// The Backend interface: what a device can do (Capabilities, graph/capabilities.h), its
+// memory, and the kernels it runs, looked up by (op, backend, dtype) in a KernelRegistry
+// the way ONNX Runtime's kernel registry works. Passes only ever see Capabilities, so
+// every pass is testable on the CPU with a fake capability set.
 #pragma once
 
 #include <functional>
@@ -12,23 +12,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "graph/capabilities.h"
 #include "graph/graph.h"
 
 namespace mpc {
-
-struct Capabilities {
-  std::string device;                // "cpu", "cuda:0 (NVIDIA H100 ...)"
-  std::vector<DType> native_compute;  // dtypes whose GEMMs run natively
-  bool fp8 = false;
-  bool tf32 = false;
-  std::map<DType, int> pad_multiple;  // preferred GEMM dim multiple per compute dtype
-  // Whether the backend has a kernel for (op, dtype); null means "assume yes" (fake
-  // capability sets in pass tests).
-  std::function<bool(const std::string& op, DType dtype)> has_kernel;
-  bool HasKernel(const std::string& op, DType dtype) const { return !has_kernel || has_kernel(op, dtype); }
-  bool Native(DType d) const;
-  int PadMultiple(DType d) const;
-};
 
 // A tensor as a kernel sees it: where it lives on the device, what it is.
 struct TensorView {
@@ -36,7 +23,10 @@ struct TensorView {
   DType dtype = DType::kF32;
   Shape shape;
   int64_t num_elements() const { return NumElements(shape); }
-  template <typename T> T* as() const { return static_cast<T*>(data); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
 };
 
 // Everything a kernel call needs besides its node: its operands, and the per-step
@@ -69,8 +59,7 @@ class Kernel {
 };
 
 class Backend;
-using KernelFactory =
-    std::function<absl::StatusOr<std::unique_ptr<Kernel>>(const Node& node, Backend& backend)>;
+using KernelFactory = std::function<absl::StatusOr<std::unique_ptr<Kernel>>(const Node& node, Backend& backend)>;
 
 // The dtype a node's kernel is selected by: its first present input's dtype, or its
 // first output's for nodes without inputs.
@@ -80,8 +69,7 @@ class KernelRegistry {
  public:
   void Register(const std::string& op, const std::string& backend, DType dtype, KernelFactory factory);
   // Error naming the op, the backend and the dtype, and listing the dtypes that exist.
-  absl::StatusOr<const KernelFactory*> Find(const std::string& op, const std::string& backend,
-                                            DType dtype) const;
+  absl::StatusOr<const KernelFactory*> Find(const std::string& op, const std::string& backend, DType dtype) const;
   bool Has(const std::string& op, const std::string& backend, DType dtype) const;
   // Every registered (op, dtype name) of `backend`, sorted: for coverage tests and reports.
   std::vector<std::pair<std::string, std::string>> Entries(const std::string& backend) const;
@@ -112,8 +100,5 @@ class Backend {
   virtual const KernelRegistry& kernels() const = 0;
   absl::StatusOr<std::unique_ptr<Kernel>> CreateKernel(const Node& node);
 };
-
-// "cpu" or "cuda" (the latter only when built with CUDA and a device is present).
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& device);
 
 }  // namespace mpc

@@ -8,10 +8,10 @@
 #define MPC_CONCAT_INNER(a, b) a##b
 #define MPC_CONCAT(a, b) MPC_CONCAT_INNER(a, b)
 
-#define MPC_RETURN_IF_ERROR(expr)                 \
-  do {                                            \
-    ::absl::Status _mpc_status = (expr);          \
-    if (!_mpc_status.ok()) return _mpc_status;    \
+#define MPC_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::absl::Status _mpc_status = (expr);       \
+    if (!_mpc_status.ok()) return _mpc_status; \
   } while (0)
 
 #define MPC_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
@@ -19,5 +19,4 @@
   if (!tmp.ok()) return tmp.status();             \
   lhs = std::move(tmp).value()
 
-#define MPC_ASSIGN_OR_RETURN(lhs, expr) \
-  MPC_ASSIGN_OR_RETURN_IMPL(MPC_CONCAT(_mpc_statusor_, __LINE__), lhs, expr)
+#define MPC_ASSIGN_OR_RETURN(lhs, expr) MPC_ASSIGN_OR_RETURN_IMPL(MPC_CONCAT(_mpc_statusor_, __LINE__), lhs, expr)

@@ -63,8 +63,7 @@ void CopyRows(const Tensor& source, const int64_t* rows, int64_t count, Tensor* 
   const char* src = static_cast<const char*>(source.raw());
   char* dst = static_cast<char*>(dest->raw());
   for (int64_t i = 0; i < count; ++i) {
-    std::memcpy(dst + static_cast<size_t>(i) * row_bytes,
-                src + static_cast<size_t>(rows[i]) * row_bytes, row_bytes);
+    std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(rows[i]) * row_bytes, row_bytes);
   }
 }
 

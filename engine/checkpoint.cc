@@ -51,9 +51,9 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor
     return absl::DataLossError(absl::StrCat(path, ": not a valid mpc checkpoint (corrupt or truncated)"));
   }
   if (ckpt.model_fingerprint() != model_fingerprint) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": the checkpoint was written for a different model or optimizer (fingerprint ",
-        ckpt.model_fingerprint(), ", this program ", model_fingerprint, "); use another checkpoint_dir"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": the checkpoint was written for a different model or optimizer (fingerprint ",
+                     ckpt.model_fingerprint(), ", this program ", model_fingerprint, "); use another checkpoint_dir"));
   }
   // Decode and check every tensor first; only then write them into the live state.
   std::vector<std::pair<std::string, Tensor>> decoded;
@@ -61,8 +61,8 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor
     MPC_ASSIGN_OR_RETURN(DType dtype, DTypeFromName(td.dtype()));
     Tensor t(dtype, Shape(td.shape().begin(), td.shape().end()));
     if (td.data().size() != t.bytes()) {
-      return absl::DataLossError(absl::StrCat(path, ": tensor '", td.name(), "' has ", td.data().size(),
-                                              " bytes, expected ", t.bytes()));
+      return absl::DataLossError(
+          absl::StrCat(path, ": tensor '", td.name(), "' has ", td.data().size(), " bytes, expected ", t.bytes()));
     }
     std::memcpy(t.raw(), td.data().data(), t.bytes());
     MPC_ASSIGN_OR_RETURN(Tensor current, executor.ReadPersistent(td.name()));

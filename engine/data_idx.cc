@@ -44,8 +44,8 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   errno = 0;
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        path, ": cannot open: ", errno != 0 ? std::strerror(errno) : "out of memory"));
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot open: ", errno != 0 ? std::strerror(errno) : "out of memory"));
   }
   gzbuffer(file, 1 << 17);  // bigger reads: the training images are ~47 MB decompressed
   std::string contents;
@@ -58,9 +58,8 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
       int errnum = 0;
       const std::string message = GzErrorMessage(file, path, &errnum);
       gzclose(file);
-      return absl::DataLossError(absl::StrCat(
-          path, ": corrupt or truncated gzip data (", message,
-          "); re-download or re-extract the file"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": corrupt or truncated gzip data (", message, "); re-download or re-extract the file"));
     }
     contents.resize(old_size + static_cast<size_t>(n));
     if (n == 0) break;
@@ -71,10 +70,9 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   const std::string message = GzErrorMessage(file, path, &errnum);
   const int close_rc = gzclose(file);
   if (errnum != Z_OK || close_rc != Z_OK) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": corrupt or truncated gzip data (",
-        errnum != Z_OK ? message : absl::StrCat("zlib error ", close_rc),
-        "); re-download or re-extract the file"));
+    return absl::DataLossError(absl::StrCat(path, ": corrupt or truncated gzip data (",
+                                            errnum != Z_OK ? message : absl::StrCat("zlib error ", close_rc),
+                                            "); re-download or re-extract the file"));
   }
   return contents;
 }
@@ -93,18 +91,17 @@ std::string DescribeMagic(uint32_t magic) {
   return " (not an IDX file)";
 }
 
-absl::Status CheckMagic(const std::string& path, const std::string& bytes, uint32_t want,
-                        const char* what) {
+absl::Status CheckMagic(const std::string& path, const std::string& bytes, uint32_t want, const char* what) {
   if (bytes.size() < 4) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated: %d bytes, too short for an IDX header", path, bytes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: truncated: %d bytes, too short for an IDX header", path, bytes.size()));
   }
   const uint32_t magic = ReadBigEndian32(bytes, 0);
   if (magic != want) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: bad magic number 0x%08x%s; expected 0x%08x for an IDX %s file "
-        "(are the images and labels paths swapped?)",
-        path, magic, DescribeMagic(magic), want, what));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: bad magic number 0x%08x%s; expected 0x%08x for an IDX %s file "
+                        "(are the images and labels paths swapped?)",
+                        path, magic, DescribeMagic(magic), want, what));
   }
   return absl::OkStatus();
 }
@@ -114,36 +111,33 @@ absl::StatusOr<Tensor> ParseImages(const std::string& path, const std::string& b
   MPC_RETURN_IF_ERROR(CheckMagic(path, bytes, kImagesMagic, "images"));
   constexpr size_t kHeader = 16;
   if (bytes.size() < kHeader) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated: %d bytes, too short for the 16-byte IDX images header", path,
-        bytes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: truncated: %d bytes, too short for the 16-byte IDX images header", path, bytes.size()));
   }
   const uint64_t count = ReadBigEndian32(bytes, 4);
   const uint64_t rows = ReadBigEndian32(bytes, 8);
   const uint64_t cols = ReadBigEndian32(bytes, 12);
   if (count == 0 || rows == 0 || cols == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: header says %d images of %dx%d; every dimension must be positive", path, count,
-        rows, cols));
+        "%s: header says %d images of %dx%d; every dimension must be positive", path, count, rows, cols));
   }
   const uint64_t available = bytes.size() - kHeader;
   const uint64_t image_bytes = rows * cols;  // < 2^64: both factors are < 2^32
   // Compare by division so a corrupt header with huge dimensions cannot overflow.
   if (available / image_bytes < count) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated: header says %d images of %dx%d but only %d bytes follow; "
-        "re-download the file",
-        path, count, rows, cols, available));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: truncated: header says %d images of %dx%d but only %d bytes follow; "
+                        "re-download the file",
+                        path, count, rows, cols, available));
   }
   const uint64_t needed = count * image_bytes;
   if (available != needed) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: header says %d images of %dx%d (%d bytes) but %d bytes follow; the file is "
-        "not a valid IDX images file",
-        path, count, rows, cols, needed, available));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: header says %d images of %dx%d (%d bytes) but %d bytes follow; the file is "
+                        "not a valid IDX images file",
+                        path, count, rows, cols, needed, available));
   }
-  Tensor images(DType::kF32, {static_cast<int64_t>(count), static_cast<int64_t>(rows),
-                              static_cast<int64_t>(cols)});
+  Tensor images(DType::kF32, {static_cast<int64_t>(count), static_cast<int64_t>(rows), static_cast<int64_t>(cols)});
   const auto* src = reinterpret_cast<const unsigned char*>(bytes.data()) + kHeader;
   float* dst = images.data<float>();
   for (uint64_t i = 0; i < needed; ++i) dst[i] = static_cast<float>(src[i]);
@@ -155,26 +149,23 @@ absl::StatusOr<Tensor> ParseLabels(const std::string& path, const std::string& b
   MPC_RETURN_IF_ERROR(CheckMagic(path, bytes, kLabelsMagic, "labels"));
   constexpr size_t kHeader = 8;
   if (bytes.size() < kHeader) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated: %d bytes, too short for the 8-byte IDX labels header", path,
-        bytes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: truncated: %d bytes, too short for the 8-byte IDX labels header", path, bytes.size()));
   }
   const uint64_t count = ReadBigEndian32(bytes, 4);
   const uint64_t available = bytes.size() - kHeader;
   if (count == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: header says 0 labels; the file holds no examples", path));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: header says 0 labels; the file holds no examples", path));
   }
   if (available < count) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated: header says %d labels but only %d bytes follow; re-download the file",
-        path, count, available));
+        "%s: truncated: header says %d labels but only %d bytes follow; re-download the file", path, count, available));
   }
   if (available != count) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: header says %d labels but %d bytes follow; the file is not a valid IDX labels "
-        "file",
-        path, count, available));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: header says %d labels but %d bytes follow; the file is not a valid IDX labels "
+                        "file",
+                        path, count, available));
   }
   Tensor labels(DType::kI64, {static_cast<int64_t>(count)});
   const auto* src = reinterpret_cast<const unsigned char*>(bytes.data()) + kHeader;
@@ -199,10 +190,10 @@ absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::strin
   const int64_t num_images = data.features.shape()[0];
   const int64_t num_labels = data.labels.shape()[0];
   if (num_images != num_labels) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s has %d images but %s has %d labels; the two files must describe the same "
-        "examples (train images with train labels, t10k with t10k)",
-        images_path, num_images, labels_path, num_labels));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s has %d images but %s has %d labels; the two files must describe the same "
+                        "examples (train images with train labels, t10k with t10k)",
+                        images_path, num_images, labels_path, num_labels));
   }
   return data;
 }

@@ -2,6 +2,8 @@
 // source kind, resolves relative paths against the spec's directory, validates the
 // fields the loaders cannot (synthetic sizes, limit, scale/shift), and prefixes every
 // error with the spec field path so a user knows which line of the spec to fix.
+#include "engine/dataset.h"
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -11,7 +13,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "engine/dataset.h"
 
 namespace mpc {
 namespace {
@@ -33,28 +34,24 @@ std::string Resolve(const std::string& path, const std::string& base_dir) {
 // The file loaders start every message about one file with that file's path; this maps
 // such a message to the spec field that named the file. Errors about both files (count
 // mismatches) belong to the parent message.
-std::string FieldForError(const absl::Status& status, const std::string& first_path,
-                          const std::string& first_field, const std::string& second_path,
-                          const std::string& second_field, const std::string& parent) {
+std::string FieldForError(const absl::Status& status, const std::string& first_path, const std::string& first_field,
+                          const std::string& second_path, const std::string& second_field, const std::string& parent) {
   if (absl::StartsWith(status.message(), first_path + ":")) return first_field;
   if (absl::StartsWith(status.message(), second_path + ":")) return second_field;
   return parent;
 }
 
 // Resolves a pair of file fields (images/labels or features/labels) and checks both are set.
-absl::Status ResolvePair(const std::string& first, const std::string& first_name,
-                         const std::string& second, const std::string& second_name,
-                         const std::string& base_dir, const std::string& parent,
+absl::Status ResolvePair(const std::string& first, const std::string& first_name, const std::string& second,
+                         const std::string& second_name, const std::string& base_dir, const std::string& parent,
                          std::string* first_path, std::string* second_path) {
   if (first.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(parent, ".", first_name,
-                                                   ": not set; give the path of the ", first_name,
-                                                   " file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(parent, ".", first_name, ": not set; give the path of the ", first_name, " file"));
   }
   if (second.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(parent, ".", second_name,
-                                                   ": not set; give the path of the ", second_name,
-                                                   " file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(parent, ".", second_name, ": not set; give the path of the ", second_name, " file"));
   }
   *first_path = Resolve(first, base_dir);
   *second_path = Resolve(second, base_dir);
@@ -66,58 +63,56 @@ absl::Status ResolvePair(const std::string& first, const std::string& first_name
   return absl::OkStatus();
 }
 
-absl::StatusOr<Dataset> LoadIdxSource(const IdxData& idx, const std::string& base_dir,
-                                      const std::string& field) {
+absl::StatusOr<Dataset> LoadIdxSource(const IdxData& idx, const std::string& base_dir, const std::string& field) {
   std::string images, labels;
-  MPC_RETURN_IF_ERROR(
-      ResolvePair(idx.images(), "images", idx.labels(), "labels", base_dir, field, &images, &labels));
+  MPC_RETURN_IF_ERROR(ResolvePair(idx.images(), "images", idx.labels(), "labels", base_dir, field, &images, &labels));
   absl::StatusOr<Dataset> data = LoadIdx(images, labels);
   if (!data.ok()) {
-    return WithPrefix(data.status(), FieldForError(data.status(), images, field + ".images", labels,
-                                                   field + ".labels", field));
+    return WithPrefix(data.status(),
+                      FieldForError(data.status(), images, field + ".images", labels, field + ".labels", field));
   }
   return data;
 }
 
-absl::StatusOr<Dataset> LoadNpySource(const NpyData& npy, const std::string& base_dir,
-                                      const std::string& field) {
+absl::StatusOr<Dataset> LoadNpySource(const NpyData& npy, const std::string& base_dir, const std::string& field) {
   std::string features, labels;
-  MPC_RETURN_IF_ERROR(ResolvePair(npy.features(), "features", npy.labels(), "labels", base_dir,
-                                  field, &features, &labels));
+  MPC_RETURN_IF_ERROR(
+      ResolvePair(npy.features(), "features", npy.labels(), "labels", base_dir, field, &features, &labels));
   absl::StatusOr<Dataset> data = LoadNpy(features, labels);
   if (!data.ok()) {
-    return WithPrefix(data.status(), FieldForError(data.status(), features, field + ".features",
-                                                   labels, field + ".labels", field));
+    return WithPrefix(data.status(),
+                      FieldForError(data.status(), features, field + ".features", labels, field + ".labels", field));
   }
   return data;
 }
 
 absl::StatusOr<Dataset> MakeSyntheticSource(const SyntheticData& spec, const std::string& field) {
   if (spec.num_examples() <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".num_examples: must be positive, got ",
-                                                   spec.num_examples()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".num_examples: must be positive, got ", spec.num_examples()));
   }
   if (spec.num_classes() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".num_classes: must be positive, got ", spec.num_classes()));
+    return absl::InvalidArgumentError(absl::StrCat(field, ".num_classes: must be positive, got ", spec.num_classes()));
   }
   int64_t per_example = 1;
   for (int i = 0; i < spec.feature_shape_size(); ++i) {
     const int64_t d = spec.feature_shape(i);
     if (d <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".feature_shape[", i,
-                                                     "]: dimensions must be positive, got ", d));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".feature_shape[", i, "]: dimensions must be positive, got ", d));
     }
-    if (per_example > kMaxSyntheticElements / d) per_example = kMaxSyntheticElements + 1;
-    else per_example *= d;
+    if (per_example > kMaxSyntheticElements / d)
+      per_example = kMaxSyntheticElements + 1;
+    else
+      per_example *= d;
   }
   if (spec.feature_shape_size() == 0) per_example = 16;
   if (per_example > kMaxSyntheticElements / spec.num_examples() ||
       per_example > kMaxSyntheticElements / spec.num_classes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", spec.num_examples(), " examples of ", per_example,
-        " features is too large for synthetic data (limit ", kMaxSyntheticElements,
-        " values); reduce num_examples or feature_shape"));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", spec.num_examples(), " examples of ", per_example,
+                                                   " features is too large for synthetic data (limit ",
+                                                   kMaxSyntheticElements,
+                                                   " values); reduce num_examples or feature_shape"));
   }
   return MakeSynthetic(spec);
 }
@@ -138,8 +133,8 @@ absl::StatusOr<Dataset> LoadDataSource(const DataSource& source, const std::stri
                                        const std::string& field_path) {
   // Check the cheap scalar fields before reading possibly large files.
   if (source.limit() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field_path, ".limit: must be >= 0 (0 = use all examples), got ", source.limit()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field_path, ".limit: must be >= 0 (0 = use all examples), got ", source.limit()));
   }
   if (!std::isfinite(source.scale())) {
     return absl::InvalidArgumentError(

@@ -21,23 +21,23 @@ absl::StatusOr<void*> Executor::OwnBuffer(size_t bytes) {
   return p;
 }
 
-absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const CompileInfo& info,
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const MemoryPlanResult& memory,
                                                            Backend& backend, Executor* share) {
   std::unique_ptr<Executor> ex(new Executor(backend));
-  if (info.order.size() != graph.nodes().size()) {
+  if (memory.order.size() != graph.nodes().size()) {
     return absl::FailedPreconditionError("the program has no execution order; run the memory-plan pass");
   }
-  ex->arena_bytes_ = info.plan.peak_bytes;
+  ex->arena_bytes_ = memory.plan.peak_bytes;
   MPC_ASSIGN_OR_RETURN(void* seed_step, ex->OwnBuffer(2 * sizeof(int64_t)));
   ex->seed_step_ = static_cast<int64_t*>(seed_step);
-  MPC_ASSIGN_OR_RETURN(ex->arena_, ex->OwnBuffer(static_cast<size_t>(info.plan.peak_bytes)));
+  MPC_ASSIGN_OR_RETURN(ex->arena_, ex->OwnBuffer(static_cast<size_t>(memory.plan.peak_bytes)));
   for (const auto& v : graph.values()) {
     const Value* value = v.get();
     ex->by_name_[value->name] = value;
     switch (value->kind) {
       case ValueKind::kActivation: {
-        auto it = info.plan.offsets.find(value);
-        if (it == info.plan.offsets.end()) continue;  // produced by no node: unused
+        auto it = memory.plan.offsets.find(value);
+        if (it == memory.plan.offsets.end()) continue;  // produced by no node: unused
         ex->location_[value] = static_cast<char*>(ex->arena_) + it->second;
         break;
       }
@@ -48,10 +48,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, c
           const Value* twin = share->FindValue(value->name);
           if (twin && twin->persistent()) {
             if (twin->dtype != value->dtype || twin->shape != value->shape) {
-              return absl::InternalError(absl::StrCat("'", value->name, "' is ", DTypeName(value->dtype),
-                                                      ShapeToString(value->shape), " here but ", DTypeName(twin->dtype),
-                                                      ShapeToString(twin->shape),
-                                                      " in the program it shares weights with"));
+              return absl::InternalError(absl::StrCat(
+                  "'", value->name, "' is ", DTypeName(value->dtype), ShapeToString(value->shape), " here but ",
+                  DTypeName(twin->dtype), ShapeToString(twin->shape), " in the program it shares weights with"));
             }
             ex->location_[value] = share->location_.at(twin);
             break;
@@ -75,7 +74,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, c
       }
     }
   }
-  for (Node* node : info.order) {
+  for (Node* node : memory.order) {
     Step step;
     step.node = node;
     step.ctx.device_seed_step = ex->seed_step_;
@@ -86,8 +85,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, c
     for (const Value* out : node->outputs) {
       auto it = ex->location_.find(out);
       if (it == ex->location_.end()) {
-        return absl::InternalError(absl::StrCat("output '", out->name, "' of node '", node->name,
-                                                "' has no planned buffer"));
+        return absl::InternalError(
+            absl::StrCat("output '", out->name, "' of node '", node->name, "' has no planned buffer"));
       }
       step.ctx.outputs.push_back(TensorView{it->second, out->dtype, out->shape});
     }
@@ -109,8 +108,8 @@ absl::Status Executor::SetInput(const std::string& name, const Tensor& value) {
   // Same element count suffices: a [B,28,28] batch feeds a [B,1,28,28] input unchanged.
   if (v->dtype != value.dtype() || NumElements(v->shape) != value.num_elements()) {
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' expects ", DTypeName(v->dtype),
-                                                   ShapeToString(v->shape), " but was given ",
-                                                   DTypeName(value.dtype()), ShapeToString(value.shape())));
+                                                   ShapeToString(v->shape), " but was given ", DTypeName(value.dtype()),
+                                                   ShapeToString(value.shape())));
   }
   return backend_.CopyToDevice(location_.at(v), value.raw(), value.bytes());
 }
@@ -156,8 +155,8 @@ absl::Status Executor::RunKernels() {
       st = step.kernel->Run(step.ctx);
     }
     if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("node '", step.node->name, "' (", step.node->op, "): ",
-                                                  st.message()));
+      return absl::Status(st.code(),
+                          absl::StrCat("node '", step.node->name, "' (", step.node->op, "): ", st.message()));
     }
   }
   return absl::OkStatus();

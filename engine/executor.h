@@ -14,7 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "backends/backend.h"
-#include "passes/pass.h"
+#include "passes/compile_results.h"
 
 namespace mpc {
 
@@ -26,7 +26,7 @@ struct OpTiming {
 class Executor {
  public:
   // `share_persistent`: take parameter/state buffers with the same names from there.
-  static absl::StatusOr<std::unique_ptr<Executor>> Create(const Graph& graph, const CompileInfo& info,
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const Graph& graph, const MemoryPlanResult& plan,
                                                           Backend& backend, Executor* share_persistent = nullptr);
   ~Executor();
 
@@ -64,7 +64,7 @@ class Executor {
   Backend& backend_;
   void* arena_ = nullptr;
   int64_t arena_bytes_ = 0;
-  std::vector<void*> owned_;                                  // freed in the destructor
+  std::vector<void*> owned_;  // freed in the destructor
   absl::flat_hash_map<const Value*, void*> location_;
   absl::flat_hash_map<std::string, const Value*> by_name_;
   std::vector<const Value*> persistent_;

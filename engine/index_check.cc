@@ -24,11 +24,11 @@ absl::Status CheckGatherIndices(const Value& input, const Tensor& values, const 
     for (int64_t i = 0; i < values.num_elements(); ++i) {
       const int64_t id = static_cast<int64_t>(values.GetAsDouble(i));
       if (id < -rows || id >= rows) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": example ", i / per_example, " (value ", i % per_example, " of the example) is ", id,
-            ", but model input '", input.name, "' indexes '", table->name, "' (", rows, " entries along axis ", axis,
-            ", node '", reader->name, "'), so it must lie in [", -rows, ", ", rows,
-            "); check the data and the model's vocabulary size"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": example ", i / per_example, " (value ", i % per_example, " of the example) is ", id,
+                         ", but model input '", input.name, "' indexes '", table->name, "' (", rows,
+                         " entries along axis ", axis, ", node '", reader->name, "'), so it must lie in [", -rows, ", ",
+                         rows, "); check the data and the model's vocabulary size"));
       }
     }
   }

@@ -15,13 +15,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "backends/backend.h"
 #include "base/status_macros.h"
+#include "engine/compile_options.h"
+#include "engine/device.h"
 #include "engine/executor.h"
 #include "engine/index_check.h"
 #include "engine/program.h"
+#include "engine/spec.h"
 #include "graph/onnx_import.h"
-#include "passes/autocast.h"
 
 namespace mpc {
 
@@ -36,8 +37,8 @@ struct Compiled {
   Program program;
   std::unique_ptr<Executor> executor;
   Backend* backend = nullptr;
-  std::vector<std::string> input_values;   // graph value per session input, same order
-  std::vector<std::string> output_values;  // graph value per session output, after the passes
+  std::vector<std::string> input_values;      // graph value per session input, same order
+  std::vector<std::string> output_values;     // graph value per session output, after the passes
   std::vector<TensorSignature> output_types;  // the model's dtype and shape per output
 };
 
@@ -61,9 +62,9 @@ struct InferenceSession::Impl {
   onnx::ModelProto model;
   PrecisionSpec::Compute compute = PrecisionSpec::F32;
   std::vector<TensorSignature> inputs, outputs;
-  std::vector<bool> rank_known;  // per input: false when the model gives no shape at all
-  std::unique_ptr<Backend> backend;       // the requested device
-  std::unique_ptr<Backend> cpu_fallback;  // device "auto" on a GPU that cannot run the model
+  std::vector<bool> rank_known;                               // per input: false when the model gives no shape at all
+  std::unique_ptr<Backend> backend;                           // the requested device
+  std::unique_ptr<Backend> cpu_fallback;                      // device "auto" on a GPU that cannot run the model
   std::map<std::string, std::unique_ptr<Compiled>> compiled;  // by fed shapes
   std::string last_device;
 
@@ -81,10 +82,10 @@ absl::Status InferenceSession::Impl::Describe() {
     TensorSignature sig;
     sig.name = info.name();
     if (!info.type().has_tensor_type()) {
-      const char* kind = info.type().has_sequence_type() ? "a sequence"
+      const char* kind = info.type().has_sequence_type()   ? "a sequence"
                          : info.type().has_optional_type() ? "an optional"
-                         : info.type().has_map_type() ? "a map"
-                         : "not a tensor";
+                         : info.type().has_map_type()      ? "a map"
+                                                           : "not a tensor";
       return absl::UnimplementedError(absl::StrCat(source, ": ", what, " '", info.name(), "' is ", kind,
                                                    "; mpc runs models whose inputs and outputs are tensors"));
     }
@@ -92,8 +93,8 @@ absl::Status InferenceSession::Impl::Describe() {
     if (tt.elem_type() != 0 || need_type) {
       auto dtype = DTypeFromOnnx(tt.elem_type());
       if (!dtype.ok()) {
-        return absl::Status(dtype.status().code(), absl::StrCat(source, ": ", what, " '", info.name(), "': ",
-                                                                dtype.status().message()));
+        return absl::Status(dtype.status().code(),
+                            absl::StrCat(source, ": ", what, " '", info.name(), "': ", dtype.status().message()));
       }
       sig.dtype = *dtype;
     }
@@ -159,28 +160,22 @@ absl::StatusOr<std::unique_ptr<Compiled>> InferenceSession::Impl::Compile(const 
     sig.dims = ShapeToString(v->shape);
     c->output_types.push_back(sig);
   }
-  // Evaluation mode, as CompileProgram decides it for evaluation programs, unless the
+  // The evaluation pipeline with every model output kept, in evaluation mode unless the
   // caller asked for the model's own training_mode.
-  if (!options.follow_model_training_mode) {
-    for (const auto& n : graph.nodes()) {
-      if (n->op == "Dropout" || n->op == "BatchNormalization") n->attrs.Set("mpc_training", int64_t{0});
-    }
-  }
   TrainSpec spec;
   spec.mutable_precision()->set_compute(compute);
   if (options.pad_multiple > 0) spec.mutable_padding()->set_multiple(options.pad_multiple);
-  PassContext ctx;
-  ctx.spec = &spec;
-  ctx.capabilities = &on.capabilities();
-  ctx.info = &program.info;
-  PassPipeline pipeline = MakeEvalPipeline(PipelineOptions{});
-  MPC_ASSIGN_OR_RETURN(program.report, pipeline.Run(graph, ctx));
+  CompileOptions compile = CompileOptionsFromSpec(spec);
+  compile.keep_all_outputs = true;
+  compile.keep_model_training_mode = options.follow_model_training_mode;
+  PassPipeline pipeline = MakeEvaluationPipeline(compile, on.capabilities(), &program.results);
+  MPC_ASSIGN_OR_RETURN(program.report, pipeline.Run(graph));
   if (graph.outputs().size() != c->output_types.size()) {
     return absl::InternalError(absl::StrCat(source, ": the pass pipeline changed the number of graph outputs from ",
                                             c->output_types.size(), " to ", graph.outputs().size()));
   }
   for (const Value* v : graph.outputs()) c->output_values.push_back(v->name);
-  MPC_ASSIGN_OR_RETURN(c->executor, Executor::Create(graph, program.info, on));
+  MPC_ASSIGN_OR_RETURN(c->executor, Executor::Create(graph, program.results.memory_plan, on));
   return c;
 }
 
@@ -221,9 +216,9 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::FromBytes(co
                                                                               const std::string& source_name) {
   onnx::ModelProto model;
   if (bytes.empty() || !model.ParseFromString(bytes) || !model.has_graph()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source_name, ": not a serialized ONNX model (", bytes.size(),
-        " bytes that do not parse as a binary ModelProto with a graph); pass the bytes of a .onnx file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": not a serialized ONNX model (", bytes.size(),
+                     " bytes that do not parse as a binary ModelProto with a graph); pass the bytes of a .onnx file"));
   }
   try {
     onnx::checker::check_model(model);
@@ -243,8 +238,9 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::FromModel(co
   if (!model.has_graph()) return absl::InvalidArgumentError(absl::StrCat(source_name, ": the ONNX model has no graph"));
   MPC_ASSIGN_OR_RETURN(impl->compute, ParsePrecision(options.precision.empty() ? "f32" : options.precision));
   if (options.pad_multiple < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("pad multiple ", options.pad_multiple,
-                                                   " is negative; use 0 (backend default), 1 (off) or a positive multiple"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pad multiple ", options.pad_multiple,
+                     " is negative; use 0 (backend default), 1 (off) or a positive multiple"));
   }
   MPC_RETURN_IF_ERROR(impl->Describe());
   MPC_ASSIGN_OR_RETURN(impl->backend, CreateBackend(options.device.empty() ? "cpu" : options.device));
@@ -267,8 +263,9 @@ absl::StatusOr<std::vector<NamedTensor>> InferenceSession::Run(const std::map<st
     if (!feeds.count(s.name)) missing.push_back(absl::StrCat("'", s.name, "' ", s.ToString()));
   }
   if (!missing.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(m.source, ": no value given for input", missing.size() > 1 ? "s " : " ",
-                                                   absl::StrJoin(missing, ", "), "; every model input must be fed"));
+    return absl::InvalidArgumentError(absl::StrCat(m.source, ": no value given for input",
+                                                   missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
+                                                   "; every model input must be fed"));
   }
   std::vector<const Tensor*> fed;
   for (size_t i = 0; i < m.inputs.size(); ++i) {
@@ -293,8 +290,8 @@ absl::StatusOr<std::vector<NamedTensor>> InferenceSession::Run(const std::map<st
   for (size_t i = 0; i < fed.size(); ++i) {
     const Value* input = c->program.graph->FindValue(c->input_values[i]);
     if (input) {
-      MPC_RETURN_IF_ERROR(CheckGatherIndices(*input, *fed[i], absl::StrCat(m.source, ": input '", m.inputs[i].name,
-                                                                           "'")));
+      MPC_RETURN_IF_ERROR(
+          CheckGatherIndices(*input, *fed[i], absl::StrCat(m.source, ": input '", m.inputs[i].name, "'")));
     }
   }
   m.last_device = c->backend->name();

@@ -1,6 +1,6 @@
 // Forward inference: load an ONNX model, compile its forward graph in evaluation mode
 // for a backend and a precision (the same import, autocast and pass pipeline as
-// `mpc compile --eval`: engine/program.h's MakeEvalPipeline), feed named inputs, run,
+// `mpc compile --eval`: passes/pipelines.h's MakeEvaluationPipeline), feed named inputs, run,
 // and get every graph output back in the model's dtype and shape.
 //
 //   InferenceOptions options;          // cpu, f32

@@ -20,8 +20,8 @@ absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::st
   if (path.empty()) return std::unique_ptr<MetricsWriter>(new MetricsWriter(nullptr));
   std::FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f) {
-    return absl::InvalidArgumentError(absl::StrCat("--metrics ", path, ": cannot open for writing: ",
-                                                   std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics ", path, ": cannot open for writing: ", std::strerror(errno)));
   }
   return std::unique_ptr<MetricsWriter>(new MetricsWriter(f));
 }
@@ -46,16 +46,17 @@ static std::string Fp8Json(const StepMetrics& m) {
 }
 
 void MetricsWriter::WriteTrain(const StepMetrics& m) {
-  WriteLine(absl::StrCat("{\"kind\":\"train\",\"step\":", m.step, ",\"epoch\":", m.epoch, ",\"loss\":",
-                         JsonNumber(m.loss), ",\"lr\":", JsonNumber(m.lr), ",\"loss_scale\":", JsonNumber(m.loss_scale),
-                         ",\"skipped\":", m.skipped ? "true" : "false",
-                         m.grad_norm >= 0 ? absl::StrCat(",\"grad_norm\":", JsonNumber(m.grad_norm)) : "", Fp8Json(m), "}"));
+  WriteLine(absl::StrCat("{\"kind\":\"train\",\"step\":", m.step, ",\"epoch\":", m.epoch,
+                         ",\"loss\":", JsonNumber(m.loss), ",\"lr\":", JsonNumber(m.lr),
+                         ",\"loss_scale\":", JsonNumber(m.loss_scale), ",\"skipped\":", m.skipped ? "true" : "false",
+                         m.grad_norm >= 0 ? absl::StrCat(",\"grad_norm\":", JsonNumber(m.grad_norm)) : "", Fp8Json(m),
+                         "}"));
 }
 
 void MetricsWriter::WriteEval(const EvalMetrics& m) {
-  WriteLine(absl::StrCat("{\"kind\":\"eval\",\"step\":", m.step, ",\"epoch\":", m.epoch, ",\"loss\":",
-                         JsonNumber(m.loss), ",\"accuracy\":", JsonNumber(m.accuracy), ",\"examples\":",
-                         m.examples, "}"));
+  WriteLine(absl::StrCat("{\"kind\":\"eval\",\"step\":", m.step, ",\"epoch\":", m.epoch,
+                         ",\"loss\":", JsonNumber(m.loss), ",\"accuracy\":", JsonNumber(m.accuracy),
+                         ",\"examples\":", m.examples, "}"));
 }
 
 void MetricsWriter::WriteSummary(const TrainSummary& s) {

@@ -16,13 +16,13 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "base/status_macros.h"
 #include "engine/dataset.h"
 
@@ -67,8 +67,10 @@ class HeaderParser {
       SkipSpace();
       if (key == "descr") {
         if (Peek() == '[') {
-          return Bad(path_, "structured (record) dtypes are not supported; save a plain array "
-                            "of one of: " + std::string(kSupported));
+          return Bad(path_,
+                     "structured (record) dtypes are not supported; save a plain array "
+                     "of one of: " +
+                         std::string(kSupported));
         }
         MPC_ASSIGN_OR_RETURN(header.descr, ParseString());
       } else if (key == "fortran_order") {
@@ -76,8 +78,7 @@ class HeaderParser {
       } else if (key == "shape") {
         MPC_ASSIGN_OR_RETURN(header.shape, ParseShape());
       } else {
-        return Error(absl::StrCat("unexpected header key '", key,
-                                  "'; expected only descr, fortran_order, shape"));
+        return Error(absl::StrCat("unexpected header key '", key, "'; expected only descr, fortran_order, shape"));
       }
       SkipSpace();
       if (Peek() == ',') {
@@ -101,8 +102,8 @@ class HeaderParser {
   }
   absl::Status Error(absl::string_view what) const {
     const absl::string_view rest = text_.substr(std::min(pos_, text_.size()), 20);
-    return Bad(path_, absl::StrCat("malformed header: ", what, " at offset ", pos_, " (near \"",
-                                   rest, "\") in ", text_.substr(0, 120)));
+    return Bad(path_, absl::StrCat("malformed header: ", what, " at offset ", pos_, " (near \"", rest, "\") in ",
+                                   text_.substr(0, 120)));
   }
   absl::Status Expect(char c) {
     if (Peek() != c) return Error(absl::StrCat("expected '", std::string(1, c), "'"));
@@ -174,9 +175,12 @@ absl::StatusOr<DType> DTypeFromDescr(const std::string& path, const std::string&
   }
   const char order = descr[0];
   const std::string type = descr.substr(1);
-  struct Entry { const char* type; DType dtype; };
+  struct Entry {
+    const char* type;
+    DType dtype;
+  };
   static constexpr Entry kTypes[] = {
-      {"f4", DType::kF32}, {"f8", DType::kF64}, {"f2", DType::kF16}, {"i8", DType::kI64},
+      {"f4", DType::kF32}, {"f8", DType::kF64}, {"f2", DType::kF16},  {"i8", DType::kI64},
       {"i4", DType::kI32}, {"u1", DType::kU8},  {"b1", DType::kBool},
   };
   for (const Entry& e : kTypes) {
@@ -184,13 +188,12 @@ absl::StatusOr<DType> DTypeFromDescr(const std::string& path, const std::string&
     const bool one_byte = DTypeSize(e.dtype) == 1;
     // One-byte types have no byte order ('|'); numpy also accepts '<' / '=' for them.
     // '=' is native order, which is little-endian on every host we build for.
-    if (order == '<' || order == '=' || (order == '|' && one_byte) ||
-        (order == '>' && one_byte)) {
+    if (order == '<' || order == '=' || (order == '|' && one_byte) || (order == '>' && one_byte)) {
       return e.dtype;
     }
     if (order == '>') {
-      return Bad(path, absl::StrCat("big-endian dtype '", descr,
-                                    "' is not supported; save with arr.astype('<", type, "')"));
+      return Bad(path,
+                 absl::StrCat("big-endian dtype '", descr, "' is not supported; save with arr.astype('<", type, "')"));
     }
     break;
   }
@@ -200,18 +203,26 @@ absl::StatusOr<DType> DTypeFromDescr(const std::string& path, const std::string&
 
 absl::StatusOr<std::string> DescrFromDType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return std::string("<f4");
-    case DType::kF64: return std::string("<f8");
-    case DType::kF16: return std::string("<f2");
-    case DType::kI64: return std::string("<i8");
-    case DType::kI32: return std::string("<i4");
-    case DType::kU8: return std::string("|u1");
-    case DType::kBool: return std::string("|b1");
-    default: break;
+    case DType::kF32:
+      return std::string("<f4");
+    case DType::kF64:
+      return std::string("<f8");
+    case DType::kF16:
+      return std::string("<f2");
+    case DType::kI64:
+      return std::string("<i8");
+    case DType::kI32:
+      return std::string("<i4");
+    case DType::kU8:
+      return std::string("|u1");
+    case DType::kBool:
+      return std::string("|b1");
+    default:
+      break;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("dtype ", std::string(DTypeName(dtype)), " has no .npy equivalent; cast the tensor to f32 "
-                   "first (supported: f32 f64 f16 i64 i32 u8 bool)"));
+  return absl::InvalidArgumentError(absl::StrCat("dtype ", std::string(DTypeName(dtype)),
+                                                 " has no .npy equivalent; cast the tensor to f32 "
+                                                 "first (supported: f32 f64 f16 i64 i32 u8 bool)"));
 }
 
 std::string ShapeToPython(const Shape& shape) {
@@ -258,7 +269,8 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   const int minor = static_cast<unsigned char>(bytes[7]);
   if (major < 1 || major > 3) {
     return Bad(path, absl::StrFormat("unsupported .npy format version %d.%d; supported: 1.0, "
-                                     "2.0, 3.0", major, minor));
+                                     "2.0, 3.0",
+                                     major, minor));
   }
   // Version 1 has a 2-byte header length, versions 2 and 3 a 4-byte one.
   const int len_width = major == 1 ? 2 : 4;
@@ -266,8 +278,8 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   if (bytes.size() < prefix) return Bad(path, "truncated: file ends inside the header");
   const size_t header_len = ReadLittleEndian(bytes, kMagicLen + 2, len_width);
   if (bytes.size() - prefix < header_len) {
-    return Bad(path, absl::StrFormat("truncated: header length is %d bytes but only %d follow",
-                                     header_len, bytes.size() - prefix));
+    return Bad(path, absl::StrFormat("truncated: header length is %d bytes but only %d follow", header_len,
+                                     bytes.size() - prefix));
   }
   const absl::string_view header_text(bytes.data() + prefix, header_len);
   MPC_ASSIGN_OR_RETURN(NpyHeader header, HeaderParser(path, header_text).Parse());
@@ -280,8 +292,9 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   int nontrivial = 0;
   for (int64_t d : shape) nontrivial += d > 1;
   if (*header.fortran_order && nontrivial > 1) {
-    return Bad(path, "array is in Fortran (column-major) order; save "
-                     "numpy.ascontiguousarray(arr) instead");
+    return Bad(path,
+               "array is in Fortran (column-major) order; save "
+               "numpy.ascontiguousarray(arr) instead");
   }
 
   // Element count and byte size, checked so a corrupt shape cannot overflow.
@@ -298,14 +311,12 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
     return Bad(path, absl::StrFormat("truncated: header says shape %s of %s (%s bytes) but only "
                                      "%d bytes of data follow",
                                      ShapeToPython(shape), *header.descr,
-                                     overflow ? "too many" : absl::StrCat(count * item),
-                                     available));
+                                     overflow ? "too many" : absl::StrCat(count * item), available));
   }
   if (count * item != available) {
     return Bad(path, absl::StrFormat("header says shape %s of %s (%d bytes) but %d bytes of data "
                                      "follow; the file is corrupt or not written by numpy.save",
-                                     ShapeToPython(shape), *header.descr, count * item,
-                                     available));
+                                     ShapeToPython(shape), *header.descr, count * item, available));
   }
   Tensor tensor(dtype, shape);
   if (count > 0) std::memcpy(tensor.raw(), bytes.data() + prefix + header_len, count * item);
@@ -321,8 +332,8 @@ absl::Status WriteNpy(const std::string& path, const Tensor& tensor) {
   for (int64_t d : tensor.shape()) {
     if (d < 0) return Bad(path, absl::StrCat("negative dimension in shape ", ShapeToString(tensor.shape())));
   }
-  std::string dict = absl::StrCat("{'descr': '", *descr, "', 'fortran_order': False, 'shape': ",
-                                  ShapeToPython(tensor.shape()), ", }");
+  std::string dict =
+      absl::StrCat("{'descr': '", *descr, "', 'fortran_order': False, 'shape': ", ShapeToPython(tensor.shape()), ", }");
   // Pad with spaces and a newline so the data starts 64-byte aligned, as numpy does.
   // Version 1.0 unless the header outgrows its 16-bit length (only for absurd ranks).
   int major = 1;
@@ -346,8 +357,7 @@ absl::Status WriteNpy(const std::string& path, const Tensor& tensor) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create ", tmp, ": ",
-                                                    std::strerror(errno),
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create ", tmp, ": ", std::strerror(errno),
                                                     "; check that the directory exists and is writable"));
   }
   bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
@@ -373,10 +383,10 @@ absl::StatusOr<Dataset> LoadNpy(const std::string& features_path, const std::str
     return Bad(labels_path, "labels must have at least one dimension [N, ...], got a 0-d array");
   }
   if (features.shape()[0] != labels.shape()[0]) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s has %d examples (shape %s) but %s has %d (shape %s); the first dimensions must agree",
-        features_path, features.shape()[0], ShapeToString(features.shape()), labels_path,
-        labels.shape()[0], ShapeToString(labels.shape())));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s has %d examples (shape %s) but %s has %d (shape %s); the first dimensions must agree",
+                        features_path, features.shape()[0], ShapeToString(features.shape()), labels_path,
+                        labels.shape()[0], ShapeToString(labels.shape())));
   }
   Dataset data;
   // Float features become f32; integer features (token ids for an embedding) stay
@@ -395,7 +405,8 @@ absl::StatusOr<Dataset> LoadNpy(const std::string& features_path, const std::str
   for (int64_t i = 0; i < data.labels.num_elements(); ++i) {
     if (l[i] < 0) {
       return Bad(labels_path, absl::StrFormat("label %d at index %d is negative; class indices "
-                                              "must be in 0..num_classes-1", l[i], i));
+                                              "must be in 0..num_classes-1",
+                                              l[i], i));
     }
   }
   return data;

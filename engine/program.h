@@ -1,6 +1,7 @@
 // Building a program from a model and a spec: import the ONNX model with the batch
-// size bound, attach the loss (training) or keep the model outputs (evaluation), then
-// run the pass pipeline. `mpc compile` and the engine share this path.
+// size bound, check which input and output the spec trains on, then run the training or
+// evaluation pipeline (passes/pipelines.h) with options from the spec
+// (engine/compile_options.h). `mpc compile` and the engine share this path.
 #pragma once
 
 #include <memory>
@@ -8,13 +9,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "passes/pass_pipeline.h"
+#include "passes/pipelines.h"
+#include "proto/train_spec.pb.h"
 
 namespace mpc {
 
 struct Program {
   std::unique_ptr<Graph> graph;
-  CompileInfo info;
+  CompileResults results;  // what every pass decided (passes/compile_results.h)
   std::vector<PassReport> report;
   std::string features_input;
   std::string labels_input;   // training programs only
@@ -36,11 +38,6 @@ struct ProgramOptions {
   PipelineOptions pipeline;
 };
 
-absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities& caps,
-                                       const ProgramOptions& options);
-
-// The passes of a training / evaluation pipeline, in order.
-PassPipeline MakeTrainingPipeline(const PipelineOptions& options);
-PassPipeline MakeEvalPipeline(const PipelineOptions& options);
+absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities& caps, const ProgramOptions& options);
 
 }  // namespace mpc

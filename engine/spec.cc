@@ -1,7 +1,10 @@
 // TrainSpec text parsing with located errors, and value validation by field path.
 #include "engine/spec.h"
 
+#include <cmath>
+
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/file_util.h"
@@ -69,7 +72,8 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec) {
   if (spec.has_eval()) {
     if (spec.eval().has_data()) MPC_RETURN_IF_ERROR(ValidateData(spec.eval().data(), "eval.data"));
     if (spec.eval().every_n_steps() < 0) return FieldError("eval.every_n_steps", "must be >= 0");
-    if (spec.eval().has_batch_size() && spec.eval().batch_size() <= 0) return FieldError("eval.batch_size", "must be > 0");
+    if (spec.eval().has_batch_size() && spec.eval().batch_size() <= 0)
+      return FieldError("eval.batch_size", "must be > 0");
   }
   if (spec.optimizer().has_sgd()) {
     const SgdSpec& s = spec.optimizer().sgd();
@@ -91,7 +95,8 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec) {
     if (w.warmup_steps() < 0) return FieldError("schedule.warmup_cosine.warmup_steps", "must be >= 0");
     if (w.min_lr() < 0) return FieldError("schedule.warmup_cosine.min_lr", "must be >= 0");
   }
-  if (spec.device() != "cpu" && spec.device() != "cuda" && spec.device() != "auto" && spec.device().rfind("cuda:", 0) != 0) {
+  if (spec.device() != "cpu" && spec.device() != "cuda" && spec.device() != "auto" &&
+      spec.device().rfind("cuda:", 0) != 0) {
     return FieldError("device", absl::StrCat("'", spec.device(), "' is not a device; use cpu, cuda or auto"));
   }
   if (spec.checkpoint().every_n_steps() < 0) return FieldError("checkpoint.every_n_steps", "must be >= 0");
@@ -116,6 +121,43 @@ absl::StatusOr<TrainSpec> ParseTrainSpec(const std::string& text, const std::str
 absl::StatusOr<TrainSpec> LoadTrainSpec(const std::string& path) {
   MPC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   return ParseTrainSpec(text, path);
+}
+
+absl::StatusOr<PrecisionSpec::Compute> ParsePrecision(const std::string& name) {
+  if (name == "f32" || name == "fp32") return PrecisionSpec::F32;
+  if (name == "tf32") return PrecisionSpec::TF32;
+  if (name == "bf16") return PrecisionSpec::BF16;
+  if (name == "fp16" || name == "f16") return PrecisionSpec::FP16;
+  if (name == "fp8") return PrecisionSpec::FP8;
+  return absl::InvalidArgumentError(absl::StrCat("--precision '", name, "': expected f32, tf32, bf16, fp16 or fp8"));
+}
+
+absl::Status ParseLossScalingFlag(const std::string& flag, LossScalingSpec* spec) {
+  if (flag == "off") {
+    spec->set_mode(LossScalingSpec::OFF);
+  } else if (flag == "dynamic") {
+    spec->set_mode(LossScalingSpec::DYNAMIC);
+  } else if (flag.rfind("static:", 0) == 0) {
+    float scale = 0;
+    if (!absl::SimpleAtof(flag.substr(7), &scale) || !(scale > 0) || !std::isfinite(scale)) {
+      return absl::InvalidArgumentError(absl::StrCat("--loss-scaling ", flag, ": the scale must be a positive number"));
+    }
+    spec->set_mode(LossScalingSpec::STATIC);
+    spec->set_static_scale(scale);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--loss-scaling '", flag, "': expected off, dynamic or static:S"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplySpecOverrides(const SpecOverrides& o, TrainSpec* spec) {
+  if (!o.precision.empty()) {
+    MPC_ASSIGN_OR_RETURN(PrecisionSpec::Compute compute, ParsePrecision(o.precision));
+    spec->mutable_precision()->set_compute(compute);
+  }
+  if (o.pad_multiple > 0) spec->mutable_padding()->set_multiple(o.pad_multiple);
+  if (!o.loss_scaling.empty()) MPC_RETURN_IF_ERROR(ParseLossScalingFlag(o.loss_scaling, spec->mutable_loss_scaling()));
+  return absl::OkStatus();
 }
 
 }  // namespace mpc

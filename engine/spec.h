@@ -14,4 +14,18 @@ absl::StatusOr<TrainSpec> LoadTrainSpec(const std::string& path);
 // Semantic checks (ranges, exclusive fields). Called by the loaders.
 absl::Status ValidateTrainSpec(const TrainSpec& spec);
 
+// The command line's overrides of spec fields, shared by mpc-train, `mpc compile` and
+// the Engine. Empty / 0 fields leave the spec alone.
+struct SpecOverrides {
+  std::string precision;     // f32, tf32, bf16, fp16 (f16), fp8 -> precision.compute
+  std::string loss_scaling;  // off, dynamic, static:S -> loss_scaling
+  int pad_multiple = 0;      // > 0 -> padding.multiple
+};
+absl::Status ApplySpecOverrides(const SpecOverrides& overrides, TrainSpec* spec);
+
+// "f32" | "tf32" | "bf16" | "fp16" (also "f16") | "fp8" -> the spec enum; error otherwise.
+absl::StatusOr<PrecisionSpec::Compute> ParsePrecision(const std::string& name);
+// "off" | "dynamic" | "static:S" -> fields of `spec`; error otherwise.
+absl::Status ParseLossScalingFlag(const std::string& flag, LossScalingSpec* spec);
+
 }  // namespace mpc

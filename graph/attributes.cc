@@ -47,11 +47,16 @@ std::string AttrMap::ToString() const {
   std::vector<std::string> parts;
   for (const auto& [name, value] : attrs_) {
     std::string text;
-    if (auto* i = std::get_if<int64_t>(&value)) text = absl::StrCat(*i);
-    else if (auto* f = std::get_if<float>(&value)) text = absl::StrCat(*f);
-    else if (auto* s = std::get_if<std::string>(&value)) text = absl::StrCat("\"", *s, "\"");
-    else if (auto* is = std::get_if<std::vector<int64_t>>(&value)) text = absl::StrCat("[", absl::StrJoin(*is, ","), "]");
-    else if (auto* fs = std::get_if<std::vector<float>>(&value)) text = absl::StrCat("[", absl::StrJoin(*fs, ","), "]");
+    if (auto* i = std::get_if<int64_t>(&value))
+      text = absl::StrCat(*i);
+    else if (auto* f = std::get_if<float>(&value))
+      text = absl::StrCat(*f);
+    else if (auto* s = std::get_if<std::string>(&value))
+      text = absl::StrCat("\"", *s, "\"");
+    else if (auto* is = std::get_if<std::vector<int64_t>>(&value))
+      text = absl::StrCat("[", absl::StrJoin(*is, ","), "]");
+    else if (auto* fs = std::get_if<std::vector<float>>(&value))
+      text = absl::StrCat("[", absl::StrJoin(*fs, ","), "]");
     parts.push_back(absl::StrCat(name, "=", text));
   }
   return absl::StrJoin(parts, ", ");

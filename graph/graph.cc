@@ -13,11 +13,16 @@ namespace mpc {
 
 const char* ValueKindName(ValueKind kind) {
   switch (kind) {
-    case ValueKind::kActivation: return "activation";
-    case ValueKind::kInput: return "input";
-    case ValueKind::kParameter: return "parameter";
-    case ValueKind::kState: return "state";
-    case ValueKind::kConstant: return "constant";
+    case ValueKind::kActivation:
+      return "activation";
+    case ValueKind::kInput:
+      return "input";
+    case ValueKind::kParameter:
+      return "parameter";
+    case ValueKind::kState:
+      return "state";
+    case ValueKind::kConstant:
+      return "constant";
   }
   return "?";
 }
@@ -74,18 +79,16 @@ Value* Graph::AddConstant(const std::string& name, Tensor value) {
   return v;
 }
 
-absl::StatusOr<Node*> Graph::AddNode(const std::string& op, std::vector<Value*> inputs,
-                                     AttrMap attrs, const std::string& name,
-                                     const std::vector<std::string>& output_names) {
+absl::StatusOr<Node*> Graph::AddNode(const std::string& op, std::vector<Value*> inputs, AttrMap attrs,
+                                     const std::string& name, const std::vector<std::string>& output_names) {
   const std::string node_name = name.empty() ? absl::StrCat(op, "_", next_id_) : name;
   MPC_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().FindOrError(op, node_name));
   // Trailing absent optional inputs are dropped so arity checks see the real count.
   while (!inputs.empty() && inputs.back() == nullptr) inputs.pop_back();
   const int n_in = static_cast<int>(inputs.size());
   if (n_in < def->min_inputs || n_in > def->max_inputs) {
-    return absl::InvalidArgumentError(absl::StrCat("node '", node_name, "' (", op, ") has ", n_in,
-                                                   " inputs; ", op, " takes ", def->min_inputs,
-                                                   " to ", def->max_inputs));
+    return absl::InvalidArgumentError(absl::StrCat("node '", node_name, "' (", op, ") has ", n_in, " inputs; ", op,
+                                                   " takes ", def->min_inputs, " to ", def->max_inputs));
   }
   auto node = std::make_unique<Node>();
   node->id = next_id_++;
@@ -95,16 +98,13 @@ absl::StatusOr<Node*> Graph::AddNode(const std::string& op, std::vector<Value*> 
   node->attrs = std::move(attrs);
   auto types = def->infer(*node);
   if (!types.ok()) {
-    return absl::Status(types.status().code(), absl::StrCat("node '", node_name, "' (", op,
-                                                            "): ", types.status().message()));
+    return absl::Status(types.status().code(),
+                        absl::StrCat("node '", node_name, "' (", op, "): ", types.status().message()));
   }
-  const int n_out = std::max<int>(static_cast<int>(types->size()),
-                                  static_cast<int>(output_names.size()));
-  if (n_out < def->min_outputs || n_out > def->max_outputs ||
-      static_cast<int>(types->size()) < n_out) {
-    return absl::InvalidArgumentError(absl::StrCat("node '", node_name, "' (", op, ") has ", n_out,
-                                                   " outputs; ", op, " produces ",
-                                                   def->min_outputs, " to ", def->max_outputs));
+  const int n_out = std::max<int>(static_cast<int>(types->size()), static_cast<int>(output_names.size()));
+  if (n_out < def->min_outputs || n_out > def->max_outputs || static_cast<int>(types->size()) < n_out) {
+    return absl::InvalidArgumentError(absl::StrCat("node '", node_name, "' (", op, ") has ", n_out, " outputs; ", op,
+                                                   " produces ", def->min_outputs, " to ", def->max_outputs));
   }
   Node* raw = node.get();
   for (Value* in : raw->inputs) {
@@ -130,8 +130,8 @@ static void EraseOneUse(std::vector<Node*>& consumers, const Node* node) {
 absl::Status Graph::RemoveNode(Node* node) {
   for (Value* out : node->outputs) {
     if (!out->consumers.empty() || IsOutput(out)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot remove node '", node->name, "': its output '", out->name, "' is still used"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot remove node '", node->name, "': its output '", out->name, "' is still used"));
     }
   }
   for (Value* in : node->inputs) {
@@ -142,8 +142,7 @@ absl::Status Graph::RemoveNode(Node* node) {
     auto& deps = other->control_deps;
     deps.erase(std::remove(deps.begin(), deps.end(), node), deps.end());
   }
-  nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(),
-                            [node](const auto& n) { return n.get() == node; }));
+  nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [node](const auto& n) { return n.get() == node; }));
   return absl::OkStatus();
 }
 
@@ -170,10 +169,28 @@ void Graph::SetNodeInput(Node* node, int index, Value* value) {
   if (value) value->consumers.push_back(node);
 }
 
+void Graph::TradeProducers(Value* a, Value* b) {
+  if (a == b) return;
+  auto slot = [](Value* v) -> Value** {
+    if (!v->producer) return nullptr;
+    auto& outs = v->producer->outputs;
+    return &*std::find(outs.begin(), outs.end(), v);
+  };
+  Value** slot_a = slot(a);
+  Value** slot_b = slot(b);
+  if (slot_a) *slot_a = b;
+  if (slot_b) *slot_b = a;
+  std::swap(a->producer, b->producer);
+}
+
+void Graph::InsertNodeInput(Node* node, int index, Value* value) {
+  node->inputs.insert(node->inputs.begin() + index, value);
+  if (value) value->consumers.push_back(node);
+}
+
 void Graph::RemoveDeadValues() {
   auto dead = [this](const std::unique_ptr<Value>& v) {
-    const bool removable = v->kind == ValueKind::kActivation ? v->producer == nullptr
-                                                             : v->kind == ValueKind::kConstant;
+    const bool removable = v->kind == ValueKind::kActivation ? v->producer == nullptr : v->kind == ValueKind::kConstant;
     return removable && v->consumers.empty() && !IsOutput(v.get());
   };
   for (auto& v : values_) {

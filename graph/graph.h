@@ -69,9 +69,8 @@ class Graph {
 
   // Creates a node; output dtypes/shapes come from the op registry's inference.
   // Output names default to "<node name>:<i>"; names are made unique.
-  absl::StatusOr<Node*> AddNode(const std::string& op, std::vector<Value*> inputs,
-                                AttrMap attrs = {}, const std::string& name = "",
-                                const std::vector<std::string>& output_names = {});
+  absl::StatusOr<Node*> AddNode(const std::string& op, std::vector<Value*> inputs, AttrMap attrs = {},
+                                const std::string& name = "", const std::vector<std::string>& output_names = {});
 
   // Detaches and deletes a node. Its outputs must have no remaining consumers and
   // must not be graph outputs.
@@ -79,6 +78,16 @@ class Graph {
   // Points every consumer (and graph-output slot) of `from` at `to`.
   void ReplaceAllUsesWith(Value* from, Value* to);
   void SetNodeInput(Node* node, int index, Value* value);
+  // Exchanges the producers of two activations: each value becomes the other's producer's
+  // output, in the other's slot; uses, graph-output slots and names stay with the values.
+  // A rewrite that puts a new op behind an existing value builds the op (with a fresh
+  // output) and trades: everything that refers to the value (its uses, the graph
+  // outputs, the passes' results) still refers to it, and the fresh value goes with the
+  // old producer.
+  void TradeProducers(Value* a, Value* b);
+  // Inserts `value` as input `index` of `node`, shifting the later inputs one place (an op
+  // with variadic operands gaining one). The caller re-establishes the op's arity rules.
+  void InsertNodeInput(Node* node, int index, Value* value);
   // Deletes values with no producer-less role left: unused activations and constants.
   void RemoveDeadValues();
 

@@ -5,8 +5,7 @@
 
 namespace mpc {
 
-std::vector<Value*> GraphBuilder::OpN(const std::string& op, std::vector<Value*> inputs,
-                                      AttrMap attrs) {
+std::vector<Value*> GraphBuilder::OpN(const std::string& op, std::vector<Value*> inputs, AttrMap attrs) {
   if (!status_.ok()) return {};
   for (size_t i = 0; i < inputs.size(); ++i) {
     // A null input in the middle means an earlier emission failed; absent optional

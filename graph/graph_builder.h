@@ -13,8 +13,7 @@ namespace mpc {
 
 class GraphBuilder {
  public:
-  explicit GraphBuilder(Graph* graph, std::string name_prefix = "")
-      : graph_(graph), prefix_(std::move(name_prefix)) {}
+  explicit GraphBuilder(Graph* graph, std::string name_prefix = "") : graph_(graph), prefix_(std::move(name_prefix)) {}
 
   Graph* graph() { return graph_; }
   const absl::Status& status() const { return status_; }

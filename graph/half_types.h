@@ -21,7 +21,7 @@ namespace mpc {
 struct Bf16 {
   uint16_t bits = 0;
   Bf16() = default;
-  Bf16(float f) : bits(FloatToBf16(f)) {}  // NOLINT: implicit on purpose (stores round)
+  Bf16(float f) : bits(FloatToBf16(f)) {}               // NOLINT: implicit on purpose (stores round)
   operator float() const { return Bf16ToFloat(bits); }  // NOLINT: exact widening
   static Bf16 FromBits(uint16_t b) {
     Bf16 h;
@@ -33,7 +33,7 @@ struct Bf16 {
 struct Half {
   uint16_t bits = 0;
   Half() = default;
-  Half(float f) : bits(FloatToHalf(f)) {}  // NOLINT: implicit on purpose (stores round)
+  Half(float f) : bits(FloatToHalf(f)) {}               // NOLINT: implicit on purpose (stores round)
   operator float() const { return HalfToFloat(bits); }  // NOLINT: exact widening
   static Half FromBits(uint16_t b) {
     Half h;
@@ -46,7 +46,13 @@ struct Half {
 static_assert(sizeof(Bf16) == 2 && std::is_trivially_copyable_v<Bf16>);
 static_assert(sizeof(Half) == 2 && std::is_trivially_copyable_v<Half>);
 
-template <> struct DTypeOf<Bf16> { static constexpr DType value = DType::kBF16; };
-template <> struct DTypeOf<Half> { static constexpr DType value = DType::kF16; };
+template <>
+struct DTypeOf<Bf16> {
+  static constexpr DType value = DType::kBF16;
+};
+template <>
+struct DTypeOf<Half> {
+  static constexpr DType value = DType::kF16;
+};
 
 }  // namespace mpc

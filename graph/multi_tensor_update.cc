@@ -11,11 +11,11 @@ absl::StatusOr<UpdateTensorInputs> SingleUpdateInputsOf(const Node& node) {
   const int copy = node.attrs.GetInt("lowp_copy", 0) != 0 ? 1 : 0;
   const int state_end = static_cast<int>(node.inputs.size()) - gated - copy;
   if (adamw ? state_end != 6 : (state_end != 3 && state_end != 4)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        node.op, " node '", node.name, "' has ", node.inputs.size(), " inputs, which does not fit its attributes (",
-        "lowp_copy=", copy, ", gated=", gated, "); expected ",
-        adamw ? "param, grad, lr, m, v, step" : "param, grad, lr[, momentum_buf]",
-        copy ? ", the low-precision copy" : "", gated ? ", found_nonfinite" : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(node.op, " node '", node.name, "' has ", node.inputs.size(),
+                     " inputs, which does not fit its attributes (", "lowp_copy=", copy, ", gated=", gated,
+                     "); expected ", adamw ? "param, grad, lr, m, v, step" : "param, grad, lr[, momentum_buf]",
+                     copy ? ", the low-precision copy" : "", gated ? ", found_nonfinite" : ""));
   }
   UpdateTensorInputs in;
   in.param = 0;
@@ -31,14 +31,12 @@ absl::StatusOr<UpdateTensorInputs> SingleUpdateInputsOf(const Node& node) {
   return in;
 }
 
-bool IsMultiTensorUpdate(const Node& node) {
-  return node.op == "MultiSgdUpdate" || node.op == "MultiAdamWUpdate";
-}
+bool IsMultiTensorUpdate(const Node& node) { return node.op == "MultiSgdUpdate" || node.op == "MultiAdamWUpdate"; }
 
 absl::StatusOr<MultiUpdateLayout> MultiUpdateLayoutOf(const Node& node) {
   if (!IsMultiTensorUpdate(node)) {
-    return absl::InvalidArgumentError(absl::StrCat("node '", node.name, "' (", node.op,
-                                                   ") is not a multi-tensor update"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", node.name, "' (", node.op, ") is not a multi-tensor update"));
   }
   MultiUpdateLayout layout;
   layout.adamw = node.op == "MultiAdamWUpdate";
@@ -66,8 +64,8 @@ absl::StatusOr<MultiUpdateLayout> MultiUpdateLayoutOf(const Node& node) {
   if (copies.empty() || next != total) {
     return absl::InvalidArgumentError(absl::StrCat(
         node.op, " node '", node.name, "' has ", total, " inputs but its attributes (", copies.size(),
-        " entries in lowp_copies", gated ? ", gated=1" : "", momentum ? ", momentum buffers" : "",
-        ") describe ", next, "; each parameter needs ",
+        " entries in lowp_copies", gated ? ", gated=1" : "", momentum ? ", momentum buffers" : "", ") describe ", next,
+        "; each parameter needs ",
         layout.adamw ? "param, grad, m, v, step" : (momentum ? "param, grad, momentum_buf" : "param, grad"),
         " and its copy where lowp_copies is 1"));
   }

@@ -22,7 +22,7 @@ namespace mpc {
 struct UpdateTensorInputs {
   int param = -1;
   int grad = -1;
-  int momentum_buf = -1;  // SGD with momentum
+  int momentum_buf = -1;          // SGD with momentum
   int m = -1, v = -1, step = -1;  // AdamW
   int lowp_copy = -1;
 };

@@ -28,8 +28,10 @@ void SetTensorType(DType dtype, const Shape& shape, onnx::TypeProto* type, const
   tt->set_elem_type(DTypeToOnnx(dtype));
   auto* s = tt->mutable_shape();  // present even for scalars: rank 0 is known
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (i == 0 && !batch_param.empty()) s->add_dim()->set_dim_param(batch_param);
-    else s->add_dim()->set_dim_value(shape[i]);
+    if (i == 0 && !batch_param.empty())
+      s->add_dim()->set_dim_param(batch_param);
+    else
+      s->add_dim()->set_dim_value(shape[i]);
   }
 }
 
@@ -45,17 +47,16 @@ absl::Status AddInitializer(const Value& v, onnx::GraphProto* g) {
   Tensor converted;  // only filled when the stored data needs a change of form
   if (data->empty()) {
     if (NumElements(v.shape) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot export ", ValueKindName(v.kind), " '", v.name, "': it has no data"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot export ", ValueKindName(v.kind), " '", v.name, "': it has no data"));
     }
     converted = Tensor(v.dtype, v.shape);
     data = &converted;
   }
   if (data->num_elements() != NumElements(v.shape)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot export ", ValueKindName(v.kind), " '", v.name, "': its data has shape ",
-        ShapeToString(data->shape()), " but the value is ", DTypeName(v.dtype),
-        ShapeToString(v.shape)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot export ", ValueKindName(v.kind), " '", v.name, "': its data has shape ",
+                     ShapeToString(data->shape()), " but the value is ", DTypeName(v.dtype), ShapeToString(v.shape)));
   }
   // The value's declared type is what consumers see; data kept in another dtype is
   // converted on the way out.
@@ -112,8 +113,7 @@ absl::StatusOr<onnx::ModelProto> ExportOnnxModel(const Graph& graph, const Expor
 
   for (const Value* v : graph.inputs()) AddValueInfo(*v, g->mutable_input(), options.batch_dim_param);
   for (const auto& v : graph.values()) {
-    if (v->kind == ValueKind::kParameter || v->kind == ValueKind::kState ||
-        v->kind == ValueKind::kConstant) {
+    if (v->kind == ValueKind::kParameter || v->kind == ValueKind::kState || v->kind == ValueKind::kConstant) {
       MPC_RETURN_IF_ERROR(AddInitializer(*v, g));
     }
   }
@@ -167,9 +167,9 @@ absl::Status ExportOnnxFile(const Graph& graph, const ExportOptions& options, co
   }
   std::string bytes;
   if (!model->SerializeToString(&bytes)) {
-    return absl::InternalError(absl::StrCat(
-        path, ": the model cannot be serialized (protobuf limits a model to 2 GiB; ",
-        "this one has larger initializers)"));
+    return absl::InternalError(absl::StrCat(path,
+                                            ": the model cannot be serialized (protobuf limits a model to 2 GiB; ",
+                                            "this one has larger initializers)"));
   }
   return WriteFileAtomically(path, bytes);
 }

@@ -45,8 +45,7 @@ absl::Status WithPrefix(const absl::Status& status, const std::string& prefix) {
 // instead of protobuf's default of printing every error to stderr.
 class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
     if (first_.empty()) first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
   }
   void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
@@ -106,8 +105,7 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std
       if (entry.key() == "location") location = entry.value();
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " stores its data outside the model file",
-        location.empty() ? "" : absl::StrCat(" ('", location, "')"),
+        what, " stores its data outside the model file", location.empty() ? "" : absl::StrCat(" ('", location, "')"),
         "; mpc reads only self-contained models. Re-save it with the data inside, e.g. in "
         "Python: m = onnx.load(path); onnx.save_model(m, out_path, save_as_external_data=False)"));
   }
@@ -126,9 +124,8 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std
     // The element count is checked against the stored data before anything is
     // allocated, so a corrupt dimension cannot request an absurd buffer.
     if (d > 0 && n > (int64_t{1} << 48) / d) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " has dimensions ",
-                                                     absl::StrJoin(proto.dims(), "x"),
-                                                     ", too large for a tensor"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has dimensions ", absl::StrJoin(proto.dims(), "x"), ", too large for a tensor"));
     }
     n *= d;
     shape.push_back(d);
@@ -136,9 +133,9 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std
   const size_t bytes = static_cast<size_t>(n) * DTypeSize(*dtype);
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " has ", proto.raw_data().size(), " bytes of raw_data; its type ",
-          DTypeName(*dtype), ShapeToString(shape), " needs ", bytes));
+      return absl::InvalidArgumentError(absl::StrCat(what, " has ", proto.raw_data().size(),
+                                                     " bytes of raw_data; its type ", DTypeName(*dtype),
+                                                     ShapeToString(shape), " needs ", bytes));
     }
     Tensor out(*dtype, shape);
     if (n > 0) std::memcpy(out.raw(), proto.raw_data().data(), bytes);
@@ -148,28 +145,48 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std
   int have = 0;
   const char* field = "int32_data";
   switch (*dtype) {
-    case DType::kF32: field = "float_data", have = proto.float_data_size(); break;
-    case DType::kF64: field = "double_data", have = proto.double_data_size(); break;
-    case DType::kI64: field = "int64_data", have = proto.int64_data_size(); break;
-    default: have = proto.int32_data_size(); break;  // i32, and the narrower types widened
+    case DType::kF32:
+      field = "float_data", have = proto.float_data_size();
+      break;
+    case DType::kF64:
+      field = "double_data", have = proto.double_data_size();
+      break;
+    case DType::kI64:
+      field = "int64_data", have = proto.int64_data_size();
+      break;
+    default:
+      have = proto.int32_data_size();
+      break;  // i32, and the narrower types widened
   }
   if (have != n) {
     return absl::InvalidArgumentError(absl::StrCat(what, " has ", have, " values in ", field,
-                                                   " (and no raw_data); its shape ",
-                                                   ShapeToString(shape), " needs ", n));
+                                                   " (and no raw_data); its shape ", ShapeToString(shape), " needs ",
+                                                   n));
   }
   Tensor out(*dtype, shape);
   switch (*dtype) {
-    case DType::kF32: CopyTyped<float>(proto.float_data(), out); break;
-    case DType::kF64: CopyTyped<double>(proto.double_data(), out); break;
-    case DType::kI64: CopyTyped<int64_t>(proto.int64_data(), out); break;
-    case DType::kI32: CopyTyped<int32_t>(proto.int32_data(), out); break;
+    case DType::kF32:
+      CopyTyped<float>(proto.float_data(), out);
+      break;
+    case DType::kF64:
+      CopyTyped<double>(proto.double_data(), out);
+      break;
+    case DType::kI64:
+      CopyTyped<int64_t>(proto.int64_data(), out);
+      break;
+    case DType::kI32:
+      CopyTyped<int32_t>(proto.int32_data(), out);
+      break;
     case DType::kF16:
-    case DType::kBF16: CopyTyped<uint16_t>(proto.int32_data(), out); break;  // the bit patterns
+    case DType::kBF16:
+      CopyTyped<uint16_t>(proto.int32_data(), out);
+      break;  // the bit patterns
     case DType::kU8:
     case DType::kBool:
     case DType::kF8E4M3:
-    case DType::kF8E5M2: CopyTyped<uint8_t>(proto.int32_data(), out); break;
+    case DType::kF8E5M2:
+      CopyTyped<uint8_t>(proto.int32_data(), out);
+      break;
   }
   return out;
 }
@@ -177,8 +194,7 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std
 std::string DimsToString(const onnx::TensorShapeProto& shape) {
   std::vector<std::string> dims;
   for (const auto& d : shape.dim()) {
-    dims.push_back(d.has_dim_value() ? absl::StrCat(d.dim_value())
-                                     : (d.dim_param().empty() ? "?" : d.dim_param()));
+    dims.push_back(d.has_dim_value() ? absl::StrCat(d.dim_value()) : (d.dim_param().empty() ? "?" : d.dim_param()));
   }
   return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
 }
@@ -208,17 +224,18 @@ absl::StatusOr<int64_t> CheckOpsets(const onnx::ModelProto& model, const std::st
     if (IsOnnxDomain(import.domain())) {
       opset = import.version();
     } else if (import.domain() == "mpc" && import.version() != kMpcOpsetVersion) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": the model imports the 'mpc' operator set version ", import.version(),
-          "; this build of mpc provides version ", kMpcOpsetVersion,
-          ". Re-export the program with this version of mpc"));
+      return absl::InvalidArgumentError(absl::StrCat(source, ": the model imports the 'mpc' operator set version ",
+                                                     import.version(), "; this build of mpc provides version ",
+                                                     kMpcOpsetVersion,
+                                                     ". Re-export the program with this version of mpc"));
     }
   }
   if (opset < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        source, ": the model declares no operator set for the default ONNX domain (opset_import); "
-                "mpc needs opset ", kMinOpset, " to ", kMaxOpset,
-        ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset));
+        source,
+        ": the model declares no operator set for the default ONNX domain (opset_import); "
+        "mpc needs opset ",
+        kMinOpset, " to ", kMaxOpset, ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset));
   }
   std::string changed;
   if (opset < kMinOpset && opset > 0) {
@@ -226,12 +243,13 @@ absl::StatusOr<int64_t> CheckOpsets(const onnx::ModelProto& model, const std::st
     if (changed.empty()) return kMaxOpset;  // every op means what it means at kMaxOpset
   }
   if (opset < kMinOpset || opset > kMaxOpset) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": the model uses ONNX opset ", opset,
-        changed.empty() ? std::string() : absl::StrCat(" and op ", changed, " has changed since"),
-        "; mpc supports opsets ", kMinOpset, " to ", kMaxOpset, ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset,
-        " (e.g. torch.onnx.export(..., opset_version=17)) or convert it with "
-        "onnx.version_converter.convert_version(model, 17)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the model uses ONNX opset ", opset,
+                     changed.empty() ? std::string() : absl::StrCat(" and op ", changed, " has changed since"),
+                     "; mpc supports opsets ", kMinOpset, " to ", kMaxOpset,
+                     ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset,
+                     " (e.g. torch.onnx.export(..., opset_version=17)) or convert it with "
+                     "onnx.version_converter.convert_version(model, 17)"));
   }
   return opset;
 }
@@ -259,8 +277,8 @@ class Importer {
 
   absl::Status Define(const std::string& name, Value* value, const std::string& where) {
     if (!values_.emplace(name, value).second) {
-      return Error(absl::StrCat(where, " defines '", name,
-                                "', which is already defined; ONNX value names must be unique"));
+      return Error(
+          absl::StrCat(where, " defines '", name, "', which is already defined; ONNX value names must be unique"));
     }
     return absl::OkStatus();
   }
@@ -283,8 +301,8 @@ class Importer {
       if (init.name().empty()) return Error("an initializer has no name");
       auto tensor = TensorFromProto(init, what);
       if (!tensor.ok()) return WithPrefix(tensor.status(), absl::StrCat(source_, ": "));
-      const bool trainable = IsFloating(tensor->dtype()) &&
-                             !(config_uses.contains(init.name()) && !data_uses.contains(init.name()));
+      const bool trainable =
+          IsFloating(tensor->dtype()) && !(config_uses.contains(init.name()) && !data_uses.contains(init.name()));
       Value* v = nullptr;
       if (init.doc_string() == kOnnxStateMarker ||  // written by mpc's exporter
           (IsFloating(tensor->dtype()) && state_uses.contains(init.name()) && !data_uses.contains(init.name()))) {
@@ -311,8 +329,9 @@ class Importer {
       auto dtype = DTypeFromOnnx(tt.elem_type());
       if (!dtype.ok()) return WithPrefix(dtype.status(), absl::StrCat(source_, ": ", what, ": "));
       if (!tt.has_shape()) {
-        return Error(absl::StrCat(what, " has no shape; mpc needs the rank and static sizes of "
-                                        "every input. Re-export with an example input of the real shape"));
+        return Error(absl::StrCat(what,
+                                  " has no shape; mpc needs the rank and static sizes of "
+                                  "every input. Re-export with an example input of the real shape"));
       }
       Shape shape;
       for (int axis = 0; axis < tt.shape().dim_size(); ++axis) {
@@ -324,15 +343,14 @@ class Importer {
           shape.push_back(dim.dim_value());
         } else if (axis == 0) {
           if (options_.batch_size < 1) {
-            return Error(absl::StrCat(what, " has a dynamic batch axis 0 and the batch size is ",
-                                      options_.batch_size, "; set a batch size of at least 1"));
+            return Error(absl::StrCat(what, " has a dynamic batch axis 0 and the batch size is ", options_.batch_size,
+                                      "; set a batch size of at least 1"));
           }
           shape.push_back(options_.batch_size);
         } else {
           return Error(absl::StrCat(
-              what, " has a dynamic dimension",
-              dim.dim_param().empty() ? "" : absl::StrCat(" '", dim.dim_param(), "'"), " at axis ",
-              axis, " (shape ", DimsToString(tt.shape()),
+              what, " has a dynamic dimension", dim.dim_param().empty() ? "" : absl::StrCat(" '", dim.dim_param(), "'"),
+              " at axis ", axis, " (shape ", DimsToString(tt.shape()),
               "); mpc binds only axis 0 to the batch size and needs every other dimension static. "
               "Re-export with a fixed size for that axis (remove it from dynamic_axes)"));
         }
@@ -341,8 +359,7 @@ class Importer {
       int64_t elements = 1;
       for (int64_t d : shape) {
         if (d > 0 && elements > (int64_t{1} << 48) / d) {
-          return Error(absl::StrCat(what, " has shape ", ShapeToString(shape),
-                                    ", too large for a tensor"));
+          return Error(absl::StrCat(what, " has shape ", ShapeToString(shape), ", too large for a tensor"));
         }
         elements *= d;
       }
@@ -351,38 +368,45 @@ class Importer {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<AttrValue> ConvertAttribute(const onnx::AttributeProto& a,
-                                             const std::string& where) const {
+  absl::StatusOr<AttrValue> ConvertAttribute(const onnx::AttributeProto& a, const std::string& where) const {
     auto type = a.type();
     // IR version 1 models leave the type unset; it is implied by the field that is set.
     if (type == onnx::AttributeProto::UNDEFINED) {
-      if (a.has_f()) type = onnx::AttributeProto::FLOAT;
-      else if (a.has_i()) type = onnx::AttributeProto::INT;
-      else if (a.has_s()) type = onnx::AttributeProto::STRING;
-      else if (a.ints_size() > 0) type = onnx::AttributeProto::INTS;
-      else if (a.floats_size() > 0) type = onnx::AttributeProto::FLOATS;
+      if (a.has_f())
+        type = onnx::AttributeProto::FLOAT;
+      else if (a.has_i())
+        type = onnx::AttributeProto::INT;
+      else if (a.has_s())
+        type = onnx::AttributeProto::STRING;
+      else if (a.ints_size() > 0)
+        type = onnx::AttributeProto::INTS;
+      else if (a.floats_size() > 0)
+        type = onnx::AttributeProto::FLOATS;
     }
     if (!a.ref_attr_name().empty()) {
       return Error(absl::StrCat(where, ": attribute '", a.name(), "' refers to a function attribute ('",
                                 a.ref_attr_name(), "'); mpc does not support ONNX functions"));
     }
     switch (type) {
-      case onnx::AttributeProto::INT: return AttrValue(static_cast<int64_t>(a.i()));
-      case onnx::AttributeProto::FLOAT: return AttrValue(a.f());
-      case onnx::AttributeProto::STRING: return AttrValue(a.s());
+      case onnx::AttributeProto::INT:
+        return AttrValue(static_cast<int64_t>(a.i()));
+      case onnx::AttributeProto::FLOAT:
+        return AttrValue(a.f());
+      case onnx::AttributeProto::STRING:
+        return AttrValue(a.s());
       case onnx::AttributeProto::INTS:
         return AttrValue(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
       case onnx::AttributeProto::FLOATS:
         return AttrValue(std::vector<float>(a.floats().begin(), a.floats().end()));
-      default: break;
+      default:
+        break;
     }
     const std::string type_name = type == onnx::AttributeProto::UNDEFINED
                                       ? std::string("UNDEFINED")
                                       : onnx::AttributeProto_AttributeType_Name(type);
-    return Error(absl::StrCat(
-        where, ": attribute '", a.name(), "' has type ", type_name,
-        ", which mpc does not support; node attributes may be INT, FLOAT, STRING, INTS or FLOATS",
-        type == onnx::AttributeProto::TENSOR ? " (tensor attributes only on Constant)" : ""));
+    return Error(absl::StrCat(where, ": attribute '", a.name(), "' has type ", type_name,
+                              ", which mpc does not support; node attributes may be INT, FLOAT, STRING, INTS or FLOATS",
+                              type == onnx::AttributeProto::TENSOR ? " (tensor attributes only on Constant)" : ""));
   }
 
   // Constant nodes are folded into constant Values at import.
@@ -391,8 +415,9 @@ class Importer {
       return Error(absl::StrCat(where, ": a Constant has exactly one output"));
     }
     if (node.attribute_size() != 1) {
-      return Error(absl::StrCat(where, ": a Constant needs exactly one value attribute (value, "
-                                       "value_float, value_floats, value_int or value_ints); it has ",
+      return Error(absl::StrCat(where,
+                                ": a Constant needs exactly one value attribute (value, "
+                                "value_float, value_floats, value_int or value_ints); it has ",
                                 node.attribute_size()));
     }
     const onnx::AttributeProto& a = node.attribute(0);
@@ -404,13 +429,11 @@ class Importer {
     } else if (a.name() == "value_float") {
       value = Tensor::Scalar(a.f());
     } else if (a.name() == "value_floats") {
-      value = Tensor::FromVector<float>({a.floats_size()},
-                                        std::vector<float>(a.floats().begin(), a.floats().end()));
+      value = Tensor::FromVector<float>({a.floats_size()}, std::vector<float>(a.floats().begin(), a.floats().end()));
     } else if (a.name() == "value_int") {
       value = Tensor::FromVector<int64_t>({}, {static_cast<int64_t>(a.i())});
     } else if (a.name() == "value_ints") {
-      value = Tensor::FromVector<int64_t>({a.ints_size()},
-                                          std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+      value = Tensor::FromVector<int64_t>({a.ints_size()}, std::vector<int64_t>(a.ints().begin(), a.ints().end()));
     } else {
       return Error(absl::StrCat(where, ": Constant attribute '", a.name(),
                                 "' is not supported; mpc supports value, value_float, "
@@ -443,8 +466,8 @@ class Importer {
     if (!IsOnnxDomain(node.domain()) && !mpc_domain) {
       return Error(absl::StrCat(where, " is in operator domain '", node.domain(),
                                 "', which mpc does not support; mpc runs ops of the default "
-                                "ONNX domain (opsets ", kMinOpset, "-", kMaxOpset,
-                                ") and its own 'mpc' domain"));
+                                "ONNX domain (opsets ",
+                                kMinOpset, "-", kMaxOpset, ") and its own 'mpc' domain"));
     }
     if (op == "Constant" && !mpc_domain) return ImportConstant(node, where);
     // torch.onnx.export merges equal initializers: a fresh BatchNorm's running statistics can
@@ -459,15 +482,15 @@ class Importer {
 
     const OpDef* def = OpRegistry::Global().Find(op);
     if (def == nullptr) {
-      return absl::UnimplementedError(absl::StrCat(
-          source_, ": node '", name, "': op '", op, "' is not supported by mpc (",
-          mpc_domain ? "domain 'mpc'" : absl::StrCat("opset ", opset_),
-          "); supported ops: ", SupportedOps(),
-          ". Re-export the model using only these ops"));
+      return absl::UnimplementedError(
+          absl::StrCat(source_, ": node '", name, "': op '", op, "' is not supported by mpc (",
+                       mpc_domain ? "domain 'mpc'" : absl::StrCat("opset ", opset_),
+                       "); supported ops: ", SupportedOps(), ". Re-export the model using only these ops"));
     }
     if (!mpc_domain && def->domain == "mpc") {
-      return Error(absl::StrCat(where, ": '", op, "' is an op of the 'mpc' domain; the node must "
-                                       "set domain: \"mpc\" (and the model import that operator set)"));
+      return Error(absl::StrCat(where, ": '", op,
+                                "' is an op of the 'mpc' domain; the node must "
+                                "set domain: \"mpc\" (and the model import that operator set)"));
     }
 
     std::vector<Value*> inputs;
@@ -499,8 +522,8 @@ class Importer {
         if (IsFloating(t->dtype())) {
           attrs.Set("value", static_cast<float>(t->GetAsDouble(0)));
         } else {
-          attrs.Set("value", t->dtype() == DType::kI64 ? t->data<int64_t>()[0]
-                                                       : static_cast<int64_t>(t->GetAsDouble(0)));
+          attrs.Set("value",
+                    t->dtype() == DType::kI64 ? t->data<int64_t>()[0] : static_cast<int64_t>(t->GetAsDouble(0)));
         }
         continue;
       }
@@ -528,9 +551,9 @@ class Importer {
     std::vector<std::string> output_names(node.output().begin(), node.output().end());
     if (op == "MaxPool" && output_names.size() > 1) {  // graph/ops_conv.cc: no Indices output
       if (!output_names[1].empty()) {
-        return absl::UnimplementedError(absl::StrCat(
-            source_, ": ", where, ": MaxPool's optional Indices output '", output_names[1],
-            "' is not supported; remove it from the node (mpc's MaxPool gradient needs no indices)"));
+        return absl::UnimplementedError(
+            absl::StrCat(source_, ": ", where, ": MaxPool's optional Indices output '", output_names[1],
+                         "' is not supported; remove it from the node (mpc's MaxPool gradient needs no indices)"));
       }
       output_names.resize(1);
     }
@@ -560,8 +583,8 @@ class Importer {
         if (tt.elem_type() != 0) {
           auto declared = DTypeFromOnnx(tt.elem_type());
           if (declared.ok() && *declared != v->dtype) {
-            return Error(absl::StrCat(what, " is declared as ", DTypeName(*declared),
-                                      " but mpc computes it as ", DTypeName(v->dtype)));
+            return Error(absl::StrCat(what, " is declared as ", DTypeName(*declared), " but mpc computes it as ",
+                                      DTypeName(v->dtype)));
           }
         }
         if (tt.has_shape()) {
@@ -574,9 +597,8 @@ class Importer {
             }
           }
           if (!match) {
-            return Error(absl::StrCat(what, " is declared with shape ", DimsToString(shape),
-                                      " but mpc infers ", DTypeName(v->dtype),
-                                      ShapeToString(v->shape)));
+            return Error(absl::StrCat(what, " is declared with shape ", DimsToString(shape), " but mpc infers ",
+                                      DTypeName(v->dtype), ShapeToString(v->shape)));
           }
         }
       }
@@ -621,11 +643,11 @@ absl::StatusOr<onnx::ModelProto> ReadOnnxModelFile(const std::string& path) {
   }
   if (!parsed && !text) parse_text();
   if (!parsed) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": not an ONNX model (neither binary nor text protobuf parses)",
-        text && !text_error.empty() ? absl::StrCat("; as text: ", text_error) : "",
-        ". The file may be truncated or not a model; re-export it (torch.onnx.export) or check "
-        "the path"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not an ONNX model (neither binary nor text protobuf parses)",
+                     text && !text_error.empty() ? absl::StrCat("; as text: ", text_error) : "",
+                     ". The file may be truncated or not a model; re-export it (torch.onnx.export) or check "
+                     "the path"));
   }
   if (!model.has_graph()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the ONNX model has no graph"));
@@ -636,21 +658,19 @@ absl::StatusOr<onnx::ModelProto> ReadOnnxModelFile(const std::string& path) {
   try {
     onnx::checker::check_model(model);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": the ONNX checker rejects the model: ", e.what(),
-        ". Fix the exporter's output (onnx.checker.check_model reproduces this) or re-export it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the ONNX checker rejects the model: ", e.what(),
+                     ". Fix the exporter's output (onnx.checker.check_model reproduces this) or re-export it"));
   }
   return model;
 }
 
-absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& model,
-                                                       const ImportOptions& options,
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& model, const ImportOptions& options,
                                                        const std::string& source_name) {
   return Importer(model, options, source_name.empty() ? "<model>" : source_name).Run();
 }
 
-absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path,
-                                                      const ImportOptions& options) {
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path, const ImportOptions& options) {
   MPC_ASSIGN_OR_RETURN(onnx::ModelProto model, ReadOnnxModelFile(path));
   return ImportOnnxModel(model, options, path);
 }

@@ -30,11 +30,9 @@ struct ImportOptions {
 // Reads and parses a model file; errors name the file.
 absl::StatusOr<onnx::ModelProto> ReadOnnxModelFile(const std::string& path);
 
-absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& model,
-                                                       const ImportOptions& options,
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& model, const ImportOptions& options,
                                                        const std::string& source_name);
 
-absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path,
-                                                      const ImportOptions& options);
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path, const ImportOptions& options);
 
 }  // namespace mpc

@@ -37,12 +37,10 @@ const OpDef* OpRegistry::Find(const std::string& op) const {
   return it == ops_.end() ? nullptr : &it->second;
 }
 
-absl::StatusOr<const OpDef*> OpRegistry::FindOrError(const std::string& op,
-                                                      const std::string& node_name) const {
+absl::StatusOr<const OpDef*> OpRegistry::FindOrError(const std::string& op, const std::string& node_name) const {
   if (const OpDef* def = Find(op)) return def;
   return absl::UnimplementedError(absl::StrCat("unsupported op '", op, "' at node '", node_name,
-                                               "'; supported ops: ",
-                                               absl::StrJoin(OpNames(), " ")));
+                                               "'; supported ops: ", absl::StrJoin(OpNames(), " ")));
 }
 
 std::vector<std::string> OpRegistry::OpNames() const {

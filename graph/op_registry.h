@@ -26,8 +26,8 @@ using InferFn = std::function<absl::StatusOr<std::vector<TensorType>>(const Node
 // Builds the gradient of a node. `output_grads[i]` is dL/d(output i) or nullptr when
 // that output does not reach the loss. Returns dL/d(input j) for each input, nullptr
 // for inputs that are not differentiable (integer labels, shapes, masks).
-using GradFn = std::function<absl::StatusOr<std::vector<Value*>>(
-    GraphBuilder& b, const Node& node, const std::vector<Value*>& output_grads)>;
+using GradFn = std::function<absl::StatusOr<std::vector<Value*>>(GraphBuilder& b, const Node& node,
+                                                                 const std::vector<Value*>& output_grads)>;
 
 // How an op treats zero padding along the last axis of its operands (passes/pad_dims.h):
 //   kOpaque: padded operands are sliced back to the model's shape before the op.
@@ -76,8 +76,8 @@ void RegisterTrainingOps(OpRegistry& registry);
 void RegisterLossScalingOps(OpRegistry& registry);
 void RegisterFp8Ops(OpRegistry& registry);
 void RegisterFp8GemmOps(OpRegistry& registry);  // graph/ops_fp8_gemm.cc: Fp8Cast, Fp8Gemm (fp8-lower)
-void RegisterConvOps(OpRegistry& registry);    // graph/ops_conv.cc: Conv, pooling
-void RegisterNormOps(OpRegistry& registry);    // graph/ops_norm.cc: normalisations, math, reductions
-void RegisterTensorOps(OpRegistry& registry);  // graph/ops_tensor.cc: indexing and data movement
+void RegisterConvOps(OpRegistry& registry);     // graph/ops_conv.cc: Conv, pooling
+void RegisterNormOps(OpRegistry& registry);     // graph/ops_norm.cc: normalisations, math, reductions
+void RegisterTensorOps(OpRegistry& registry);   // graph/ops_tensor.cc: indexing and data movement
 
 }  // namespace mpc

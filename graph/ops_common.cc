@@ -20,9 +20,9 @@ absl::Status CheckSameDType(const Node& node, int first, int last) {
     const Value* v = node.inputs[i];
     if (!v) continue;
     if (ref && v->dtype != ref->dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "inputs '", ref->name, "' (", DTypeName(ref->dtype), ") and '", v->name, "' (",
-          DTypeName(v->dtype), ") must have the same dtype; insert a Cast"));
+      return absl::InvalidArgumentError(absl::StrCat("inputs '", ref->name, "' (", DTypeName(ref->dtype), ") and '",
+                                                     v->name, "' (", DTypeName(v->dtype),
+                                                     ") must have the same dtype; insert a Cast"));
     }
     ref = v;
   }
@@ -43,9 +43,9 @@ absl::Status CheckFloating(const Node& node, int i) {
 absl::StatusOr<std::vector<int64_t>> ConstantInts(const Node& node, int i) {
   MPC_ASSIGN_OR_RETURN(const Value* v, RequiredInput(node, i));
   if (v->kind != ValueKind::kConstant || v->data.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "input '", v->name, "' must be a constant (an initializer or Constant node); mpc compiles "
-        "static shapes, so computed shapes are not supported"));
+    return absl::UnimplementedError(absl::StrCat("input '", v->name,
+                                                 "' must be a constant (an initializer or Constant node); mpc compiles "
+                                                 "static shapes, so computed shapes are not supported"));
   }
   std::vector<int64_t> out(v->data.num_elements());
   for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<int64_t>(v->data.GetAsDouble(k));
@@ -56,8 +56,7 @@ absl::StatusOr<double> ConstantScalar(const Node& node, int i, double fallback) 
   if (i >= static_cast<int>(node.inputs.size()) || node.inputs[i] == nullptr) return fallback;
   const Value* v = node.inputs[i];
   if (v->kind != ValueKind::kConstant || v->data.num_elements() != 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("input '", v->name, "' must be a constant scalar"));
+    return absl::UnimplementedError(absl::StrCat("input '", v->name, "' must be a constant scalar"));
   }
   return v->data.GetAsDouble(0);
 }

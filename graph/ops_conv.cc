@@ -26,10 +26,11 @@ std::vector<int64_t> Spatial(const Shape& s) { return std::vector<int64_t>(s.beg
 // X must be [N, C, W] or [N, C, H, W].
 absl::Status CheckNchw(const Node& n, const Value* x, const char* what) {
   if (x->shape.size() != 3 && x->shape.size() != 4) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, " '", x->name, "' has shape ", ShapeToString(x->shape), " (", static_cast<int>(x->shape.size()) - 2,
-        " spatial axes); ", n.op, " supports 1-D and 2-D NCHW inputs (rank 3 or 4); 3-D and higher are not "
-        "implemented"));
+    return absl::UnimplementedError(
+        absl::StrCat(what, " '", x->name, "' has shape ", ShapeToString(x->shape), " (",
+                     static_cast<int>(x->shape.size()) - 2, " spatial axes); ", n.op,
+                     " supports 1-D and 2-D NCHW inputs (rank 3 or 4); 3-D and higher are not "
+                     "implemented"));
   }
   return absl::OkStatus();
 }
@@ -40,10 +41,10 @@ absl::StatusOr<int64_t> CheckGroups(const Node& n, int64_t c, int64_t m, int64_t
   const int64_t group = n.attrs.GetInt("group", 1);
   if (group < 1) return absl::InvalidArgumentError(absl::StrCat("group ", group, " must be >= 1"));
   if (c % group != 0 || m % group != 0 || w_c * group != c) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "X ", ShapeToString(x_shape), " has C=", c, " channels and W ", ShapeToString(w_shape), " has M=", m,
-        " output channels of ", w_c, " input channels each, with group=", group,
-        "; need C and M divisible by group and W[1] = C/group"));
+    return absl::InvalidArgumentError(absl::StrCat("X ", ShapeToString(x_shape), " has C=", c, " channels and W ",
+                                                   ShapeToString(w_shape), " has M=", m, " output channels of ", w_c,
+                                                   " input channels each, with group=", group,
+                                                   "; need C and M divisible by group and W[1] = C/group"));
   }
   return group;
 }
@@ -93,16 +94,15 @@ absl::Status CheckGradOutput(const Node& n, const Value* dy, const Shape& x_shap
                              const std::vector<int64_t>& kernel, bool pooling) {
   auto win = conv::ResolveWindow(n, Spatial(x_shape), kernel, pooling);
   if (!win.ok()) {
-    return absl::Status(win.status().code(), absl::StrCat("input shape ", ShapeToString(x_shape), ": ",
-                                                          win.status().message()));
+    return absl::Status(win.status().code(),
+                        absl::StrCat("input shape ", ShapeToString(x_shape), ": ", win.status().message()));
   }
   Shape want{x_shape[0], out_channels};
   want.insert(want.end(), win->out.begin(), win->out.end());
   if (dy->shape != want) {
-    return absl::InvalidArgumentError(absl::StrCat("dY '", dy->name, "' has shape ", ShapeToString(dy->shape),
-                                                   " but the forward output for input ", ShapeToString(x_shape),
-                                                   " is ", ShapeToString(want),
-                                                   "; pass the gradient of this op's forward output"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dY '", dy->name, "' has shape ", ShapeToString(dy->shape), " but the forward output for input ",
+        ShapeToString(x_shape), " is ", ShapeToString(want), "; pass the gradient of this op's forward output"));
   }
   return absl::OkStatus();
 }
@@ -144,14 +144,14 @@ Types InferConvGradWeight(const Node& n) {
                                                    x->shape.size() - 2, " values for X ", ShapeToString(x->shape)));
   }
   if (dy->shape.size() != x->shape.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("dY ", ShapeToString(dy->shape), " and X ",
-                                                   ShapeToString(x->shape), " must have the same rank"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dY ", ShapeToString(dy->shape), " and X ", ShapeToString(x->shape), " must have the same rank"));
   }
   const int64_t m = dy->shape[1];
   const int64_t group = n.attrs.GetInt("group", 1);
   if (group < 1 || x->shape[1] % group != 0 || m % group != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("group ", group, " must divide X's C=", x->shape[1],
-                                                   " and dY's M=", m));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", group, " must divide X's C=", x->shape[1], " and dY's M=", m));
   }
   MPC_RETURN_IF_ERROR(CheckGradOutput(n, dy, x->shape, m, kernel, false));
   Shape w_shape{m, x->shape[1] / group};
@@ -178,8 +178,7 @@ Grads GradConv(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
   base.Set("kernel_shape", Spatial(w->shape));
   AttrMap in_attrs = base;
   in_attrs.Set("input_shape", x->shape);
-  std::vector<Value*> grads{b.Op("ConvGradInput", {dy, w}, std::move(in_attrs)),
-                            b.Op("ConvGradWeight", {dy, x}, base)};
+  std::vector<Value*> grads{b.Op("ConvGradInput", {dy, w}, std::move(in_attrs)), b.Op("ConvGradWeight", {dy, x}, base)};
   if (n.inputs.size() > 2 && n.inputs[2]) {
     Shape per_channel(x->shape.size() - 1, 1);  // [M, 1, ...] against dY [N, M, ...]
     per_channel[0] = w->shape[0];
@@ -194,9 +193,10 @@ Grads GradConv(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
 absl::StatusOr<std::vector<int64_t>> PoolKernel(const Node& n, const Shape& x_shape) {
   std::vector<int64_t> k = n.attrs.GetInts("kernel_shape", {});
   if (k.size() != x_shape.size() - 2) {
-    return absl::InvalidArgumentError(absl::StrCat("kernel_shape [", absl::StrJoin(k, ","), "] must have one value per "
-                                                   "spatial axis of X ", ShapeToString(x_shape), " (",
-                                                   x_shape.size() - 2, " values)"));
+    return absl::InvalidArgumentError(absl::StrCat("kernel_shape [", absl::StrJoin(k, ","),
+                                                   "] must have one value per "
+                                                   "spatial axis of X ",
+                                                   ShapeToString(x_shape), " (", x_shape.size() - 2, " values)"));
   }
   return k;
 }

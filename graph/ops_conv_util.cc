@@ -33,8 +33,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-absl::StatusOr<Window> ResolveWindow(const Node& n, const std::vector<int64_t>& in,
-                                     const std::vector<int64_t>& kernel, bool pooling) {
+absl::StatusOr<Window> ResolveWindow(const Node& n, const std::vector<int64_t>& in, const std::vector<int64_t>& kernel,
+                                     bool pooling) {
   const size_t r = in.size();
   Window w;
   w.in = in;
@@ -50,8 +50,8 @@ absl::StatusOr<Window> ResolveWindow(const Node& n, const std::vector<int64_t>& 
   const std::string auto_pad = n.attrs.GetString("auto_pad", "NOTSET");
   const bool ceil_mode = pooling && n.attrs.GetInt("ceil_mode", 0) != 0;
   if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") {
-    return absl::InvalidArgumentError(absl::StrCat("auto_pad '", auto_pad,
-                                                   "' is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("auto_pad '", auto_pad, "' is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER"));
   }
   if (auto_pad != "NOTSET" && n.attrs.Has("pads")) {
     for (int64_t p : *pads) {
@@ -80,10 +80,10 @@ absl::StatusOr<Window> ResolveWindow(const Node& n, const std::vector<int64_t>& 
       w.pad_end[i] = auto_pad == "VALID" ? 0 : (*pads)[r + i];
       const int64_t span = in[i] + w.pad_begin[i] + w.pad_end[i] - dk;
       if (span < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "along spatial axis ", i, " the input extent ", in[i], " plus pads ", w.pad_begin[i], "+", w.pad_end[i],
-            " is smaller than the kernel extent ", dk, " (kernel ", kernel[i], ", dilation ", w.dilation[i],
-            "); use a smaller kernel or dilation, or pad the input"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("along spatial axis ", i, " the input extent ", in[i], " plus pads ", w.pad_begin[i], "+",
+                         w.pad_end[i], " is smaller than the kernel extent ", dk, " (kernel ", kernel[i], ", dilation ",
+                         w.dilation[i], "); use a smaller kernel or dilation, or pad the input"));
       }
       if (ceil_mode && auto_pad == "NOTSET") {
         // ONNX (opset <= 17, onnx 1.12 shape inference, and so torch.onnx.export's

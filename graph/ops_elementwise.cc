@@ -56,39 +56,47 @@ OpDef ActivationGrad(const std::string& name) {
 }  // namespace
 
 void RegisterElementwiseOps(OpRegistry& r) {
-  r.Register(Binary("Add", PaddingRule::kZeroPreservingBinary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    return std::vector<Value*>{b.ReduceSumTo(dy[0], n.inputs[0]->shape),
-                               b.ReduceSumTo(dy[0], n.inputs[1]->shape)};
-  }));
-  r.Register(Binary("Sub", PaddingRule::kZeroPreservingBinary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    return std::vector<Value*>{b.ReduceSumTo(dy[0], n.inputs[0]->shape),
-                               b.ReduceSumTo(b.Neg(dy[0]), n.inputs[1]->shape)};
-  }));
-  r.Register(Binary("Mul", PaddingRule::kZeroPreservingBinary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    Value* x = n.inputs[0];
-    Value* y = n.inputs[1];
-    return std::vector<Value*>{b.ReduceSumTo(b.Mul(dy[0], y), x->shape),
-                               b.ReduceSumTo(b.Mul(dy[0], x), y->shape)};
-  }));
-  r.Register(Binary("Div", PaddingRule::kOpaque, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b, written with the output to reuse it.
-    Value* den = n.inputs[1];
-    Value* quotient = n.outputs[0];
-    return std::vector<Value*>{b.ReduceSumTo(b.Div(dy[0], den), n.inputs[0]->shape),
-                               b.ReduceSumTo(b.Neg(b.Div(b.Mul(dy[0], quotient), den)), den->shape)};
-  }));
-  r.Register(Unary("Neg", PaddingRule::kZeroPreservingUnary, [](GraphBuilder& b, const Node&, const std::vector<Value*>& dy) -> Grads {
-    return std::vector<Value*>{b.Neg(dy[0])};
-  }));
-  r.Register(Unary("Relu", PaddingRule::kZeroPreservingUnary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    return std::vector<Value*>{b.Op("ReluGrad", {dy[0], n.outputs[0]})};
-  }));
-  r.Register(Unary("Sigmoid", PaddingRule::kOpaque, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    return std::vector<Value*>{b.Op("SigmoidGrad", {dy[0], n.outputs[0]})};
-  }));
-  r.Register(Unary("Tanh", PaddingRule::kZeroPreservingUnary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    return std::vector<Value*>{b.Op("TanhGrad", {dy[0], n.outputs[0]})};
-  }));
+  r.Register(Binary(
+      "Add", PaddingRule::kZeroPreservingBinary,
+      [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+        return std::vector<Value*>{b.ReduceSumTo(dy[0], n.inputs[0]->shape), b.ReduceSumTo(dy[0], n.inputs[1]->shape)};
+      }));
+  r.Register(Binary("Sub", PaddingRule::kZeroPreservingBinary,
+                    [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+                      return std::vector<Value*>{b.ReduceSumTo(dy[0], n.inputs[0]->shape),
+                                                 b.ReduceSumTo(b.Neg(dy[0]), n.inputs[1]->shape)};
+                    }));
+  r.Register(Binary(
+      "Mul", PaddingRule::kZeroPreservingBinary,
+      [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+        Value* x = n.inputs[0];
+        Value* y = n.inputs[1];
+        return std::vector<Value*>{b.ReduceSumTo(b.Mul(dy[0], y), x->shape), b.ReduceSumTo(b.Mul(dy[0], x), y->shape)};
+      }));
+  r.Register(
+      Binary("Div", PaddingRule::kOpaque, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+        // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b, written with the output to reuse it.
+        Value* den = n.inputs[1];
+        Value* quotient = n.outputs[0];
+        return std::vector<Value*>{b.ReduceSumTo(b.Div(dy[0], den), n.inputs[0]->shape),
+                                   b.ReduceSumTo(b.Neg(b.Div(b.Mul(dy[0], quotient), den)), den->shape)};
+      }));
+  r.Register(Unary("Neg", PaddingRule::kZeroPreservingUnary,
+                   [](GraphBuilder& b, const Node&, const std::vector<Value*>& dy) -> Grads {
+                     return std::vector<Value*>{b.Neg(dy[0])};
+                   }));
+  r.Register(Unary("Relu", PaddingRule::kZeroPreservingUnary,
+                   [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+                     return std::vector<Value*>{b.Op("ReluGrad", {dy[0], n.outputs[0]})};
+                   }));
+  r.Register(Unary("Sigmoid", PaddingRule::kOpaque,
+                   [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+                     return std::vector<Value*>{b.Op("SigmoidGrad", {dy[0], n.outputs[0]})};
+                   }));
+  r.Register(Unary("Tanh", PaddingRule::kZeroPreservingUnary,
+                   [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+                     return std::vector<Value*>{b.Op("TanhGrad", {dy[0], n.outputs[0]})};
+                   }));
   r.Register(ActivationGrad("ReluGrad"));     // dY * (Y > 0)
   r.Register(ActivationGrad("SigmoidGrad"));  // dY * Y * (1 - Y)
   r.Register(ActivationGrad("TanhGrad"));     // dY * (1 - Y^2)

@@ -16,9 +16,9 @@ namespace {
 
 absl::Status CheckF32(const Value* v, bool scalar) {
   if (v->dtype != DType::kF32 || (scalar && NumElements(v->shape) != 1) || (!scalar && v->shape.size() != 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FP8 meta '", v->name, "' must be an f32 ", scalar ? "scalar" : "vector", ", got ",
-                     DTypeName(v->dtype), ShapeToString(v->shape)));
+    return absl::InvalidArgumentError(absl::StrCat("FP8 meta '", v->name, "' must be an f32 ",
+                                                   scalar ? "scalar" : "vector", ", got ", DTypeName(v->dtype),
+                                                   ShapeToString(v->shape)));
   }
   return absl::OkStatus();
 }
@@ -26,7 +26,8 @@ absl::Status CheckF32(const Value* v, bool scalar) {
 absl::Status CheckFormat(const Node& n) {
   const std::string f = n.attrs.GetString("format", "");
   if (f != "e4m3" && f != "e5m2") {
-    return absl::InvalidArgumentError(absl::StrCat(n.op, " node '", n.name, "': format '", f, "' must be e4m3 or e5m2"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(n.op, " node '", n.name, "': format '", f, "' must be e4m3 or e5m2"));
   }
   return absl::OkStatus();
 }
@@ -62,7 +63,8 @@ void RegisterFp8Ops(OpRegistry& r) {
     if (n.inputs.size() % 4 != 0) {
       return absl::InvalidArgumentError(absl::StrCat("Fp8UpdateScales node '", n.name,
                                                      "': inputs come in fours (scale, scale_inv, amax_history, "
-                                                     "last_amax), got ", n.inputs.size()));
+                                                     "last_amax), got ",
+                                                     n.inputs.size()));
     }
     const size_t tensors = n.inputs.size() / 4;
     if (n.attrs.GetFloats("fp8_max", {}).size() != tensors) {

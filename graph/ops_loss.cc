@@ -18,12 +18,12 @@ Types InferSoftmaxCrossEntropy(const Node& n) {
     return absl::UnimplementedError("SoftmaxCrossEntropyLoss class weights are not supported");
   }
   if (scores->shape.size() != 2) {
-    return absl::UnimplementedError(absl::StrCat("SoftmaxCrossEntropyLoss needs scores of shape [N, C], got ",
-                                                 ShapeToString(scores->shape)));
+    return absl::UnimplementedError(
+        absl::StrCat("SoftmaxCrossEntropyLoss needs scores of shape [N, C], got ", ShapeToString(scores->shape)));
   }
   if (labels->dtype != DType::kI64 && labels->dtype != DType::kI32) {
-    return absl::InvalidArgumentError(absl::StrCat("labels '", labels->name, "' must be int64 or int32 class indices, got ",
-                                                   DTypeName(labels->dtype)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "labels '", labels->name, "' must be int64 or int32 class indices, got ", DTypeName(labels->dtype)));
   }
   if (labels->shape != Shape{scores->shape[0]}) {
     return absl::InvalidArgumentError(absl::StrCat("labels shape ", ShapeToString(labels->shape),
@@ -32,8 +32,8 @@ Types InferSoftmaxCrossEntropy(const Node& n) {
   }
   const std::string reduction = n.attrs.GetString("reduction", "mean");
   if (reduction != "mean" && reduction != "sum") {
-    return absl::UnimplementedError(absl::StrCat("SoftmaxCrossEntropyLoss reduction '", reduction,
-                                                 "' is not supported; use mean or sum"));
+    return absl::UnimplementedError(
+        absl::StrCat("SoftmaxCrossEntropyLoss reduction '", reduction, "' is not supported; use mean or sum"));
   }
   return std::vector<TensorType>{{scores->dtype, {}}, {scores->dtype, scores->shape}};
 }

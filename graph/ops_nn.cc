@@ -23,11 +23,11 @@ absl::StatusOr<DType> ProductDType(const Node& n) {
   const int64_t code = n.attrs.GetInt("mpc_output_dtype", 0);
   auto out = DTypeFromOnnx(static_cast<int32_t>(code));
   if (!out.ok() || (*out != DType::kF32 && *out != in)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        n.op, " node '", n.name, "': mpc_output_dtype ", code,
-        (out.ok() ? absl::StrCat(" (", DTypeName(*out), ")") : std::string(" (not an ONNX element type)")),
-        " is not allowed for ", DTypeName(in), " inputs; use 1 (float) or ", DTypeToOnnx(in), " (", DTypeName(in),
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(n.op, " node '", n.name, "': mpc_output_dtype ", code,
+                     (out.ok() ? absl::StrCat(" (", DTypeName(*out), ")") : std::string(" (not an ONNX element type)")),
+                     " is not allowed for ", DTypeName(in), " inputs; use 1 (float) or ", DTypeToOnnx(in), " (",
+                     DTypeName(in), ")"));
   }
   return *out;
 }
@@ -38,22 +38,22 @@ Types InferGemm(const Node& n) {
   const Value* a = n.inputs[0];
   const Value* b = n.inputs[1];
   if (a->shape.size() != 2 || b->shape.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm needs 2-D A and B, got ", ShapeToString(a->shape),
-                                                   " and ", ShapeToString(b->shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm needs 2-D A and B, got ", ShapeToString(a->shape), " and ", ShapeToString(b->shape)));
   }
   const bool ta = n.attrs.GetInt("transA", 0) != 0, tb = n.attrs.GetInt("transB", 0) != 0;
   const int64_t m = ta ? a->shape[1] : a->shape[0], ka = ta ? a->shape[0] : a->shape[1];
   const int64_t kb = tb ? b->shape[1] : b->shape[0], nn = tb ? b->shape[0] : b->shape[1];
   if (ka != kb) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm contraction mismatch: A ", ShapeToString(a->shape), (ta ? " (transposed)" : ""),
-        " has K=", ka, " but B ", ShapeToString(b->shape), (tb ? " (transposed)" : ""), " has K=", kb));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm contraction mismatch: A ", ShapeToString(a->shape), (ta ? " (transposed)" : ""),
+                     " has K=", ka, " but B ", ShapeToString(b->shape), (tb ? " (transposed)" : ""), " has K=", kb));
   }
   if (n.inputs.size() > 2 && n.inputs[2]) {
     auto c = BroadcastShapes(n.inputs[2]->shape, {m, nn});
     if (!c.ok() || *c != Shape{m, nn}) {
-      return absl::InvalidArgumentError(absl::StrCat("Gemm bias C ", ShapeToString(n.inputs[2]->shape),
-                                                     " does not broadcast to [", m, ",", nn, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm bias C ", ShapeToString(n.inputs[2]->shape), " does not broadcast to [", m, ",", nn, "]"));
     }
   }
   MPC_ASSIGN_OR_RETURN(DType out, ProductDType(n));
@@ -99,8 +99,8 @@ Types InferMatMul(const Node& n) {
                                                  ShapeToString(b), ") is not supported; reshape to 2-D"));
   }
   if (a.back() != b[b.size() - 2]) {
-    return absl::InvalidArgumentError(absl::StrCat("MatMul contraction mismatch: ", ShapeToString(a),
-                                                   " x ", ShapeToString(b)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MatMul contraction mismatch: ", ShapeToString(a), " x ", ShapeToString(b)));
   }
   MPC_ASSIGN_OR_RETURN(Shape batch, BroadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
   batch.push_back(a[a.size() - 2]);
@@ -121,8 +121,8 @@ Grads GradMatMul(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys)
 
 Types InferSoftmaxLike(const Node& n) {
   MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
-  MPC_ASSIGN_OR_RETURN(int axis, NormalizeAxis(n.attrs.GetInt("axis", -1),
-                                               static_cast<int>(n.inputs[0]->shape.size())));
+  MPC_ASSIGN_OR_RETURN(int axis,
+                       NormalizeAxis(n.attrs.GetInt("axis", -1), static_cast<int>(n.inputs[0]->shape.size())));
   (void)axis;
   return ops::SameAsInput(n, 0);
 }

@@ -22,8 +22,8 @@
 // running_var_out likewise from the batch variance: in mpc's training programs
 // (mpc_training = 1) the *unbiased* one, as PyTorch does; for a node that is only in
 // ONNX's training_mode = 1 (no mpc_training attribute) the biased one, as the ONNX
-// reference does. The normalisation always uses the biased variance.
-// AddBatchNormStatsUpdates writes them back into the running-statistics state.
+// reference does. The normalisation always uses the biased variance. The batch-norm-stats
+// pass (passes/batch_norm_stats.h) writes them back into the running-statistics state.
 #include "graph/ops_norm.h"
 
 #include <algorithm>
@@ -75,8 +75,7 @@ Types InferPow(const Node& n) {
                                                  "' is not supported; mpc's Pow takes a float base (insert a Cast)"));
   }
   const Value* y = n.inputs[1];
-  if (y->dtype == DType::kBool || y->dtype == DType::kU8 || y->dtype == DType::kF8E4M3 ||
-      y->dtype == DType::kF8E5M2) {
+  if (y->dtype == DType::kBool || y->dtype == DType::kU8 || y->dtype == DType::kF8E4M3 || y->dtype == DType::kF8E5M2) {
     return absl::InvalidArgumentError(absl::StrCat("Pow exponent '", y->name, "' has dtype ", DTypeName(y->dtype),
                                                    "; use a float, int32 or int64 exponent"));
   }
@@ -107,8 +106,8 @@ Grads GradPow(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
 absl::Status CheckGeluMode(const Node& n) {
   const std::string mode = n.attrs.GetString("approximate", "none");
   if (mode != "none" && mode != "tanh") {
-    return absl::InvalidArgumentError(absl::StrCat(n.op, " node '", n.name, "': approximate = '", mode,
-                                                   "'; ONNX Gelu takes \"none\" or \"tanh\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(n.op, " node '", n.name, "': approximate = '", mode, "'; ONNX Gelu takes \"none\" or \"tanh\""));
   }
   return absl::OkStatus();
 }
@@ -130,8 +129,10 @@ Types InferReduce(const Node& n) {
   const bool keep = n.attrs.GetInt("keepdims", 1) != 0;
   for (int i = 0; i < static_cast<int>(in.size()); ++i) {
     const bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
-    if (!reduced) out.push_back(in[i]);
-    else if (keep) out.push_back(1);
+    if (!reduced)
+      out.push_back(in[i]);
+    else if (keep)
+      out.push_back(1);
   }
   return std::vector<TensorType>{{n.inputs[0]->dtype, out}};
 }
@@ -175,10 +176,9 @@ absl::Status CheckAffine(const Node& n, int i, const Shape& norm_shape) {
   const Value* v = n.inputs[i];
   auto b = BroadcastShapes(v->shape, norm_shape);
   if (v->shape.size() > norm_shape.size() || !b.ok() || *b != norm_shape) {
-    return absl::InvalidArgumentError(absl::StrCat("'", v->name, "' has shape ", ShapeToString(v->shape),
-                                                   ", which does not broadcast to the normalised shape ",
-                                                   ShapeToString(norm_shape),
-                                                   " (X's dimensions from axis on); give it that shape"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", v->name, "' has shape ", ShapeToString(v->shape), ", which does not broadcast to the normalised shape ",
+        ShapeToString(norm_shape), " (X's dimensions from axis on); give it that shape"));
   }
   return absl::OkStatus();
 }
@@ -230,8 +230,8 @@ Types InferLayerNormGrad(const Node& n) {
   for (size_t i = axis; i < stats.size(); ++i) stats[i] = 1;
   for (int i : {3, 4}) {
     if (NumElements(n.inputs[i]->shape) != NumElements(stats) || !IsFloating(n.inputs[i]->dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat("statistics '", n.inputs[i]->name, "' must be float ",
-                                                     ShapeToString(stats)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("statistics '", n.inputs[i]->name, "' must be float ", ShapeToString(stats)));
     }
   }
   return std::vector<TensorType>{{x->dtype, x->shape}, {x->dtype, norm}, {x->dtype, norm}};
@@ -254,8 +254,7 @@ Types InferBatchNorm(const Node& n) {
     if (v->shape != Shape{c} || !IsFloating(v->dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(names[i], " '", v->name, "' is ", DTypeName(v->dtype),
                                                      ShapeToString(v->shape), "; it must be a float [", c,
-                                                     "] (one value per channel of X ", ShapeToString(x->shape),
-                                                     ")"));
+                                                     "] (one value per channel of X ", ShapeToString(x->shape), ")"));
     }
   }
   MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 1, 3));
@@ -367,50 +366,19 @@ absl::StatusOr<int> LayerNormAxis(const Node& n) {
 
 }  // namespace ops
 
-absl::Status AddBatchNormStatsUpdates(Graph& g) {
-  std::vector<Node*> bns;
-  for (const auto& n : g.nodes()) {
-    if (n->op == "BatchNormalization" && ops::BatchNormTraining(*n)) bns.push_back(n.get());
-  }
-  for (Node* bn : bns) {
-    Value* mean = bn->inputs[3];
-    Value* var = bn->inputs[4];
-    if (mean->kind != ValueKind::kState || var->kind != ValueKind::kState) {
-      // Nothing persistent to update (statistics fed as inputs or baked in as constants).
-      if (mean->kind == ValueKind::kParameter || var->kind == ValueKind::kParameter) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "BatchNormalization node '", bn->name, "': running statistics '", mean->name, "' / '", var->name,
-            "' are trainable parameters; they must be persistent state (the ONNX importer makes initializers "
-            "used only as BatchNormalization input_mean/input_var state)"));
-      }
-      continue;
-    }
-    MPC_ASSIGN_OR_RETURN(Node* update,
-                         g.AddNode("BatchNormStatsUpdate", {mean, var, bn->outputs[1], bn->outputs[2]}, {},
-                                   g.UniqueName("update/" + bn->name + "/running_stats")));
-    for (Value* v : {mean, var}) {
-      for (Node* reader : v->consumers) {
-        if (reader != update && std::find(update->control_deps.begin(), update->control_deps.end(), reader) ==
-                                    update->control_deps.end()) {
-          update->control_deps.push_back(reader);
-        }
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 void RegisterNormOps(OpRegistry& r) {
   using PR = PaddingRule;
-  r.Register(UnaryMath("Erf", PR::kZeroPreservingUnary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    // d erf(x) = 2/sqrt(pi) * exp(-x^2)
-    Value* x = n.inputs[0];
-    Value* e = b.Op("Exp", {b.Neg(b.Mul(x, x))});
-    return std::vector<Value*>{b.Mul(dy[0], b.Mul(e, b.ScalarConstant(2.0 / std::sqrt(M_PI), x->dtype)))};
-  }));
-  r.Register(UnaryMath("Sqrt", PR::kZeroPreservingUnary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    return std::vector<Value*>{b.Op("SqrtGrad", {dy[0], n.outputs[0]})};
-  }));
+  r.Register(UnaryMath(
+      "Erf", PR::kZeroPreservingUnary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+        // d erf(x) = 2/sqrt(pi) * exp(-x^2)
+        Value* x = n.inputs[0];
+        Value* e = b.Op("Exp", {b.Neg(b.Mul(x, x))});
+        return std::vector<Value*>{b.Mul(dy[0], b.Mul(e, b.ScalarConstant(2.0 / std::sqrt(M_PI), x->dtype)))};
+      }));
+  r.Register(UnaryMath("Sqrt", PR::kZeroPreservingUnary,
+                       [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+                         return std::vector<Value*>{b.Op("SqrtGrad", {dy[0], n.outputs[0]})};
+                       }));
   // SqrtGrad(dY, Y) = 0.5 * dY / Y, and 0 where dY is 0: zero-padded columns (Y = 0)
   // keep a zero gradient instead of 0/0.
   OpDef sqrt_grad;
@@ -429,11 +397,12 @@ void RegisterNormOps(OpRegistry& r) {
   r.Register(UnaryMath("Log", PR::kOpaque, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
     return std::vector<Value*>{b.Div(dy[0], n.inputs[0])};
   }));
-  r.Register(UnaryMath("Reciprocal", PR::kOpaque, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    // d(1/x) = -y^2
-    Value* y = n.outputs[0];
-    return std::vector<Value*>{b.Neg(b.Mul(dy[0], b.Mul(y, y)))};
-  }));
+  r.Register(
+      UnaryMath("Reciprocal", PR::kOpaque, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+        // d(1/x) = -y^2
+        Value* y = n.outputs[0];
+        return std::vector<Value*>{b.Neg(b.Mul(dy[0], b.Mul(y, y)))};
+      }));
 
   OpDef pow;
   pow.name = "Pow";
@@ -442,11 +411,12 @@ void RegisterNormOps(OpRegistry& r) {
   pow.grad = GradPow;
   r.Register(pow);
 
-  OpDef gelu = UnaryMath("Gelu", PR::kZeroPreservingUnary, [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
-    AttrMap attrs;
-    attrs.Set("approximate", n.attrs.GetString("approximate", "none"));
-    return std::vector<Value*>{b.Op("GeluGrad", {dy[0], n.inputs[0]}, std::move(attrs))};
-  });
+  OpDef gelu = UnaryMath("Gelu", PR::kZeroPreservingUnary,
+                         [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+                           AttrMap attrs;
+                           attrs.Set("approximate", n.attrs.GetString("approximate", "none"));
+                           return std::vector<Value*>{b.Op("GeluGrad", {dy[0], n.inputs[0]}, std::move(attrs))};
+                         });
   gelu.infer = [](const Node& n) -> Types {
     MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
     MPC_RETURN_IF_ERROR(CheckGeluMode(n));
@@ -505,7 +475,7 @@ void RegisterNormOps(OpRegistry& r) {
   r.Register(bn_grad);
 
   // BatchNormStatsUpdate(running_mean, running_var, new_mean, new_var): copies the new
-  // values into the running statistics in place (AddBatchNormStatsUpdates).
+  // values into the running statistics in place (passes/batch_norm_stats.h).
   OpDef stats;
   stats.name = "BatchNormStatsUpdate";
   stats.domain = "mpc";
@@ -517,10 +487,9 @@ void RegisterNormOps(OpRegistry& r) {
       const Value* state = n.inputs[i - 2];
       const Value* v = n.inputs[i];
       if (v->dtype != state->dtype || v->shape != state->shape) {
-        return absl::InvalidArgumentError(absl::StrCat("'", v->name, "' is ", DTypeName(v->dtype),
-                                                       ShapeToString(v->shape), " but the running statistic '",
-                                                       state->name, "' it updates is ", DTypeName(state->dtype),
-                                                       ShapeToString(state->shape)));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", v->name, "' is ", DTypeName(v->dtype), ShapeToString(v->shape), " but the running statistic '",
+            state->name, "' it updates is ", DTypeName(state->dtype), ShapeToString(state->shape)));
       }
     }
     return std::vector<TensorType>{};

@@ -1,9 +1,5 @@
 // Helpers of the normalisation / math / reduction op family (graph/ops_norm.cc) that the
-// CPU kernels and the compiler share, and the compiler step that makes
-// BatchNormalization's running statistics persistent: in a training program every
-// BatchNormalization node gets a BatchNormStatsUpdate that writes its updated running
-// mean/var back into the running-statistics state in place, ordered after every reader
-// of that state.
+// kernels and the compiler share.
 #pragma once
 
 #include <vector>
@@ -11,19 +7,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
-
-namespace mpc {
-
-// For each training-mode BatchNormalization node (mpc_training = 1) whose running mean
-// and variance are persistent state (ValueKind::kState; the ONNX importer makes
-// initializers used only as BatchNormalization input_mean/input_var state), adds
-// BatchNormStatsUpdate(running_mean, running_var, node:1, node:2) with control
-// dependencies on every reader of the state. engine/program.cc calls it on training
-// graphs before the pass pipeline. Statistics fed as inputs or baked in as constants are
-// left alone; trainable-parameter statistics are an error naming the node.
-absl::Status AddBatchNormStatsUpdates(Graph& graph);
-
-}  // namespace mpc
 
 namespace mpc::ops {
 

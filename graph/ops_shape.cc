@@ -44,8 +44,8 @@ Types InferReshape(const Node& n) {
   const int64_t total = NumElements(in);
   if (infer_at >= 0) {
     if (known == 0 || total % known != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("Reshape: cannot reshape ", ShapeToString(in), " to [",
-                                                     absl::StrJoin(target, ","), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Reshape: cannot reshape ", ShapeToString(in), " to [", absl::StrJoin(target, ","), "]"));
     }
     out[infer_at] = total / known;
   }
@@ -63,8 +63,8 @@ Types InferFlatten(const Node& n) {
   int64_t axis = n.attrs.GetInt("axis", 1);
   if (axis < 0) axis += rank;
   if (axis < 0 || axis > rank) {
-    return absl::InvalidArgumentError(absl::StrCat("Flatten axis ", n.attrs.GetInt("axis", 1),
-                                                   " out of range for rank ", rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Flatten axis ", n.attrs.GetInt("axis", 1), " out of range for rank ", rank));
   }
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < rank; ++i) (i < axis ? outer : inner) *= in[i];
@@ -114,8 +114,7 @@ Types InferCast(const Node& n) {
 absl::Status CheckBroadcastable(const Shape& from, const Shape& to) {
   auto b = BroadcastShapes(from, to);
   if (!b.ok() || *b != to) {
-    return absl::InvalidArgumentError(absl::StrCat(ShapeToString(from), " does not broadcast to ",
-                                                   ShapeToString(to)));
+    return absl::InvalidArgumentError(absl::StrCat(ShapeToString(from), " does not broadcast to ", ShapeToString(to)));
   }
   return absl::OkStatus();
 }
@@ -127,8 +126,8 @@ Types PaddedShapeCheck(const Node& n, bool shrink) {
   bool ok = target.size() == in.size();
   for (size_t i = 0; ok && i < in.size(); ++i) ok = shrink ? target[i] <= in[i] : target[i] >= in[i];
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(n.op, ": cannot go from ", ShapeToString(in), " to ",
-                                                   ShapeToString(target)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(n.op, ": cannot go from ", ShapeToString(in), " to ", ShapeToString(target)));
   }
   return std::vector<TensorType>{{n.inputs[0]->dtype, target}};
 }

@@ -29,8 +29,8 @@ absl::StatusOr<std::vector<int64_t>> ConstInts(const Node& n, int i, const char*
   MPC_ASSIGN_OR_RETURN(const Value* v, ops::RequiredInput(n, i));
   if (v->kind == ValueKind::kConstant && NumElements(v->shape) == 0) return std::vector<int64_t>{};
   if (IsFloating(v->dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " (input ", i, " '", v->name, "') has dtype ",
-                                                   DTypeName(v->dtype), "; it must be int64"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " (input ", i, " '", v->name, "') has dtype ", DTypeName(v->dtype), "; it must be int64"));
   }
   // int64 read directly: going through double (ops::ConstantInts) turns INT64_MAX, the
   // "to the end" of exported Slices, into 2^63, which does not fit back.
@@ -54,8 +54,8 @@ absl::StatusOr<std::vector<int64_t>> ConstInts(const Node& n, int i, const char*
 absl::StatusOr<std::optional<std::vector<int64_t>>> IntsFromInputOrAttr(const Node& n, int input, const char* attr) {
   if (input < static_cast<int>(n.inputs.size()) && n.inputs[input] != nullptr) {
     if (n.attrs.Has(attr)) {
-      return absl::InvalidArgumentError(absl::StrCat("'", attr, "' is given both as input ", input,
-                                                     " and as an attribute; give it once"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", attr, "' is given both as input ", input, " and as an attribute; give it once"));
     }
     MPC_ASSIGN_OR_RETURN(std::vector<int64_t> v, ConstInts(n, input, attr));
     return std::optional<std::vector<int64_t>>(std::move(v));
@@ -67,9 +67,10 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> IntsFromInputOrAttr(const No
 absl::StatusOr<int> Axis(int64_t axis, const Shape& shape, const char* what) {
   const int rank = static_cast<int>(shape.size());
   if (rank == 0 || axis < -rank || axis >= rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " axis ", axis, " is out of range for an input of shape ", ShapeToString(shape),
-        rank == 0 ? "; the input must have rank >= 1" : absl::StrCat("; use an axis in [", -rank, ", ", rank - 1, "]")));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " axis ", axis, " is out of range for an input of shape ", ShapeToString(shape),
+                     rank == 0 ? "; the input must have rank >= 1"
+                               : absl::StrCat("; use an axis in [", -rank, ", ", rank - 1, "]")));
   }
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
@@ -98,13 +99,14 @@ absl::StatusOr<SliceSpec> ResolveSlice(const Node& n) {
     ends = n.attrs.GetInts("ends", {});
     axes = n.attrs.GetInts("axes", {});
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Slice has ", n.inputs.size(), " inputs; it needs data, starts and ends (and optionally axes, steps) as "
-        "inputs (opset 10+), or data alone with the attributes starts and ends (opset 1-9)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Slice has ", n.inputs.size(),
+                     " inputs; it needs data, starts and ends (and optionally axes, steps) as "
+                     "inputs (opset 10+), or data alone with the attributes starts and ends (opset 1-9)"));
   }
   if (starts.size() != ends.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Slice starts ", IntList(starts), " and ends ", IntList(ends),
-                                                   " must have the same length"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Slice starts ", IntList(starts), " and ends ", IntList(ends), " must have the same length"));
   }
   const size_t k = starts.size();
   if (axes.empty() && !(by_inputs && n.inputs.size() > 3 && n.inputs[3])) {
@@ -132,7 +134,8 @@ absl::StatusOr<SliceSpec> ResolveSlice(const Node& n) {
     seen[d] = true;
     const int64_t step = steps[i];
     if (step == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("Slice steps ", IntList(steps), " contain 0; steps must be nonzero"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Slice steps ", IntList(steps), " contain 0; steps must be nonzero"));
     }
     const int64_t dim = s.in[d];
     int64_t b = starts[i], e = ends[i];
@@ -172,7 +175,8 @@ Types InferGather(const Node& n) {
   const Value* idx = n.inputs[1];
   if (!IsIndexType(idx->dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("Gather indices '", idx->name, "' have dtype ",
-                                                   DTypeName(idx->dtype), "; they must be int64 or int32 (insert a Cast)"));
+                                                   DTypeName(idx->dtype),
+                                                   "; they must be int64 or int32 (insert a Cast)"));
   }
   MPC_ASSIGN_OR_RETURN(int axis, Axis(n.attrs.GetInt("axis", 0), data->shape, "Gather"));
   const int64_t dim = data->shape[axis];
@@ -181,9 +185,8 @@ Types InferGather(const Node& n) {
       const auto v = static_cast<int64_t>(idx->data.GetAsDouble(k));
       if (v < -dim || v >= dim) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "Gather index ", v, " (element ", k, " of '", idx->name, "') is out of range for axis ", axis,
-            " of data '", data->name, "' with shape ", ShapeToString(data->shape), "; valid indices are ", -dim,
-            " to ", dim - 1));
+            "Gather index ", v, " (element ", k, " of '", idx->name, "') is out of range for axis ", axis, " of data '",
+            data->name, "' with shape ", ShapeToString(data->shape), "; valid indices are ", -dim, " to ", dim - 1));
       }
     }
   }
@@ -213,17 +216,18 @@ Types InferGatherGrad(const Node& n) {
     return absl::InvalidArgumentError(absl::StrCat("GatherGrad indices '", idx->name, "' have dtype ",
                                                    DTypeName(idx->dtype), "; they must be int64 or int32"));
   }
-  if (!n.attrs.Has("shape")) return absl::InvalidArgumentError("GatherGrad needs the attribute 'shape' (the data's shape)");
+  if (!n.attrs.Has("shape"))
+    return absl::InvalidArgumentError("GatherGrad needs the attribute 'shape' (the data's shape)");
   const Shape shape = n.attrs.GetInts("shape", {});
   MPC_ASSIGN_OR_RETURN(int axis, Axis(n.attrs.GetInt("axis", 0), shape, "GatherGrad"));
   Shape expect(shape.begin(), shape.begin() + axis);
   expect.insert(expect.end(), idx->shape.begin(), idx->shape.end());
   expect.insert(expect.end(), shape.begin() + axis + 1, shape.end());
   if (dy->shape != expect) {
-    return absl::InvalidArgumentError(absl::StrCat("GatherGrad dY '", dy->name, "' has shape ", ShapeToString(dy->shape),
-                                                   "; gathering indices of shape ", ShapeToString(idx->shape),
-                                                   " along axis ", axis, " of ", ShapeToString(shape), " gives ",
-                                                   ShapeToString(expect)));
+    return absl::InvalidArgumentError(absl::StrCat("GatherGrad dY '", dy->name, "' has shape ",
+                                                   ShapeToString(dy->shape), "; gathering indices of shape ",
+                                                   ShapeToString(idx->shape), " along axis ", axis, " of ",
+                                                   ShapeToString(shape), " gives ", ShapeToString(expect)));
   }
   return std::vector<TensorType>{{dy->dtype, shape}};
 }
@@ -279,7 +283,8 @@ Types InferConcat(const Node& n) {
     if (!ok) {
       std::vector<std::string> shapes;
       for (const Value* w : n.inputs) shapes.push_back(absl::StrCat("'", w->name, "' ", ShapeToString(w->shape)));
-      return absl::InvalidArgumentError(absl::StrCat("Concat along axis ", axis, ": inputs ", absl::StrJoin(shapes, ", "),
+      return absl::InvalidArgumentError(absl::StrCat("Concat along axis ", axis, ": inputs ",
+                                                     absl::StrJoin(shapes, ", "),
                                                      " must have the same rank and agree on every other axis"));
     }
     out[axis] += v->shape[axis];
@@ -330,12 +335,13 @@ Types InferSplit(const Node& n) {
   if (sizes.empty()) return absl::InvalidArgumentError("Split sizes are empty; give at least one output size");
   int64_t total = 0;
   for (int64_t s : sizes) {
-    if (s < 0) return absl::InvalidArgumentError(absl::StrCat("Split sizes ", IntList(sizes), " contain a negative size"));
+    if (s < 0)
+      return absl::InvalidArgumentError(absl::StrCat("Split sizes ", IntList(sizes), " contain a negative size"));
     total += s;
   }
   if (total != dim) {
-    return absl::InvalidArgumentError(absl::StrCat("Split sizes ", IntList(sizes), " sum to ", total, " but axis ", axis,
-                                                   " of the input ", ShapeToString(x->shape), " has size ", dim,
+    return absl::InvalidArgumentError(absl::StrCat("Split sizes ", IntList(sizes), " sum to ", total, " but axis ",
+                                                   axis, " of the input ", ShapeToString(x->shape), " has size ", dim,
                                                    "; the sizes must add up to it"));
   }
   std::vector<TensorType> types;
@@ -443,12 +449,13 @@ Types InferSqueeze(const Node& n) {
     for (int64_t a : *axes) {
       if (a < -rank || a >= rank) {
         return absl::InvalidArgumentError(absl::StrCat("Squeeze axes ", IntList(*axes), " are out of range for shape ",
-                                                       ShapeToString(in), "; use axes in [", -rank, ", ", rank - 1, "]"));
+                                                       ShapeToString(in), "; use axes in [", -rank, ", ", rank - 1,
+                                                       "]"));
       }
       const int d = static_cast<int>(a < 0 ? a + rank : a);
       if (in[d] != 1) {
-        return absl::InvalidArgumentError(absl::StrCat("Squeeze axis ", a, " of shape ", ShapeToString(in), " has size ",
-                                                       in[d], "; only axes of size 1 can be squeezed"));
+        return absl::InvalidArgumentError(absl::StrCat("Squeeze axis ", a, " of shape ", ShapeToString(in),
+                                                       " has size ", in[d], "; only axes of size 1 can be squeezed"));
       }
       drop[d] = true;
     }
@@ -561,15 +568,17 @@ Types InferRange(const Node& n) {
   MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 3));
   const DType dtype = n.inputs[0]->dtype;
   if (!IsFloating(dtype) && !IsIndexType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("Range runs on float, int64 or int32 scalars, not ", DTypeName(dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Range runs on float, int64 or int32 scalars, not ", DTypeName(dtype)));
   }
   double v[3];
   for (int i = 0; i < 3; ++i) {
     const Value* in = n.inputs[i];
     if (in->kind != ValueKind::kConstant || in->data.num_elements() != 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          "Range input '", in->name, "' must be a constant scalar: the output's length depends on start, limit and "
-          "delta, and mpc compiles static shapes"));
+      return absl::UnimplementedError(
+          absl::StrCat("Range input '", in->name,
+                       "' must be a constant scalar: the output's length depends on start, limit and "
+                       "delta, and mpc compiles static shapes"));
     }
     v[i] = in->data.GetAsDouble(0);
   }

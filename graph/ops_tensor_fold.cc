@@ -36,9 +36,12 @@ int64_t BroadcastOffset(const std::vector<int64_t>& out_idx, const Shape& in) {
 
 int64_t Int(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kI64: return t.data<int64_t>()[i];
-    case DType::kI32: return t.data<int32_t>()[i];
-    default: return static_cast<int64_t>(t.GetAsDouble(i));
+    case DType::kI64:
+      return t.data<int64_t>()[i];
+    case DType::kI32:
+      return t.data<int32_t>()[i];
+    default:
+      return static_cast<int64_t>(t.GetAsDouble(i));
   }
 }
 
@@ -68,12 +71,11 @@ bool IsCompare(const std::string& op) {
 }  // namespace
 
 std::vector<Tensor> FoldStatic(const Node& node) {
-  static const std::set<std::string> kFoldable = {"Shape",  "Gather", "Squeeze", "Unsqueeze", "Concat",
-                                                  "Slice",  "Expand", "Where",   "Equal",     "Less",
-                                                  "Greater", "Not",   "And",     "ConstantOfShape", "Range",
-                                                  "LessOrEqual", "GreaterOrEqual", "Or", "Xor",
-                                                  // Shape arithmetic exporters interleave with the above.
-                                                  "Reshape", "Flatten", "Identity", "Cast", "Add", "Sub", "Mul", "Div"};
+  static const std::set<std::string> kFoldable = {
+      "Shape", "Gather", "Squeeze", "Unsqueeze", "Concat", "Slice", "Expand", "Where", "Equal", "Less", "Greater",
+      "Not", "And", "ConstantOfShape", "Range", "LessOrEqual", "GreaterOrEqual", "Or", "Xor",
+      // Shape arithmetic exporters interleave with the above.
+      "Reshape", "Flatten", "Identity", "Cast", "Add", "Sub", "Mul", "Div"};
   if (!kFoldable.count(node.op)) return {};
   const bool arithmetic = node.op == "Add" || node.op == "Sub" || node.op == "Mul" || node.op == "Div";
   if (arithmetic) {  // integers only: float arithmetic stays with its kernels and autocast
@@ -193,14 +195,16 @@ std::vector<Tensor> FoldStatic(const Node& node) {
     for (int64_t i = 0; i < n; ++i) {
       const auto idx = Unravel(i, type.shape);
       const int64_t ia = BroadcastOffset(idx, a.shape()), ib = BroadcastOffset(idx, b.shape());
-      const bool r = ints ? Compare<int64_t>(op, Int(a, ia), Int(b, ib)) : Compare<double>(op, a.GetAsDouble(ia), b.GetAsDouble(ib));
+      const bool r = ints ? Compare<int64_t>(op, Int(a, ia), Int(b, ib))
+                          : Compare<double>(op, a.GetAsDouble(ia), b.GetAsDouble(ib));
       out.data<uint8_t>()[i] = r ? 1 : 0;
     }
   } else if (op == "ConstantOfShape") {
     const Tensor one = IsFloating(type.dtype)
                            ? Tensor::FromVector<double>({}, {node.attrs.GetFloat("value", 0.0f)}).CastTo(type.dtype)
-                       : type.dtype == DType::kI64 ? Tensor::FromVector<int64_t>({}, {node.attrs.GetInt("value", 0)})
-                                                   : Tensor::FromVector<int64_t>({}, {node.attrs.GetInt("value", 0)}).CastTo(type.dtype);
+                       : type.dtype == DType::kI64
+                           ? Tensor::FromVector<int64_t>({}, {node.attrs.GetInt("value", 0)})
+                           : Tensor::FromVector<int64_t>({}, {node.attrs.GetInt("value", 0)}).CastTo(type.dtype);
     for (int64_t i = 0; i < n; ++i) std::memcpy(Bytes(out) + i * elem, one.raw(), elem);
   } else if (op == "Range") {
     const Tensor& s = node.inputs[0]->data;
@@ -215,10 +219,10 @@ std::vector<Tensor> FoldStatic(const Node& node) {
       Tensor v(DType::kF64, type.shape);
       const double start = s.GetAsDouble(0), delta = d.GetAsDouble(0);
       for (int64_t i = 0; i < n; ++i) {
-        v.data<double>()[i] = type.dtype == DType::kF64
-                                  ? start + static_cast<double>(i) * delta
-                                  : static_cast<double>(static_cast<float>(start) +
-                                                        static_cast<float>(i) * static_cast<float>(delta));
+        v.data<double>()[i] =
+            type.dtype == DType::kF64
+                ? start + static_cast<double>(i) * delta
+                : static_cast<double>(static_cast<float>(start) + static_cast<float>(i) * static_cast<float>(delta));
       }
       out = v.CastTo(type.dtype);
     }

@@ -25,8 +25,8 @@ using Types = absl::StatusOr<std::vector<TensorType>>;
 absl::Status CheckStateLike(const Node& n, int i, const Value* param) {
   const Value* v = n.inputs[i];
   if (v->shape != param->shape || v->dtype != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat("optimizer state '", v->name, "' must be f32 ",
-                                                   ShapeToString(param->shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer state '", v->name, "' must be f32 ", ShapeToString(param->shape)));
   }
   return absl::OkStatus();
 }

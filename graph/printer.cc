@@ -73,8 +73,8 @@ std::string GraphToText(const Graph& graph) {
     std::vector<std::string> outs, ins, notes;
     for (const Value* o : node->outputs) outs.push_back(absl::StrCat("%", o->name, " ", TypeString(*o)));
     for (const Value* i : node->inputs) ins.push_back(i ? absl::StrCat("%", i->name) : "none");
-    std::string line = absl::StrCat(absl::StrJoin(outs, ", "), outs.empty() ? "" : " ", "= ",
-                                    node->op, "(", absl::StrJoin(ins, ", "), ")");
+    std::string line = absl::StrCat(absl::StrJoin(outs, ", "), outs.empty() ? "" : " ", "= ", node->op, "(",
+                                    absl::StrJoin(ins, ", "), ")");
     const std::string attrs = node->attrs.ToString();
     if (!attrs.empty()) absl::StrAppend(&line, " {", attrs, "}");
     // The node name is usually visible as the "<name>:0" output; otherwise show it.
@@ -106,19 +106,26 @@ std::string GraphToDot(const Graph& graph) {
   for (const auto& v : graph.values()) {
     const char* shape = nullptr;
     switch (v->kind) {
-      case ValueKind::kInput: shape = "ellipse"; break;
+      case ValueKind::kInput:
+        shape = "ellipse";
+        break;
       case ValueKind::kParameter:
-      case ValueKind::kState: shape = "cylinder"; break;
-      case ValueKind::kConstant: shape = "diamond"; break;
-      case ValueKind::kActivation: break;
+      case ValueKind::kState:
+        shape = "cylinder";
+        break;
+      case ValueKind::kConstant:
+        shape = "diamond";
+        break;
+      case ValueKind::kActivation:
+        break;
     }
     if (shape == nullptr) continue;
-    absl::StrAppend(&out, "  v", v->id, " [shape=", shape, ", label=\"",
-                    DotEscape(v->name), "\\n", ValueKindName(v->kind), "\"];\n");
+    absl::StrAppend(&out, "  v", v->id, " [shape=", shape, ", label=\"", DotEscape(v->name), "\\n",
+                    ValueKindName(v->kind), "\"];\n");
   }
   for (const Node* node : order) {
-    absl::StrAppend(&out, "  n", node->id, " [shape=box, label=\"", DotEscape(node->op), "\\n",
-                    DotEscape(node->name), "\"];\n");
+    absl::StrAppend(&out, "  n", node->id, " [shape=box, label=\"", DotEscape(node->op), "\\n", DotEscape(node->name),
+                    "\"];\n");
   }
   auto source = [](const Value* v) {
     return v->producer ? absl::StrCat("n", v->producer->id) : absl::StrCat("v", v->id);
@@ -126,8 +133,7 @@ std::string GraphToDot(const Graph& graph) {
   for (const Node* node : order) {
     for (const Value* in : node->inputs) {
       if (in == nullptr) continue;
-      absl::StrAppend(&out, "  ", source(in), " -> n", node->id, " [label=\"",
-                      DotEscape(TypeString(*in)), "\"];\n");
+      absl::StrAppend(&out, "  ", source(in), " -> n", node->id, " [label=\"", DotEscape(TypeString(*in)), "\"];\n");
     }
     for (const Node* dep : node->control_deps) {
       absl::StrAppend(&out, "  n", dep->id, " -> n", node->id, " [style=dashed];\n");
@@ -135,8 +141,7 @@ std::string GraphToDot(const Graph& graph) {
   }
   for (size_t i = 0; i < graph.outputs().size(); ++i) {
     const Value* v = graph.outputs()[i];
-    absl::StrAppend(&out, "  out", i, " [shape=ellipse, style=bold, label=\"", DotEscape(v->name),
-                    "\\noutput\"];\n");
+    absl::StrAppend(&out, "  out", i, " [shape=ellipse, style=bold, label=\"", DotEscape(v->name), "\\noutput\"];\n");
     absl::StrAppend(&out, "  ", source(v), " -> out", i, " [label=\"", DotEscape(TypeString(*v)), "\"];\n");
   }
   out += "}\n";

@@ -12,9 +12,7 @@ int64_t NumElements(const Shape& shape) {
   return n;
 }
 
-std::string ShapeToString(const Shape& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
+std::string ShapeToString(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ","), "]"); }
 
 absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
   const size_t rank = std::max(a.size(), b.size());
@@ -23,8 +21,8 @@ absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("shapes ", ShapeToString(a), " and ",
-                                                     ShapeToString(b), " do not broadcast"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shapes ", ShapeToString(a), " and ", ShapeToString(b), " do not broadcast"));
     }
     out[i] = da == 1 ? db : da;
   }
@@ -41,8 +39,7 @@ std::vector<int64_t> RowMajorStrides(const Shape& shape) {
 
 absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank) {
   if (axis < -rank || axis >= std::max(rank, 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("axis ", axis, " is out of range for rank ", rank));
+    return absl::InvalidArgumentError(absl::StrCat("axis ", axis, " is out of range for rank ", rank));
   }
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }

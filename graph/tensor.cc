@@ -49,16 +49,26 @@ Tensor& Tensor::operator=(const Tensor& other) {
 
 double Tensor::GetAsDouble(int64_t i) const {
   switch (dtype_) {
-    case DType::kF32: return data<float>()[i];
-    case DType::kF64: return data<double>()[i];
-    case DType::kF16: return HalfToFloat(data<uint16_t>()[i]);
-    case DType::kBF16: return Bf16ToFloat(data<uint16_t>()[i]);
-    case DType::kI64: return static_cast<double>(data<int64_t>()[i]);
-    case DType::kI32: return data<int32_t>()[i];
-    case DType::kU8: return data<uint8_t>()[i];
-    case DType::kBool: return data<uint8_t>()[i] ? 1.0 : 0.0;
-    case DType::kF8E4M3: return F8E4M3ToFloat(data<uint8_t>()[i]);
-    case DType::kF8E5M2: return F8E5M2ToFloat(data<uint8_t>()[i]);
+    case DType::kF32:
+      return data<float>()[i];
+    case DType::kF64:
+      return data<double>()[i];
+    case DType::kF16:
+      return HalfToFloat(data<uint16_t>()[i]);
+    case DType::kBF16:
+      return Bf16ToFloat(data<uint16_t>()[i]);
+    case DType::kI64:
+      return static_cast<double>(data<int64_t>()[i]);
+    case DType::kI32:
+      return data<int32_t>()[i];
+    case DType::kU8:
+      return data<uint8_t>()[i];
+    case DType::kBool:
+      return data<uint8_t>()[i] ? 1.0 : 0.0;
+    case DType::kF8E4M3:
+      return F8E4M3ToFloat(data<uint8_t>()[i]);
+    case DType::kF8E5M2:
+      return F8E5M2ToFloat(data<uint8_t>()[i]);
   }
   return 0;
 }
@@ -69,16 +79,36 @@ Tensor Tensor::CastTo(DType dtype) const {
   for (int64_t i = 0; i < n; ++i) {
     const double v = GetAsDouble(i);
     switch (dtype) {
-      case DType::kF32: out.data<float>()[i] = static_cast<float>(v); break;
-      case DType::kF64: out.data<double>()[i] = v; break;
-      case DType::kF16: out.data<uint16_t>()[i] = FloatToHalf(DoubleToFloatRoundToOdd(v)); break;
-      case DType::kBF16: out.data<uint16_t>()[i] = FloatToBf16(DoubleToFloatRoundToOdd(v)); break;
-      case DType::kF8E4M3: out.data<uint8_t>()[i] = FloatToF8E4M3(DoubleToFloatRoundToOdd(v)); break;
-      case DType::kF8E5M2: out.data<uint8_t>()[i] = FloatToF8E5M2(DoubleToFloatRoundToOdd(v)); break;
-      case DType::kI64: out.data<int64_t>()[i] = static_cast<int64_t>(v); break;
-      case DType::kI32: out.data<int32_t>()[i] = static_cast<int32_t>(v); break;
-      case DType::kU8: out.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-      case DType::kBool: out.data<uint8_t>()[i] = v != 0.0; break;
+      case DType::kF32:
+        out.data<float>()[i] = static_cast<float>(v);
+        break;
+      case DType::kF64:
+        out.data<double>()[i] = v;
+        break;
+      case DType::kF16:
+        out.data<uint16_t>()[i] = FloatToHalf(DoubleToFloatRoundToOdd(v));
+        break;
+      case DType::kBF16:
+        out.data<uint16_t>()[i] = FloatToBf16(DoubleToFloatRoundToOdd(v));
+        break;
+      case DType::kF8E4M3:
+        out.data<uint8_t>()[i] = FloatToF8E4M3(DoubleToFloatRoundToOdd(v));
+        break;
+      case DType::kF8E5M2:
+        out.data<uint8_t>()[i] = FloatToF8E5M2(DoubleToFloatRoundToOdd(v));
+        break;
+      case DType::kI64:
+        out.data<int64_t>()[i] = static_cast<int64_t>(v);
+        break;
+      case DType::kI32:
+        out.data<int32_t>()[i] = static_cast<int32_t>(v);
+        break;
+      case DType::kU8:
+        out.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+        break;
+      case DType::kBool:
+        out.data<uint8_t>()[i] = v != 0.0;
+        break;
     }
   }
   return out;

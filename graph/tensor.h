@@ -42,8 +42,14 @@ class Tensor {
 
   void* raw() { return data_.get(); }
   const void* raw() const { return data_.get(); }
-  template <typename T> T* data() { return static_cast<T*>(raw()); }
-  template <typename T> const T* data() const { return static_cast<const T*>(raw()); }
+  template <typename T>
+  T* data() {
+    return static_cast<T*>(raw());
+  }
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(raw());
+  }
 
   // Element i as double, whatever the dtype (f16/bf16/f8 decoded); for tests and tools.
   double GetAsDouble(int64_t i) const;
@@ -57,7 +63,9 @@ class Tensor {
   Tensor PaddedTo(const Shape& shape) const;
 
  private:
-  struct FreeDeleter { void operator()(void* p) const; };
+  struct FreeDeleter {
+    void operator()(void* p) const;
+  };
   DType dtype_ = DType::kF32;
   Shape shape_;
   std::unique_ptr<void, FreeDeleter> data_;

@@ -30,18 +30,18 @@ absl::Status VerifyGraph(const Graph& graph) {
       }
       if (std::count(in->consumers.begin(), in->consumers.end(), n.get()) !=
           std::count(n->inputs.begin(), n->inputs.end(), in)) {
-        return absl::InternalError(absl::StrCat("value '", in->name, "': consumer list out of sync with node '",
-                                                n->name, "'"));
+        return absl::InternalError(
+            absl::StrCat("value '", in->name, "': consumer list out of sync with node '", n->name, "'"));
       }
       if (in->kind == ValueKind::kActivation && (!in->producer || !nodes.contains(in->producer))) {
-        return absl::InternalError(absl::StrCat("node '", n->name, "' reads '", in->name,
-                                                "', which no node in the graph produces"));
+        return absl::InternalError(
+            absl::StrCat("node '", n->name, "' reads '", in->name, "', which no node in the graph produces"));
       }
     }
     for (const Value* out : n->outputs) {
       if (out->producer != n.get()) {
-        return absl::InternalError(absl::StrCat("value '", out->name, "' does not point back to its producer '",
-                                                n->name, "'"));
+        return absl::InternalError(
+            absl::StrCat("value '", out->name, "' does not point back to its producer '", n->name, "'"));
       }
     }
     for (const Node* dep : n->control_deps) {
@@ -57,10 +57,10 @@ absl::Status VerifyGraph(const Graph& graph) {
     for (size_t i = 0; i < n->outputs.size() && i < types->size(); ++i) {
       const Value* out = n->outputs[i];
       if (out->dtype != (*types)[i].dtype || out->shape != (*types)[i].shape) {
-        return absl::InternalError(absl::StrCat(
-            "node '", n->name, "' (", n->op, ") output '", out->name, "' is recorded as ", DTypeName(out->dtype),
-            ShapeToString(out->shape), " but inference gives ", DTypeName((*types)[i].dtype),
-            ShapeToString((*types)[i].shape)));
+        return absl::InternalError(absl::StrCat("node '", n->name, "' (", n->op, ") output '", out->name,
+                                                "' is recorded as ", DTypeName(out->dtype), ShapeToString(out->shape),
+                                                " but inference gives ", DTypeName((*types)[i].dtype),
+                                                ShapeToString((*types)[i].shape)));
       }
     }
   }

@@ -20,22 +20,33 @@ inline const std::set<std::string>& DefaultAllow() {
 }
 
 inline const std::set<std::string>& DefaultDeny() {
-  static const std::set<std::string> ops = {
-      "Exp", "Log", "Pow", "Reciprocal", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "MeanSquaredError",
-      "ReduceSum", "ReduceMean", "LayerNormalization", "BatchNormalization", "Erf", "Sqrt"};
+  static const std::set<std::string> ops = {"Exp",
+                                            "Log",
+                                            "Pow",
+                                            "Reciprocal",
+                                            "Softmax",
+                                            "LogSoftmax",
+                                            "SoftmaxCrossEntropyLoss",
+                                            "MeanSquaredError",
+                                            "ReduceSum",
+                                            "ReduceMean",
+                                            "LayerNormalization",
+                                            "BatchNormalization",
+                                            "Erf",
+                                            "Sqrt"};
   return ops;
 }
 
 inline const std::set<std::string>& DefaultInfer() {
-  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Neg", "Sigmoid", "Tanh", "Gelu",
-                                            "AveragePool", "GlobalAveragePool", "Where"};
+  static const std::set<std::string> ops = {
+      "Add", "Sub", "Mul", "Div", "Neg", "Sigmoid", "Tanh", "Gelu", "AveragePool", "GlobalAveragePool", "Where"};
   return ops;
 }
 
 inline const std::set<std::string>& DefaultClear() {
-  static const std::set<std::string> ops = {"Reshape", "Flatten", "Transpose", "Identity", "Relu", "Dropout",
-                                            "Slice", "Concat", "Split", "Gather", "Squeeze", "Unsqueeze",
-                                            "Expand", "MaxPool", "GlobalMaxPool"};
+  static const std::set<std::string> ops = {"Reshape", "Flatten",   "Transpose", "Identity", "Relu",
+                                            "Dropout", "Slice",     "Concat",    "Split",    "Gather",
+                                            "Squeeze", "Unsqueeze", "Expand",    "MaxPool",  "GlobalMaxPool"};
   return ops;
 }
 
@@ -48,8 +59,8 @@ namespace mpc::autocast {
 inline bool IsConfigInput(const std::string& op, int index) {
   if (op == "Dropout") return index >= 1;  // ratio, training_mode
   if (op == "Slice") return index >= 1;    // starts, ends, axes, steps
-  if (op == "Reshape" || op == "Expand" || op == "Split" || op == "Squeeze" || op == "Unsqueeze" ||
-      op == "ReduceSum" || op == "ReduceMean") {
+  if (op == "Reshape" || op == "Expand" || op == "Split" || op == "Squeeze" || op == "Unsqueeze" || op == "ReduceSum" ||
+      op == "ReduceMean") {
     return index == 1;  // target shape, split sizes, axes
   }
   return false;

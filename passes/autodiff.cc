@@ -14,8 +14,8 @@ absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, co
                                                    Value** seed_out) {
   if (!loss) return absl::FailedPreconditionError("no loss value to differentiate");
   if (NumElements(loss->shape) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("the loss '", loss->name, "' must be a scalar, got ",
-                                                   ShapeToString(loss->shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the loss '", loss->name, "' must be a scalar, got ", ShapeToString(loss->shape)));
   }
   MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
 
@@ -30,8 +30,8 @@ absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, co
     }
   }
   if (!depends.contains(loss)) {
-    return absl::InvalidArgumentError(absl::StrCat("the loss '", loss->name,
-                                                   "' does not depend on any trainable parameter"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the loss '", loss->name, "' does not depend on any trainable parameter"));
   }
 
   GraphBuilder b(&graph, "grad/");
@@ -60,8 +60,8 @@ absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, co
     }
     auto dxs = def->grad(b, *n, dys);
     if (!dxs.ok()) {
-      return absl::Status(dxs.status().code(), absl::StrCat("gradient of node '", n->name, "' (", n->op, "): ",
-                                                            dxs.status().message()));
+      return absl::Status(dxs.status().code(),
+                          absl::StrCat("gradient of node '", n->name, "' (", n->op, "): ", dxs.status().message()));
     }
     MPC_RETURN_IF_ERROR(b.status());
     for (size_t j = 0; j < n->inputs.size() && j < dxs->size(); ++j) {
@@ -86,12 +86,13 @@ absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, co
   return result;
 }
 
-absl::StatusOr<bool> AutodiffPass::Run(Graph& graph, const PassContext& ctx) {
+absl::StatusOr<bool> AutodiffPass::Run(Graph& graph) {
+  if (!loss_->loss) return absl::FailedPreconditionError("no loss to differentiate; attach-loss must run first");
   std::vector<Value*> params = graph.ValuesOfKind(ValueKind::kParameter);
-  MPC_ASSIGN_OR_RETURN(std::vector<Value*> grads, BuildGradients(graph, ctx.info->loss, params, &ctx.info->loss_seed));
-  ctx.info->param_grads.clear();
+  MPC_ASSIGN_OR_RETURN(std::vector<Value*> grads, BuildGradients(graph, loss_->loss, params, &result_->loss_seed));
+  result_->param_grads.clear();
   for (size_t i = 0; i < params.size(); ++i) {
-    if (grads[i]) ctx.info->param_grads.emplace_back(params[i], grads[i]);
+    if (grads[i]) result_->param_grads.emplace_back(params[i], grads[i]);
   }
   return true;
 }

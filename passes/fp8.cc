@@ -1,4 +1,4 @@
-// The fp8 pass and the delayed-scaling update rule (see fp8.h).
+// The fp8 pass (see fp8.h).
 #include "passes/fp8.h"
 
 #include <algorithm>
@@ -15,28 +15,6 @@
 #include "graph/op_registry.h"
 
 namespace mpc {
-
-float UpdateFp8Meta(float* history, int64_t len, float* scale, float* scale_inv, const Fp8ScaleRecipe& r) {
-  float amax = history[0];
-  if (!r.most_recent) {
-    // NaN must win (std::max would drop it): it makes the amax non-finite, so the old
-    // scale is kept.
-    for (int64_t i = 1; i < len; ++i) {
-      if (std::isnan(history[i]) || history[i] > amax) amax = history[i];
-    }
-  }
-  if (std::isfinite(amax)) amax = std::max(amax, r.amax_floor);
-  if (std::isfinite(amax) && amax > 0) {
-    float s = (r.fp8_max / amax) / std::ldexp(1.0f, r.margin);
-    if (std::isinf(s)) s = std::numeric_limits<float>::max();
-    if (s > 0) *scale = s;
-  }
-  *scale_inv = 1.0f / *scale;
-  if (!std::isfinite(history[0])) history[0] = 0.0f;
-  std::rotate(history, history + 1, history + len);
-  history[0] = 0.0f;
-  return amax;
-}
 
 namespace {
 
@@ -55,18 +33,18 @@ struct Meta {
 // A backward GEMM and where its operands come from.
 struct Backward {
   Node* node;
-  int grad_index;     // the operand that is the incoming gradient dY
-  int other_index;    // the operand that is a forward operand (or its transpose)
-  int role;           // 0: the forward GEMM's input, 1: its weight
-  Node* transpose;    // non-null: the operand is Transpose(forward operand)
+  int grad_index;   // the operand that is the incoming gradient dY
+  int other_index;  // the operand that is a forward operand (or its transpose)
+  int role;         // 0: the forward GEMM's input, 1: its weight
+  Node* transpose;  // non-null: the operand is Transpose(forward operand)
 };
 
 const char* FormatName(float fp8_max) { return fp8_max == kF8E4M3Max ? "e4m3" : "e5m2"; }
 
 class Converter {
  public:
-  Converter(Graph& g, CompileInfo& info, const Fp8Spec& spec, bool training)
-      : g_(g), info_(info), spec_(spec), training_(training), b_(&g, "fp8/") {}
+  Converter(Graph& g, Fp8Result& result, const Fp8Options& options, bool training)
+      : g_(g), result_(result), options_(options), training_(training), b_(&g, "fp8/") {}
 
   Meta* MakeMeta(const std::string& name, float fp8_max) {
     auto meta = std::make_unique<Meta>();
@@ -75,10 +53,10 @@ class Converter {
     meta->scale = g_.AddState(name + ".fp8_scale", Tensor::Scalar(1.0f));
     meta->scale_inv = g_.AddState(name + ".fp8_scale_inv", Tensor::Scalar(1.0f));
     if (training_) {
-      meta->history = g_.AddState(name + ".fp8_amax_history", Tensor(DType::kF32, {spec_.amax_history_len()}));
+      meta->history = g_.AddState(name + ".fp8_amax_history", Tensor(DType::kF32, {options_.amax_history_len}));
       meta->last_amax = g_.AddState(name + ".fp8_last_amax", Tensor::Scalar(0.0f));
     }
-    info_.fp8_tensors.push_back(name);
+    result_.tensors.push_back(name);
     metas_.push_back(std::move(meta));
     return metas_.back().get();
   }
@@ -94,7 +72,8 @@ class Converter {
   }
 
   // Points the GEMM at f32 quantized operands; its product is cast back to the dtype the
-  // rest of the graph expects, and that cast takes over the product's name and uses.
+  // rest of the graph expects. The product's Value (its uses, its name, and whatever
+  // refers to it, a parameter gradient for one) moves behind that cast.
   absl::Status Convert(Node* n, Value* qa, Value* qb, const std::string& fa, const std::string& fb,
                        const std::string& forward) {
     Value* out = n->outputs[0];
@@ -111,31 +90,20 @@ class Converter {
       return absl::Status(types.status().code(),
                           absl::StrCat("node '", n->name, "' with FP8 operands: ", types.status().message()));
     }
-    out->dtype = (*types)[0].dtype;
-    info_.fp8_gemms.push_back({n->name, fa, fb, forward});
-    if (out->dtype == out_dtype) return absl::OkStatus();
+    result_.gemms.push_back({n->name, fa, fb, forward});
+    const DType product_dtype = (*types)[0].dtype;
+    if (product_dtype == out_dtype) return absl::OkStatus();
 
-    std::vector<std::pair<Node*, int>> uses;
-    for (Node* c : out->consumers) {
-      for (size_t i = 0; i < c->inputs.size(); ++i) {
-        if (c->inputs[i] == out && std::find(uses.begin(), uses.end(), std::make_pair(c, static_cast<int>(i))) == uses.end()) {
-          uses.emplace_back(c, static_cast<int>(i));
-        }
-      }
-    }
-    const std::string name = out->name;
-    MPC_RETURN_IF_ERROR(g_.RenameValue(out, g_.UniqueName(name + "/fp8_f32")));
-    Value* cast = b_.Cast(out, out_dtype);
+    // Cast(out) -> cast, then trade producers: `out` becomes the cast's output and the
+    // cast's fresh value the GEMM's f32 product, which the cast reads.
+    out->dtype = product_dtype;
+    Value* product = b_.Cast(out, out_dtype);
     MPC_RETURN_IF_ERROR(b_.status());
-    MPC_RETURN_IF_ERROR(g_.RenameValue(cast, name));
-    for (const auto& [c, i] : uses) g_.SetNodeInput(c, i, cast);
-    std::vector<Value*> outputs = g_.outputs();
-    std::replace(outputs.begin(), outputs.end(), out, cast);
-    g_.SetOutputs(outputs);
-    for (auto& pg : info_.param_grads) {
-      if (pg.second == out) pg.second = cast;
-    }
-    return absl::OkStatus();
+    Node* cast = product->producer;
+    g_.TradeProducers(out, product);
+    g_.SetNodeInput(cast, 0, product);
+    std::swap(out->dtype, product->dtype);
+    return g_.RenameValue(product, g_.UniqueName(out->name + "/fp8_f32"));
   }
 
   // One batched update, after every quantization of the step.
@@ -149,9 +117,9 @@ class Converter {
     }
     AttrMap attrs;
     attrs.Set("fp8_max", fp8_max);
-    attrs.Set("margin", static_cast<int64_t>(spec_.margin()));
-    attrs.Set("algo", std::string(spec_.amax_compute_algo() == Fp8Spec::MOST_RECENT ? "most_recent" : "max"));
-    attrs.Set("amax_floor", spec_.amax_floor());
+    attrs.Set("margin", static_cast<int64_t>(options_.margin));
+    attrs.Set("algo", std::string(options_.most_recent ? "most_recent" : "max"));
+    attrs.Set("amax_floor", options_.amax_floor);
     MPC_ASSIGN_OR_RETURN(Node * update, g_.AddNode("Fp8UpdateScales", std::move(inputs), std::move(attrs),
                                                    g_.UniqueName("fp8/update_scales")));
     update->control_deps = quantizers_;
@@ -162,8 +130,8 @@ class Converter {
 
  private:
   Graph& g_;
-  CompileInfo& info_;
-  const Fp8Spec& spec_;
+  Fp8Result& result_;
+  const Fp8Options& options_;
   bool training_;
   GraphBuilder b_;
   std::vector<std::unique_ptr<Meta>> metas_;
@@ -191,76 +159,50 @@ std::string ShapeReason(const Node* n) {
   return "";
 }
 
-}  // namespace
-
-absl::StatusOr<bool> Fp8Pass::Run(Graph& g, const PassContext& ctx) {
-  if (ctx.spec->precision().compute() != PrecisionSpec::FP8) return false;
-  const Fp8Spec& f = ctx.spec->fp8();
-  CompileInfo& info = *ctx.info;
-  if (f.margin() < 0 || f.margin() > 64) return absl::InvalidArgumentError("spec field fp8.margin: must be in [0, 64]");
-  if (f.amax_history_len() < 1) return absl::InvalidArgumentError("spec field fp8.amax_history_len: must be >= 1");
-  if (!(f.amax_floor() >= 0) || !std::isfinite(f.amax_floor())) {
+// The recipe's range checks, and its exclude patterns compiled.
+absl::StatusOr<std::vector<std::regex>> CheckRecipe(const Fp8Options& f) {
+  if (f.margin < 0 || f.margin > 64) return absl::InvalidArgumentError("spec field fp8.margin: must be in [0, 64]");
+  if (f.amax_history_len < 1) return absl::InvalidArgumentError("spec field fp8.amax_history_len: must be >= 1");
+  if (!(f.amax_floor >= 0) || !std::isfinite(f.amax_floor)) {
     return absl::InvalidArgumentError("spec field fp8.amax_floor: must be a finite number >= 0");
   }
   std::vector<std::regex> exclude;
-  for (int i = 0; i < f.exclude_size(); ++i) {
+  for (int i = 0; i < static_cast<int>(f.exclude.size()); ++i) {
     try {
-      exclude.emplace_back(f.exclude(i));
+      exclude.emplace_back(f.exclude[i]);
     } catch (const std::regex_error& e) {
       return absl::InvalidArgumentError(
-          absl::StrCat("spec field fp8.exclude[", i, "]: '", f.exclude(i), "' is not a valid regex: ", e.what()));
+          absl::StrCat("spec field fp8.exclude[", i, "]: '", f.exclude[i], "' is not a valid regex: ", e.what()));
     }
   }
-  for (const auto& n : g.nodes()) {
-    if (n->attrs.Has("mpc_fp8")) return false;  // already converted
-  }
-  info.fp8_gemms.clear();
-  info.fp8_skipped.clear();
-  info.fp8_tensors.clear();
-  info.fp8_fallback.clear();
+  return exclude;
+}
 
-  // The device: FP8 tensor cores, or kernels that emulate them (the CPU's).
-  const Capabilities* caps = ctx.capabilities;
-  const DType low = info.compute_dtype == DType::kF32 ? DType::kBF16 : info.compute_dtype;
-  if (caps && !caps->fp8 && !caps->HasKernel("Fp8Quantize", low)) {
-    const std::string why = absl::StrCat("device ", caps->device, " has no FP8 support (FP8 GEMMs need sm_89 or newer)");
-    if (!f.fallback_to_bf16()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(why, "; use --precision bf16, or set fp8 { fallback_to_bf16: true } in the spec"));
-    }
-    info.fp8_fallback = absl::StrCat(why, "; GEMMs left in bf16 (fp8.fallback_to_bf16)");
-    return false;
-  }
-
-  // Gradients: everything downstream of the loss seed (absent in evaluation programs).
-  const bool training = info.loss_seed != nullptr;
+// Every value downstream of the loss seed: the gradients (none without a seed).
+absl::flat_hash_set<const Value*> GradientValues(const Value* seed) {
   absl::flat_hash_set<const Value*> grad;
-  if (training) {
-    std::vector<const Value*> work{info.loss_seed};
-    grad.insert(info.loss_seed);
-    while (!work.empty()) {
-      const Value* v = work.back();
-      work.pop_back();
-      for (const Node* c : v->consumers) {
-        for (const Value* o : c->outputs) {
-          if (grad.insert(o).second) work.push_back(o);
-        }
+  if (!seed) return grad;
+  std::vector<const Value*> work{seed};
+  grad.insert(seed);
+  while (!work.empty()) {
+    const Value* v = work.back();
+    work.pop_back();
+    for (const Node* c : v->consumers) {
+      for (const Value* o : c->outputs) {
+        if (grad.insert(o).second) work.push_back(o);
       }
     }
   }
-  MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
-  std::vector<Node*> forward, backward;
-  for (Node* n : order) {
-    if (!IsGemm(n)) continue;
-    const bool g0 = grad.contains(n->inputs[0]), g1 = grad.contains(n->inputs[1]);
-    if (!g0 && !g1) forward.push_back(n);
-    if (g0 != g1) backward.push_back(n);
-  }
+  return grad;
+}
 
-  // Pair each backward GEMM with its forward GEMM: its non-gradient operand is one of the
-  // forward operands (or their transpose, for MatMul), and its gradient operand has the
-  // forward output's shape. Where a value feeds several forward GEMMs (shared inputs),
-  // the one whose other backward GEMM takes the same dY wins.
+// Pairs each backward GEMM (one gradient operand, one not) with its forward GEMM: its
+// non-gradient operand is one of the forward operands (or their transpose, for MatMul),
+// and its gradient operand has the forward output's shape. Where a value feeds several
+// forward GEMMs (shared inputs), the one whose other backward GEMM takes the same dY wins.
+absl::flat_hash_map<const Node*, std::vector<Backward>> PairBackwardGemms(
+    const std::vector<Node*>& forward, const std::vector<Node*>& backward,
+    const absl::flat_hash_set<const Value*>& grad) {
   absl::flat_hash_map<const Value*, std::vector<std::pair<Node*, int>>> operand_of;
   for (Node* n : forward) {
     operand_of[n->inputs[0]].emplace_back(n, 0);
@@ -298,8 +240,8 @@ absl::StatusOr<bool> Fp8Pass::Run(Graph& g, const PassContext& ctx) {
         for (const Node* user : dy->consumers) {
           if (user == bn || !IsGemm(user)) continue;
           for (const Value* in : user->inputs) {
-            shares = shares || in == other || (in && in->producer && in->producer->op == "Transpose" &&
-                                               in->producer->inputs[0] == other);
+            shares = shares || in == other ||
+                     (in && in->producer && in->producer->op == "Transpose" && in->producer->inputs[0] == other);
           }
         }
         if (shares) {
@@ -310,53 +252,109 @@ absl::StatusOr<bool> Fp8Pass::Run(Graph& g, const PassContext& ctx) {
     }
     backward_of[pick.first].push_back({bn, gi, oi, pick.second, transpose});
   }
+  return backward_of;
+}
 
-  // Decide, then convert.
-  Converter conv(g, info, f, training);
-  const float grad_max = f.format() == Fp8Spec::E4M3 ? kF8E4M3Max : kF8E5M2Max;
+// Why forward GEMM number `i` of `count` stays out of FP8 ("" when it goes in).
+std::string SkipReason(const Node* n, size_t i, size_t count, const Fp8Options& f,
+                       const std::vector<std::regex>& exclude) {
+  std::string reason = ShapeReason(n);
+  for (int e = 0; reason.empty() && e < static_cast<int>(exclude.size()); ++e) {
+    if (std::regex_match(n->name, exclude[e])) reason = absl::StrCat("excluded by fp8.exclude '", f.exclude[e], "'");
+  }
+  if (reason.empty() && !f.include_first_last) {
+    if (i == 0)
+      reason = "first GEMM of the model (fp8.include_first_last is off)";
+    else if (i + 1 == count)
+      reason = "last GEMM of the model (fp8.include_first_last is off)";
+  }
+  return reason;
+}
+
+// Converts one forward GEMM and the backward GEMMs paired with it: E4M3 input and
+// weight (reused, transposed where needed, by the backward GEMMs), one quantization of
+// each incoming gradient dY shared by dX and dW.
+absl::Status ConvertGemmFamily(Converter& conv, Node* n, const std::vector<Backward>& backward, float grad_max) {
+  const Meta* metas[2] = {conv.MakeMeta(n->name + "/input", kF8E4M3Max),
+                          conv.MakeMeta(n->name + "/weight", kF8E4M3Max)};
+  Value* q[2] = {conv.Quantize(n->inputs[0], *metas[0]), conv.Quantize(n->inputs[1], *metas[1])};
+  MPC_RETURN_IF_ERROR(conv.builder().status());
+  MPC_RETURN_IF_ERROR(conv.Convert(n, q[0], q[1], "e4m3", "e4m3", n->name));
+
+  const Meta* grad_meta = nullptr;
+  absl::flat_hash_map<const Value*, Value*> q_grad;  // dY -> its quantized value (shared by dX and dW)
+  for (const Backward& bw : backward) {
+    Value* dy = bw.node->inputs[bw.grad_index];
+    if (!grad_meta) grad_meta = conv.MakeMeta(n->name + "/grad_output", grad_max);
+    Value*& qdy = q_grad[dy];
+    if (!qdy) qdy = conv.Quantize(dy, *grad_meta);
+    // The forward quantized operand, reused; a transpose of it is exact (one scale).
+    Value* qx = q[bw.role];
+    if (bw.transpose) qx = conv.builder().Op("Transpose", {qx}, bw.transpose->attrs);
+    MPC_RETURN_IF_ERROR(conv.builder().status());
+    Value* ops[2];
+    ops[bw.grad_index] = qdy;
+    ops[bw.other_index] = qx;
+    const std::string fmt[2] = {bw.grad_index == 0 ? FormatName(grad_max) : "e4m3",
+                                bw.grad_index == 1 ? FormatName(grad_max) : "e4m3"};
+    MPC_RETURN_IF_ERROR(conv.Convert(bw.node, ops[0], ops[1], fmt[0], fmt[1], n->name));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<bool> Fp8Pass::Run(Graph& g) {
+  const Fp8Options& f = options_;
+  if (!f.enabled) return false;
+  MPC_ASSIGN_OR_RETURN(std::vector<std::regex> exclude, CheckRecipe(f));
+  for (const auto& n : g.nodes()) {
+    if (n->attrs.Has("mpc_fp8")) return false;  // already converted
+  }
+  Fp8Result& result = *result_;
+  result = Fp8Result{};
+
+  // The device: FP8 tensor cores, or kernels that emulate them (the CPU's).
+  const DType low = autocast_->compute_dtype == DType::kF32 ? DType::kBF16 : autocast_->compute_dtype;
+  if (!caps_.fp8 && !caps_.HasKernel("Fp8Quantize", low)) {
+    const std::string why =
+        absl::StrCat("device ", caps_.device, " has no FP8 support (FP8 GEMMs need sm_89 or newer)");
+    if (!f.fallback_to_bf16) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(why, "; use --precision bf16, or set fp8 { fallback_to_bf16: true } in the spec"));
+    }
+    result.fallback = absl::StrCat(why, "; GEMMs left in bf16 (fp8.fallback_to_bf16)");
+    return false;
+  }
+
+  // Forward GEMMs read no gradient; backward GEMMs read one gradient and one forward value.
+  const bool training = autodiff_ != nullptr && autodiff_->loss_seed != nullptr;
+  const absl::flat_hash_set<const Value*> grad = GradientValues(training ? autodiff_->loss_seed : nullptr);
+  MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
+  std::vector<Node*> forward, backward;
+  for (Node* n : order) {
+    if (!IsGemm(n)) continue;
+    const bool g0 = grad.contains(n->inputs[0]), g1 = grad.contains(n->inputs[1]);
+    if (!g0 && !g1) forward.push_back(n);
+    if (g0 != g1) backward.push_back(n);
+  }
+  absl::flat_hash_map<const Node*, std::vector<Backward>> backward_of = PairBackwardGemms(forward, backward, grad);
+
+  Converter conv(g, result, f, training);
+  const float grad_max = f.e4m3_gradients ? kF8E4M3Max : kF8E5M2Max;
   for (size_t i = 0; i < forward.size(); ++i) {
     Node* n = forward[i];
-    std::string reason = ShapeReason(n);
-    for (int e = 0; reason.empty() && e < static_cast<int>(exclude.size()); ++e) {
-      if (std::regex_match(n->name, exclude[e])) reason = absl::StrCat("excluded by fp8.exclude '", f.exclude(e), "'");
-    }
-    if (reason.empty() && !f.include_first_last()) {
-      if (i == 0) reason = "first GEMM of the model (fp8.include_first_last is off)";
-      else if (i + 1 == forward.size()) reason = "last GEMM of the model (fp8.include_first_last is off)";
-    }
+    const std::string reason = SkipReason(n, i, forward.size(), f, exclude);
     if (!reason.empty()) {
-      info.fp8_skipped.emplace_back(n->name, reason);
+      result.skipped.emplace_back(n->name, reason);
       continue;
     }
-    const Meta* metas[2] = {conv.MakeMeta(n->name + "/input", kF8E4M3Max),
-                            conv.MakeMeta(n->name + "/weight", kF8E4M3Max)};
-    Value* q[2] = {conv.Quantize(n->inputs[0], *metas[0]), conv.Quantize(n->inputs[1], *metas[1])};
-    MPC_RETURN_IF_ERROR(conv.builder().status());
-    MPC_RETURN_IF_ERROR(conv.Convert(n, q[0], q[1], "e4m3", "e4m3", n->name));
-
-    const Meta* grad_meta = nullptr;
-    absl::flat_hash_map<const Value*, Value*> q_grad;  // dY -> its quantized value (shared by dX and dW)
-    for (const Backward& bw : backward_of[n]) {
-      Value* dy = bw.node->inputs[bw.grad_index];
-      if (!grad_meta) grad_meta = conv.MakeMeta(n->name + "/grad_output", grad_max);
-      Value*& qdy = q_grad[dy];
-      if (!qdy) qdy = conv.Quantize(dy, *grad_meta);
-      // The forward quantized operand, reused; a transpose of it is exact (one scale).
-      Value* qx = q[bw.role];
-      if (bw.transpose) qx = conv.builder().Op("Transpose", {qx}, bw.transpose->attrs);
-      MPC_RETURN_IF_ERROR(conv.builder().status());
-      Value* ops[2];
-      ops[bw.grad_index] = qdy;
-      ops[bw.other_index] = qx;
-      const std::string fmt[2] = {bw.grad_index == 0 ? FormatName(grad_max) : "e4m3",
-                                  bw.grad_index == 1 ? FormatName(grad_max) : "e4m3"};
-      MPC_RETURN_IF_ERROR(conv.Convert(bw.node, ops[0], ops[1], fmt[0], fmt[1], n->name));
-    }
+    MPC_RETURN_IF_ERROR(ConvertGemmFamily(conv, n, backward_of[n], grad_max));
   }
   MPC_RETURN_IF_ERROR(conv.AddUpdate());
   MPC_RETURN_IF_ERROR(conv.builder().status());
-  if (!info.fp8_gemms.empty()) g.RemoveDeadValues();
-  return !info.fp8_gemms.empty();
+  if (!result.gemms.empty()) g.RemoveDeadValues();
+  return !result.gemms.empty();
 }
 
 }  // namespace mpc

@@ -31,7 +31,7 @@
 //
 // Delayed scaling: a step quantizes with the scale computed at the end of the previous
 // step. Quantizing folds max|x| into history slot 0. After every quantization of the
-// step one Fp8UpdateScales node updates all tensors (see UpdateFp8Meta). Steps that loss
+// step one Fp8UpdateScales node updates all tensors (graph/float8_scaling.h). Steps that loss
 // scaling skips update the meta anyway, as Transformer Engine does: the forward amaxes
 // are real, and a non-finite gradient amax keeps the old scale by construction.
 //
@@ -40,39 +40,42 @@
 // The CPU backend emulates FP8 exactly.
 #pragma once
 
-#include <cstdint>
+#include <string>
+#include <vector>
 
+#include "graph/capabilities.h"
+#include "passes/compile_results.h"
 #include "passes/pass.h"
 
 namespace mpc {
 
+struct Fp8Options {
+  bool enabled = false;         // precision.compute is FP8
+  bool e4m3_gradients = false;  // format E4M3 (E4M3 everywhere) instead of HYBRID (E5M2 dY)
+  int margin = 0;               // scale = (fp8_max / amax) / 2^margin
+  int amax_history_len = 1024;
+  bool most_recent = false;  // amax_compute_algo MOST_RECENT instead of MAX
+  float amax_floor = 0;
+  std::vector<std::string> exclude;  // node-name regexes (whole match) kept out of FP8
+  bool include_first_last = false;
+  bool fallback_to_bf16 = false;
+};
+
 class Fp8Pass : public Pass {
  public:
+  // `autodiff` is null in an evaluation program (no backward GEMMs, no amax recording).
+  Fp8Pass(Fp8Options options, const Capabilities& caps, const AutocastResult* autocast, const AutodiffResult* autodiff,
+          Fp8Result* result)
+      : options_(std::move(options)), caps_(caps), autocast_(autocast), autodiff_(autodiff), result_(result) {}
   std::string_view name() const override { return "fp8"; }
-  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
-};
+  absl::StatusOr<bool> Run(Graph& graph) override;
 
-// The recipe fields the scale update needs for one tensor.
-struct Fp8ScaleRecipe {
-  float fp8_max = 448.0f;    // largest finite value of the tensor's format
-  int margin = 0;
-  bool most_recent = false;  // MOST_RECENT (history[0]) instead of MAX over the window
-  float amax_floor = 0.0f;
+ private:
+  Fp8Options options_;
+  const Capabilities& caps_;
+  const AutocastResult* autocast_;
+  const AutodiffResult* autodiff_;
+  Fp8Result* result_;
 };
-
-// One delayed-scaling update (the CPU kernel of Fp8UpdateScales; here so tests can use
-// it on hand-made histories). `history[0]` holds this step's amax, history[1..len-1]
-// the previous len-1 steps' (any order: only MAX and slot 0 are read).
-//   amax = MAX: the largest entry (NaN if any is NaN); MOST_RECENT: history[0].
-//   amax = max(amax, amax_floor) when finite.
-//   if amax is finite and > 0: scale = (fp8_max / amax) / 2^margin, computed in f32 like
-//   Transformer Engine (inf, from a tiny amax, becomes FLT_MAX; a result that is not
-//   positive keeps the old scale); otherwise the old scale stays. scale_inv = 1 / scale.
-// Then the history rolls like TE's roll(-1): slot i takes slot i+1, this step's amax
-// moves to the last slot, slot 0 (the oldest entry, now dropped) is zeroed for the next
-// step's amax. So MAX always covers exactly the last len steps. A non-finite amax of
-// this step is zeroed before it rolls in: it kept the old scale once, and would
-// otherwise freeze the scale for len steps. Returns the amax used.
-float UpdateFp8Meta(float* history, int64_t len, float* scale, float* scale_inv, const Fp8ScaleRecipe& recipe);
 
 }  // namespace mpc

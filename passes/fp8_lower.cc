@@ -164,24 +164,9 @@ std::string TensorName(const Node* quantize) {
   return s;
 }
 
-// Points every CompileInfo reference to `from` at `to`.
-void Remap(CompileInfo& info, Value* from, Value* to) {
-  for (auto& pg : info.param_grads) {
-    if (pg.second == from) pg.second = to;
-  }
-  for (Value** v :
-       {&info.loss, &info.learning_rate, &info.loss_seed, &info.loss_scale, &info.found_nonfinite, &info.grad_norm}) {
-    if (*v == from) *v = to;
-  }
-}
-
-}  // namespace
-
-absl::StatusOr<bool> LowerFp8Gemms(Graph& g, CompileInfo& info, const Capabilities* caps,
-                                   std::vector<Fp8LowerDecision>* decisions) {
-  decisions->clear();
-  info.fp8_lowered.clear();
-  info.fp8_emulated.clear();
+// The lowering itself, once the device has FP8 tensor cores.
+absl::StatusOr<bool> LowerFp8Gemms(Graph& g, const Capabilities& caps, Fp8LowerResult& result) {
+  std::vector<Fp8LowerDecision>* decisions = &result.decisions;
   MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
   std::vector<Plan> plans, dead;
   absl::flat_hash_set<const Node*> lowered;  // plans and dead GEMMs: the uses that go away
@@ -197,13 +182,13 @@ absl::StatusOr<bool> LowerFp8Gemms(Graph& g, CompileInfo& info, const Capabiliti
       lowered.insert(n);
       continue;
     }
-    const std::string reason = Analyze(g, n, caps, &plan);
+    const std::string reason = Analyze(g, n, &caps, &plan);
     decisions->push_back({n->name, reason.empty(), reason});
     if (!reason.empty()) {
-      info.fp8_emulated.emplace_back(n->name, reason);
+      result.emulated.emplace_back(n->name, reason);
       continue;
     }
-    info.fp8_lowered.push_back(n->name);
+    result.lowered.push_back(n->name);
     plans.push_back(plan);
     lowered.insert(n);
   }
@@ -273,14 +258,12 @@ absl::StatusOr<bool> LowerFp8Gemms(Graph& g, CompileInfo& info, const Capabiliti
                                               ShapeToString(y->shape), " but replaces ", DTypeName(p.result->dtype),
                                               ShapeToString(p.result->shape)));
     }
-    g.ReplaceAllUsesWith(p.result, y);
-    Remap(info, p.result, y);
+    // The product's Value (its uses, name and every reference to it) moves behind the
+    // Fp8Gemm; the Fp8Gemm's fresh value goes with the emulation, which is removed.
+    g.TradeProducers(p.result, y);
     if (p.out_cast) MPC_RETURN_IF_ERROR(g.RemoveNode(p.out_cast));
     MPC_RETURN_IF_ERROR(g.RemoveNode(n));
     if (p.bias_cast) maybe_dead.insert(p.bias_cast);
-    // The Fp8Gemm takes over the product's name (the old value is dead now).
-    MPC_RETURN_IF_ERROR(g.RenameValue(p.result, g.UniqueName(result_name + "/emulated")));
-    MPC_RETURN_IF_ERROR(g.RenameValue(y, result_name));
   }
 
   for (const Plan& p : dead) {
@@ -323,12 +306,14 @@ absl::StatusOr<bool> LowerFp8Gemms(Graph& g, CompileInfo& info, const Capabiliti
   return true;
 }
 
-absl::StatusOr<bool> Fp8LowerPass::Run(Graph& g, const PassContext& ctx) {
-  decisions_.clear();
-  if (ctx.spec->precision().compute() != PrecisionSpec::FP8) return false;
+}  // namespace
+
+absl::StatusOr<bool> Fp8LowerPass::Run(Graph& g) {
+  *result_ = Fp8LowerResult{};
+  if (!enabled_) return false;
   // Without FP8 tensor cores the emulation is what runs (the CPU's exact reference).
-  if (!ctx.capabilities || !ctx.capabilities->fp8) return false;
-  return LowerFp8Gemms(g, *ctx.info, ctx.capabilities, &decisions_);
+  if (!caps_.fp8) return false;
+  return LowerFp8Gemms(g, caps_, *result_);
 }
 
 }  // namespace mpc

@@ -27,7 +27,7 @@
 // every reader of an updated tensor (Fp8Cast: scale, history; Fp8Gemm: scale_inv) is
 // made a control dependency of the update.
 //
-// Left emulated (and listed with the reason in decisions()): GEMMs whose operands do not
+// Left emulated (and listed with the reason in Fp8LowerResult): GEMMs whose operands do not
 // come from Fp8Quantize (or a 2-D Transpose of one), batched (non-2-D) MatMuls, a Gemm
 // with alpha != 1 or a C that is not a bias row added with beta = 1, dimensions M, N, K
 // that are not multiples of 16 (cuBLASLt's FP8 rule; pad-dims pads K and N, but M of a
@@ -38,32 +38,28 @@
 #include <string>
 #include <vector>
 
+#include "graph/capabilities.h"
+#include "passes/compile_results.h"
 #include "passes/pass.h"
 
 namespace mpc {
 
-struct Fp8LowerDecision {
-  std::string node;  // the GEMM (mpc_fp8 = 1) by name
-  bool lowered = false;
-  std::string reason;  // why it stayed emulated ("" when lowered)
-};
+using Fp8LowerDecision = Fp8LowerResult::Decision;
 
 class Fp8LowerPass : public Pass {
  public:
+  // `enabled`: the program is FP8 (precision.compute FP8). The pass lowers only where
+  // `caps` has FP8 tensor cores; a GEMM whose Fp8Cast/Fp8Gemm kernel `caps` lacks stays
+  // emulated.
+  Fp8LowerPass(bool enabled, const Capabilities& caps, Fp8LowerResult* result)
+      : enabled_(enabled), caps_(caps), result_(result) {}
   std::string_view name() const override { return "fp8-lower"; }
-  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
-
-  // One entry per FP8 GEMM the last Run saw, in topological order.
-  const std::vector<Fp8LowerDecision>& decisions() const { return decisions_; }
+  absl::StatusOr<bool> Run(Graph& graph) override;
 
  private:
-  std::vector<Fp8LowerDecision> decisions_;
+  bool enabled_;
+  const Capabilities& caps_;
+  Fp8LowerResult* result_;
 };
-
-// The lowering itself, without the capability check (Fp8LowerPass::Run's work once it
-// decided the device has FP8). GEMMs whose Fp8Cast/Fp8Gemm kernels `caps` lacks stay
-// emulated; a null `caps` assumes every kernel is there.
-absl::StatusOr<bool> LowerFp8Gemms(Graph& graph, CompileInfo& info, const Capabilities* caps,
-                                   std::vector<Fp8LowerDecision>* decisions);
 
 }  // namespace mpc

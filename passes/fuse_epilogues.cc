@@ -5,7 +5,7 @@
 
 namespace mpc {
 
-absl::StatusOr<bool> FuseEpiloguesPass::Run(Graph& graph, const PassContext&) {
+absl::StatusOr<bool> FuseEpiloguesPass::Run(Graph& graph) {
   std::vector<Node*> fused_relus;
   for (const auto& node : graph.nodes()) {
     Node* gemm = node.get();

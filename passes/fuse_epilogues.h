@@ -12,7 +12,7 @@ namespace mpc {
 class FuseEpiloguesPass : public Pass {
  public:
   std::string_view name() const override { return "fuse-epilogues"; }
-  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
+  absl::StatusOr<bool> Run(Graph& graph) override;
 };
 
 }  // namespace mpc

@@ -90,7 +90,7 @@ absl::Status FuseGroup(Graph& graph, const std::vector<Member>& members) {
 
 }  // namespace
 
-absl::StatusOr<bool> FuseUpdatesPass::Run(Graph& graph, const PassContext&) {
+absl::StatusOr<bool> FuseUpdatesPass::Run(Graph& graph) {
   std::vector<std::string> keys;  // first-appearance order: parameters stay in graph order
   std::map<std::string, std::vector<Member>> groups;
   for (const auto& n : graph.nodes()) {

@@ -14,7 +14,7 @@ namespace mpc {
 class FuseUpdatesPass : public Pass {
  public:
   std::string_view name() const override { return "fuse-updates"; }
-  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
+  absl::StatusOr<bool> Run(Graph& graph) override;
 };
 
 }  // namespace mpc

@@ -6,23 +6,54 @@
 // gates every update on the flag; and (dynamic mode) UpdateLossScale backs off on
 // overflow and grows after growth_interval clean steps. Scale and growth tracker are
 // persistent state, so they live on the training device and go into checkpoints.
-// Modes: AUTO (dynamic for fp16, off otherwise), OFF, STATIC, DYNAMIC.
+// Modes: AUTO (dynamic for fp16, off otherwise), OFF, STATIC, DYNAMIC. The gradients the
+// optimizer applies land in LossScalingResult::param_grads.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "passes/compile_results.h"
 #include "passes/pass.h"
 
 namespace mpc {
 
-class LossScalingPass : public Pass {
- public:
-  std::string_view name() const override { return "loss-scaling"; }
-  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
+struct LossScalingOptions {
+  // AUTO: dynamic when autocast painted f16, off otherwise.
+  enum class Mode { kAuto, kOff, kStatic, kDynamic };
+  Mode mode = Mode::kAuto;
+  float static_scale = 1024;
+  float init_scale = 65536;  // the dynamic mode's first scale
+  float growth_factor = 2;
+  float backoff_factor = 0.5;
+  int growth_interval = 2000;
+  float min_scale = 0;       // 0: no minimum
+  float max_scale = 0;       // 0: the largest finite f32
+  float clip_grad_norm = 0;  // global-norm clipping of the unscaled gradients; 0: off
+  // Test hook (spec debug.inject_nonfinite): a non-finite value ("inf" | "nan") in one
+  // parameter's gradient at one (0-based) step.
+  struct Fault {
+    int64_t step = 0;
+    std::string parameter;
+    std::string value = "inf";
+  };
+  std::vector<Fault> inject_nonfinite;
 };
 
-// The mode after resolving AUTO against the compute dtype.
-LossScalingSpec::Mode EffectiveLossScalingMode(const LossScalingSpec& spec, DType compute_dtype);
+class LossScalingPass : public Pass {
+ public:
+  LossScalingPass(LossScalingOptions options, const AutocastResult* autocast, const AutodiffResult* autodiff,
+                  LossScalingResult* result)
+      : options_(std::move(options)), autocast_(autocast), autodiff_(autodiff), result_(result) {}
+  std::string_view name() const override { return "loss-scaling"; }
+  absl::StatusOr<bool> Run(Graph& graph) override;
 
-// "off" | "dynamic" | "static:S" -> fields of `spec`; error otherwise.
-absl::Status ParseLossScalingFlag(const std::string& flag, LossScalingSpec* spec);
+ private:
+  LossScalingOptions options_;
+  const AutocastResult* autocast_;
+  const AutodiffResult* autodiff_;
+  LossScalingResult* result_;
+};
 
 }  // namespace mpc

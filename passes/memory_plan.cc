@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "base/status_macros.h"
+#include "graph/capabilities.h"
 
 namespace mpc {
 namespace {
@@ -76,9 +77,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node
   return plan;
 }
 
-absl::StatusOr<bool> MemoryPlanPass::Run(Graph& graph, const PassContext& ctx) {
-  MPC_ASSIGN_OR_RETURN(ctx.info->order, graph.TopologicalOrder());
-  MPC_ASSIGN_OR_RETURN(ctx.info->plan, PlanMemory(graph, ctx.info->order));
+absl::StatusOr<bool> MemoryPlanPass::Run(Graph& graph) {
+  MPC_ASSIGN_OR_RETURN(result_->order, graph.TopologicalOrder());
+  MPC_ASSIGN_OR_RETURN(result_->plan, PlanMemory(graph, result_->order));
   return false;  // annotates; the graph itself is unchanged
 }
 

@@ -5,17 +5,20 @@
 // offline static allocation. The planned peak is known before anything runs.
 #pragma once
 
+#include "passes/compile_results.h"
 #include "passes/pass.h"
 
 namespace mpc {
 
 class MemoryPlanPass : public Pass {
  public:
+  explicit MemoryPlanPass(MemoryPlanResult* result) : result_(result) {}
   std::string_view name() const override { return "memory-plan"; }
-  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
-};
+  absl::StatusOr<bool> Run(Graph& graph) override;
 
-constexpr int64_t kArenaAlignment = 64;
+ private:
+  MemoryPlanResult* result_;
+};
 
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node*>& order);
 

@@ -27,8 +27,7 @@ absl::Status FuseLowPrecisionCopy(Graph& graph, Value* param, Node* update) {
   graph.ReplaceAllUsesWith(cast_out, copy);
   MPC_RETURN_IF_ERROR(graph.RemoveNode(cast));
   const bool gated = update->attrs.GetInt("gated", 0) != 0;
-  update->inputs.insert(update->inputs.end() - (gated ? 1 : 0), copy);
-  copy->consumers.push_back(update);
+  graph.InsertNodeInput(update, static_cast<int>(update->inputs.size()) - (gated ? 1 : 0), copy);
   update->attrs.Set("lowp_copy", int64_t{1});
   // The update rewrites the copy: every other reader goes first.
   for (Node* reader : copy->consumers) {
@@ -39,48 +38,40 @@ absl::Status FuseLowPrecisionCopy(Graph& graph, Value* param, Node* update) {
 
 }  // namespace
 
-absl::StatusOr<bool> OptimizerPass::Run(Graph& graph, const PassContext& ctx) {
-  const OptimizerSpec& opt = ctx.spec->optimizer();
-  CompileInfo& info = *ctx.info;
-  if (info.param_grads.empty()) {
+absl::StatusOr<bool> OptimizerPass::Run(Graph& graph) {
+  const OptimizerOptions& opt = options_;
+  const ParamGrads& param_grads =
+      loss_scaling_->param_grads.empty() ? autodiff_->param_grads : loss_scaling_->param_grads;
+  Value* found_nonfinite = loss_scaling_->found_nonfinite;
+  if (param_grads.empty()) {
     return absl::FailedPreconditionError("no parameter gradients; the autodiff pass must run first");
   }
-  info.learning_rate = graph.AddInput("lr", DType::kF32, {});
-  for (auto& [param, grad] : info.param_grads) {
+  Value* lr = result_->learning_rate = graph.AddInput("lr", DType::kF32, {});
+  for (auto& [param, grad] : param_grads) {
     const Tensor zeros(DType::kF32, param->shape);
-    Node* update = nullptr;
-    if (opt.has_adamw()) {
-      const AdamWSpec& a = opt.adamw();
-      AttrMap attrs;
-      attrs.Set("beta1", a.beta1());
-      attrs.Set("beta2", a.beta2());
-      attrs.Set("eps", a.eps());
-      attrs.Set("weight_decay", a.weight_decay());
-      Value* m = graph.AddState(param->name + ".adam_m", zeros);
-      Value* v = graph.AddState(param->name + ".adam_v", zeros);
-      Value* step = graph.AddState(param->name + ".adam_step", Tensor::Scalar(0.0f));
-      std::vector<Value*> inputs{param, grad, info.learning_rate, m, v, step};
-      if (info.found_nonfinite) {
-        attrs.Set("gated", int64_t{1});
-        inputs.push_back(info.found_nonfinite);
-      }
-      MPC_ASSIGN_OR_RETURN(update, graph.AddNode("AdamWUpdate", std::move(inputs), std::move(attrs),
-                                                 graph.UniqueName("update/" + param->name)));
+    AttrMap attrs;
+    std::vector<Value*> inputs{param, grad, lr};
+    if (opt.kind == OptimizerOptions::Kind::kAdamW) {
+      attrs.Set("beta1", opt.beta1);
+      attrs.Set("beta2", opt.beta2);
+      attrs.Set("eps", opt.eps);
+      attrs.Set("weight_decay", opt.weight_decay);
+      inputs.push_back(graph.AddState(param->name + ".adam_m", zeros));
+      inputs.push_back(graph.AddState(param->name + ".adam_v", zeros));
+      inputs.push_back(graph.AddState(param->name + ".adam_step", Tensor::Scalar(0.0f)));
     } else {
-      const SgdSpec& s = opt.sgd();  // the default optimizer when none is set
-      AttrMap attrs;
-      attrs.Set("momentum", s.momentum());
-      attrs.Set("nesterov", static_cast<int64_t>(s.nesterov()));
-      attrs.Set("weight_decay", s.weight_decay());
-      std::vector<Value*> inputs{param, grad, info.learning_rate};
-      if (s.momentum() != 0.0f) inputs.push_back(graph.AddState(param->name + ".momentum", zeros));
-      if (info.found_nonfinite) {
-        attrs.Set("gated", int64_t{1});
-        inputs.push_back(info.found_nonfinite);
-      }
-      MPC_ASSIGN_OR_RETURN(update, graph.AddNode("SgdUpdate", std::move(inputs), std::move(attrs),
-                                                 graph.UniqueName("update/" + param->name)));
+      attrs.Set("momentum", opt.momentum);
+      attrs.Set("nesterov", static_cast<int64_t>(opt.nesterov));
+      attrs.Set("weight_decay", opt.weight_decay);
+      if (opt.momentum != 0.0f) inputs.push_back(graph.AddState(param->name + ".momentum", zeros));
     }
+    if (found_nonfinite) {
+      attrs.Set("gated", int64_t{1});
+      inputs.push_back(found_nonfinite);
+    }
+    const char* op = opt.kind == OptimizerOptions::Kind::kAdamW ? "AdamWUpdate" : "SgdUpdate";
+    MPC_ASSIGN_OR_RETURN(Node * update, graph.AddNode(op, std::move(inputs), std::move(attrs),
+                                                      graph.UniqueName("update/" + param->name)));
     MPC_RETURN_IF_ERROR(FuseLowPrecisionCopy(graph, param, update));
     // Optimizer state of a padded parameter is padded alike and unpadded in checkpoints.
     for (Value* in : update->inputs) {

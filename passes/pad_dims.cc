@@ -36,7 +36,7 @@ ParamRef AsPaddableParam(Value* v, const Node* user) {
 
 class Padder {
  public:
-  Padder(Graph& g, CompileInfo& info) : g_(g), info_(info), b_(&g, "pad/") {}
+  Padder(Graph& g, PadDimsResult& result) : g_(g), result_(result), b_(&g, "pad/") {}
 
   // Pads `axis` of a parameter (and its Cast output) to `to` with zeros.
   absl::Status PadParam(const ParamRef& ref, int axis, int64_t to) {
@@ -45,7 +45,7 @@ class Padder {
     if (p->logical_shape.empty()) p->logical_shape = p->shape;
     Shape padded = p->shape;
     padded[axis] = to;
-    info_.padding.push_back({p->name, axis, p->shape[axis], to});
+    result_.padding.push_back({p->name, axis, p->shape[axis], to});
     extra_param_bytes_ += (NumElements(padded) - NumElements(p->shape)) * static_cast<int64_t>(DTypeSize(p->dtype));
     p->data = p->data.PaddedTo(padded);
     p->shape = padded;
@@ -57,7 +57,8 @@ class Padder {
     MPC_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().FindOrError(n->op, n->name));
     auto types = def->infer(*n);
     if (!types.ok()) {
-      return absl::Status(types.status().code(), absl::StrCat("node '", n->name, "' after padding: ", types.status().message()));
+      return absl::Status(types.status().code(),
+                          absl::StrCat("node '", n->name, "' after padding: ", types.status().message()));
     }
     for (size_t i = 0; i < n->outputs.size(); ++i) n->outputs[i]->shape = (*types)[i].shape;
     return absl::OkStatus();
@@ -102,7 +103,7 @@ class Padder {
       out = s;
     }
     g_.SetOutputs(outputs);
-    return !info_.padding.empty();
+    return !result_.padding.empty();
   }
 
   int64_t extra_param_bytes() const { return extra_param_bytes_; }
@@ -192,13 +193,13 @@ class Padder {
     padded_flops += 2.0 * m_rows * a->shape[1] * n->outputs[0]->shape[1];
     if (pad_n) {
       padded_[n->outputs[0]] = n_logical;
-      info_.padding.push_back({n->outputs[0]->name, 1, n_logical, n_to});
+      result_.padding.push_back({n->outputs[0]->name, 1, n_logical, n_to});
     }
     return true;
   }
 
   Graph& g_;
-  CompileInfo& info_;
+  PadDimsResult& result_;
   GraphBuilder b_;
   absl::flat_hash_map<const Value*, int64_t> padded_;  // activation -> logical last-dim width
   absl::flat_hash_map<const Value*, Value*> sliced_;
@@ -207,27 +208,25 @@ class Padder {
 
 }  // namespace
 
-absl::StatusOr<bool> PadDimsPass::Run(Graph& g, const PassContext& ctx) {
-  const int forced = ctx.spec->padding().multiple();
+absl::StatusOr<bool> PadDimsPass::Run(Graph& g) {
+  const int forced = options_.multiple;
   if (forced < 0) return absl::InvalidArgumentError("spec field padding.multiple: must be >= 0");
-  auto multiple_for = [&](DType d) -> int64_t {
-    if (forced > 0) return forced;
-    return ctx.capabilities ? ctx.capabilities->PadMultiple(d) : 1;
-  };
+  auto multiple_for = [&](DType d) -> int64_t { return forced > 0 ? forced : caps_.PadMultiple(d); };
   // Already padded (the pass ran before): padding is idempotent.
   for (const auto& v : g.values()) {
     if (!v->logical_shape.empty()) return false;
   }
+  *result_ = PadDimsResult{};
   MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
-  Padder padder(g, *ctx.info);
+  Padder padder(g, *result_);
   MPC_ASSIGN_OR_RETURN(bool changed, padder.Run(order, multiple_for));
   int64_t param_bytes = 0;
   for (const Value* p : g.ValuesOfKind(ValueKind::kParameter)) {
     param_bytes += NumElements(p->logical_shape.empty() ? p->shape : p->logical_shape) * DTypeSize(p->dtype);
   }
-  ctx.info->padding_extra_flops_pct =
+  result_->extra_flops_pct =
       padder.base_flops > 0 ? 100.0 * (padder.padded_flops - padder.base_flops) / padder.base_flops : 0;
-  ctx.info->padding_extra_bytes_pct = param_bytes ? 100.0 * padder.extra_param_bytes() / param_bytes : 0;
+  result_->extra_bytes_pct = param_bytes ? 100.0 * padder.extra_param_bytes() / param_bytes : 0;
   return changed;
 }
 

@@ -14,14 +14,29 @@
 // Checkpoints, exports and user-visible tensors are unpadded via Value::logical_shape.
 #pragma once
 
+#include "graph/capabilities.h"
+#include "passes/compile_results.h"
 #include "passes/pass.h"
 
 namespace mpc {
 
+struct PadDimsOptions {
+  // Pad to this multiple: 0 takes the backend's preference per GEMM dtype
+  // (Capabilities::PadMultiple), 1 pads nothing.
+  int multiple = 0;
+};
+
 class PadDimsPass : public Pass {
  public:
+  PadDimsPass(PadDimsOptions options, const Capabilities& caps, PadDimsResult* result)
+      : options_(options), caps_(caps), result_(result) {}
   std::string_view name() const override { return "pad-dims"; }
-  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
+  absl::StatusOr<bool> Run(Graph& graph) override;
+
+ private:
+  PadDimsOptions options_;
+  const Capabilities& caps_;
+  PadDimsResult* result_;
 };
 
 }  // namespace mpc

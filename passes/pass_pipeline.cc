@@ -25,21 +25,22 @@ absl::Status PassPipeline::Dump(const Graph& graph, int index, std::string_view 
   std::error_code ec;
   std::filesystem::create_directories(options_.dump_dir, ec);
   if (ec) {
-    return absl::InvalidArgumentError(absl::StrCat("--dump-dir ", options_.dump_dir, ": cannot create: ", ec.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dump-dir ", options_.dump_dir, ": cannot create: ", ec.message()));
   }
   const std::string base = absl::StrFormat("%s/%02d-%s", options_.dump_dir, index, std::string(pass_name));
   MPC_RETURN_IF_ERROR(WriteFileAtomically(base + ".txt", GraphToText(graph)));
   return WriteFileAtomically(base + ".dot", GraphToDot(graph));
 }
 
-absl::StatusOr<std::vector<PassReport>> PassPipeline::Run(Graph& graph, const PassContext& ctx) {
+absl::StatusOr<std::vector<PassReport>> PassPipeline::Run(Graph& graph) {
   std::optional<std::regex> dump_regex;
   if (!options_.dump_after.empty()) {
     try {
       dump_regex.emplace(options_.dump_after);
     } catch (const std::regex_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("--dump-after '", options_.dump_after,
-                                                     "' is not a valid regular expression: ", e.what()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dump-after '", options_.dump_after, "' is not a valid regular expression: ", e.what()));
     }
     if (options_.dump_dir.empty()) {
       return absl::InvalidArgumentError("--dump-after needs --dump-dir (where to write the dumps)");
@@ -66,7 +67,7 @@ absl::StatusOr<std::vector<PassReport>> PassPipeline::Run(Graph& graph, const Pa
       continue;
     }
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<bool> changed = pass->Run(graph, ctx);
+    absl::StatusOr<bool> changed = pass->Run(graph);
     report.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!changed.ok()) {
       return absl::Status(changed.status().code(),
@@ -75,8 +76,7 @@ absl::StatusOr<std::vector<PassReport>> PassPipeline::Run(Graph& graph, const Pa
     report.changed = *changed;
     if (report.changed) {
       if (absl::Status st = VerifyGraph(graph); !st.ok()) {
-        return absl::Status(st.code(), absl::StrCat("pass '", report.name,
-                                                    "' left an invalid graph: ", st.message()));
+        return absl::Status(st.code(), absl::StrCat("pass '", report.name, "' left an invalid graph: ", st.message()));
       }
     }
     report.nodes_after = static_cast<int64_t>(graph.nodes().size());

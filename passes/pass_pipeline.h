@@ -32,7 +32,7 @@ class PassPipeline {
   void Add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
   std::vector<std::string> PassNames() const;
 
-  absl::StatusOr<std::vector<PassReport>> Run(Graph& graph, const PassContext& ctx);
+  absl::StatusOr<std::vector<PassReport>> Run(Graph& graph);
 
  private:
   absl::Status Dump(const Graph& graph, int index, std::string_view pass_name) const;

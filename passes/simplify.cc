@@ -121,7 +121,7 @@ absl::StatusOr<bool> EliminateDeadCode(Graph& graph) {
   return !dead.empty();
 }
 
-absl::StatusOr<bool> SimplifyPass::Run(Graph& graph, const PassContext&) {
+absl::StatusOr<bool> SimplifyPass::Run(Graph& graph) {
   bool changed = false;
   for (int round = 0; round < 8; ++round) {
     MPC_ASSIGN_OR_RETURN(bool cse, EliminateCommonSubexpressions(graph));

@@ -10,7 +10,7 @@ namespace mpc {
 class SimplifyPass : public Pass {
  public:
   std::string_view name() const override { return "simplify"; }
-  absl::StatusOr<bool> Run(Graph& graph, const PassContext& ctx) override;
+  absl::StatusOr<bool> Run(Graph& graph) override;
 };
 
 // The pieces, each returning whether it changed the graph (exposed for tests).

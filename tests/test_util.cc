@@ -1,9 +1,9 @@
 // Shared test helpers (see test_util.h).
 #include "tests/test_util.h"
 
-#include <cmath>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 namespace mpc::testing {

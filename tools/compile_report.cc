@@ -20,49 +20,49 @@ std::string JsonEscape(const std::string& s) {
 }  // namespace
 
 std::string CompileReportJson(const Program& p) {
+  const CompileResults& r = p.results;
   std::vector<std::string> passes;
-  for (const PassReport& r : p.report) {
+  for (const PassReport& pass : p.report) {
     passes.push_back(absl::StrFormat("{\"name\":\"%s\",\"changed\":%s,\"skipped\":%s,\"ms\":%.3f,\"nodes_after\":%d}",
-                                     r.name, r.changed ? "true" : "false", r.skipped ? "true" : "false", r.ms,
-                                     r.nodes_after));
+                                     pass.name, pass.changed ? "true" : "false", pass.skipped ? "true" : "false",
+                                     pass.ms, pass.nodes_after));
   }
   std::vector<std::string> nodes;
-  for (const PaintDecision& d : p.info.paint) {
+  for (const PaintDecision& d : r.autocast.paint) {
     nodes.push_back(absl::StrFormat("{\"name\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"reason\":\"%s\"}",
                                     JsonEscape(d.node), d.op, DTypeName(d.dtype), JsonEscape(d.reason)));
   }
   std::vector<std::string> padding;
-  for (const CompileInfo::Padding& d : p.info.padding) {
-    padding.push_back(absl::StrFormat("{\"value\":\"%s\",\"dim\":%d,\"from\":%d,\"to\":%d}", JsonEscape(d.value),
-                                      d.dim, d.from, d.to));
+  for (const PadDimsResult::Padding& d : r.pad_dims.padding) {
+    padding.push_back(absl::StrFormat("{\"value\":\"%s\",\"dim\":%d,\"from\":%d,\"to\":%d}", JsonEscape(d.value), d.dim,
+                                      d.from, d.to));
   }
   std::vector<std::string> fp8;
-  for (const CompileInfo::Fp8Gemm& d : p.info.fp8_gemms) {
+  for (const Fp8Result::Gemm& d : r.fp8.gemms) {
     fp8.push_back(absl::StrFormat("{\"node\":\"%s\",\"format_a\":\"%s\",\"format_b\":\"%s\",\"forward\":\"%s\"}",
                                   JsonEscape(d.node), d.format_a, d.format_b, JsonEscape(d.forward_node)));
   }
   std::vector<std::string> fp8_skipped;
-  for (const auto& [node, reason] : p.info.fp8_skipped) {
+  for (const auto& [node, reason] : r.fp8.skipped) {
     fp8_skipped.push_back(absl::StrFormat("{\"node\":\"%s\",\"reason\":\"%s\"}", JsonEscape(node), JsonEscape(reason)));
   }
   std::vector<std::string> fp8_lowered, fp8_emulated;
-  for (const std::string& node : p.info.fp8_lowered) fp8_lowered.push_back(absl::StrCat("\"", JsonEscape(node), "\""));
-  for (const auto& [node, reason] : p.info.fp8_emulated) {
-    fp8_emulated.push_back(absl::StrFormat("{\"node\":\"%s\",\"reason\":\"%s\"}", JsonEscape(node), JsonEscape(reason)));
+  for (const std::string& node : r.fp8_lower.lowered) fp8_lowered.push_back(absl::StrCat("\"", JsonEscape(node), "\""));
+  for (const auto& [node, reason] : r.fp8_lower.emulated) {
+    fp8_emulated.push_back(
+        absl::StrFormat("{\"node\":\"%s\",\"reason\":\"%s\"}", JsonEscape(node), JsonEscape(reason)));
   }
-  const MemoryPlan& m = p.info.plan;
+  const MemoryPlan& m = r.memory_plan.plan;
   return absl::StrCat(
-      "{\"passes\":[", absl::StrJoin(passes, ","), "],",
-      "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
-      absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", p.info.casts_inserted,
-                      DTypeName(p.info.compute_dtype)),
-      "\"padding\":[", absl::StrJoin(padding, ","), "],",
-      "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
-      "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","),
-      "],",
-      p.info.fp8_fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(p.info.fp8_fallback), "\","),
-      absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},",
-                      p.info.padding_extra_flops_pct, p.info.padding_extra_bytes_pct),
+      "{\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
+      absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", r.autocast.casts_inserted,
+                      DTypeName(r.autocast.compute_dtype)),
+      "\"padding\":[", absl::StrJoin(padding, ","), "],", "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[",
+      absl::StrJoin(fp8_skipped, ","), "],", "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","),
+      "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","), "],",
+      r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
+      absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},", r.pad_dims.extra_flops_pct,
+                      r.pad_dims.extra_bytes_pct),
       absl::StrFormat("\"memory\":{\"planned_peak_bytes\":%d,\"unplanned_bytes\":%d,\"persistent_bytes\":%d,"
                       "\"unshared_activation_bytes\":%d},",
                       m.peak_bytes, m.unplanned_bytes, m.persistent_bytes, m.total_activation_bytes),
@@ -73,50 +73,52 @@ std::string CompileReportJson(const Program& p) {
 }
 
 std::string CompileSummaryText(const Program& p) {
+  const CompileResults& r = p.results;
   std::string out = absl::StrFormat("%-16s %8s %10s %8s\n", "pass", "changed", "ms", "nodes");
-  for (const PassReport& r : p.report) {
-    absl::StrAppendFormat(&out, "%-16s %8s %10.2f %8d\n", r.name, r.skipped ? "skipped" : (r.changed ? "yes" : "no"),
-                          r.ms, r.nodes_after);
+  for (const PassReport& pass : p.report) {
+    absl::StrAppendFormat(&out, "%-16s %8s %10.2f %8d\n", pass.name,
+                          pass.skipped ? "skipped" : (pass.changed ? "yes" : "no"), pass.ms, pass.nodes_after);
   }
   int64_t converted = 0, forward = 0;
-  for (const PaintDecision& d : p.info.paint) {
+  for (const PaintDecision& d : r.autocast.paint) {
     if (d.reason == "inserted cast") continue;
     ++forward;
     converted += d.dtype != DType::kF32 && d.op != "Cast";
   }
-  if (p.info.compute_dtype == DType::kF32) {
+  if (r.autocast.compute_dtype == DType::kF32) {
     absl::StrAppendFormat(&out, "autocast: precision f32, no node converted\n");
   } else {
     absl::StrAppendFormat(&out, "autocast: %d of %d nodes converted to %s, %d casts inserted\n", converted, forward,
-                          DTypeName(p.info.compute_dtype), p.info.casts_inserted);
+                          DTypeName(r.autocast.compute_dtype), r.autocast.casts_inserted);
   }
-  if (!p.info.padding.empty()) {
+  if (!r.pad_dims.padding.empty()) {
     absl::StrAppendFormat(&out, "pad-dims: %d dimensions padded; +%.2f%% GEMM FLOPs, +%.2f%% parameter bytes\n",
-                          p.info.padding.size(), p.info.padding_extra_flops_pct, p.info.padding_extra_bytes_pct);
+                          r.pad_dims.padding.size(), r.pad_dims.extra_flops_pct, r.pad_dims.extra_bytes_pct);
   }
-  if (!p.info.fp8_fallback.empty()) {
-    absl::StrAppendFormat(&out, "fp8: %s\n", p.info.fp8_fallback);
-  } else if (!p.info.fp8_gemms.empty() || !p.info.fp8_skipped.empty()) {
+  if (!r.fp8.fallback.empty()) {
+    absl::StrAppendFormat(&out, "fp8: %s\n", r.fp8.fallback);
+  } else if (!r.fp8.gemms.empty() || !r.fp8.skipped.empty()) {
     std::vector<std::string> forward;
     int64_t backward = 0;
-    for (const CompileInfo::Fp8Gemm& d : p.info.fp8_gemms) {
-      if (d.node == d.forward_node) forward.push_back(d.node);
-      else ++backward;
+    for (const Fp8Result::Gemm& d : r.fp8.gemms) {
+      if (d.node == d.forward_node)
+        forward.push_back(d.node);
+      else
+        ++backward;
     }
     absl::StrAppendFormat(&out, "fp8: %d of %d forward GEMMs in FP8 (%s) + %d backward; %d left in %s\n",
-                          forward.size(), forward.size() + p.info.fp8_skipped.size(), absl::StrJoin(forward, ", "),
-                          backward, p.info.fp8_skipped.size(), DTypeName(p.info.compute_dtype));
-    if (!p.info.fp8_lowered.empty() || !p.info.fp8_emulated.empty()) {
+                          forward.size(), forward.size() + r.fp8.skipped.size(), absl::StrJoin(forward, ", "), backward,
+                          r.fp8.skipped.size(), DTypeName(r.autocast.compute_dtype));
+    if (!r.fp8_lower.lowered.empty() || !r.fp8_lower.emulated.empty()) {
       // Only on a backend with FP8 tensor cores; elsewhere every FP8 GEMM is emulated.
       absl::StrAppendFormat(&out, "fp8: %d GEMMs run as FP8 tensor-core GEMMs, %d emulated%s\n",
-                            p.info.fp8_lowered.size(), p.info.fp8_emulated.size(),
-                            p.info.fp8_emulated.empty()
-                                ? ""
-                                : absl::StrCat(" (e.g. ", p.info.fp8_emulated[0].first, ": ",
-                                               p.info.fp8_emulated[0].second, ")"));
+                            r.fp8_lower.lowered.size(), r.fp8_lower.emulated.size(),
+                            r.fp8_lower.emulated.empty() ? ""
+                                                         : absl::StrCat(" (e.g. ", r.fp8_lower.emulated[0].first, ": ",
+                                                                        r.fp8_lower.emulated[0].second, ")"));
     }
   }
-  const MemoryPlan& m = p.info.plan;
+  const MemoryPlan& m = r.memory_plan.plan;
   absl::StrAppendFormat(&out,
                         "model: %d nodes, %d parameters (batch %d)\n"
                         "program: %d nodes; activations planned into %.2f MiB (%.2f MiB without reuse); "

@@ -17,15 +17,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "backends/backend.h"
 #include "base/file_util.h"
 #include "engine/dataset.h"
+#include "engine/device.h"
 #include "engine/inference.h"
 #include "engine/program.h"
 #include "engine/spec.h"
 #include "graph/onnx_export.h"
-#include "passes/autocast.h"
-#include "passes/loss_scaling.h"
 #include "tools/compile_report.h"
 #include "tools/flag_normalize.h"
 
@@ -57,21 +55,16 @@ int Compile() {
   if (spec_path.empty()) return Fail("--spec is required; see mpc --help");
   auto spec = mpc::LoadTrainSpec(spec_path);
   if (!spec.ok()) return Fail(std::string(spec.status().message()));
-  if (!absl::GetFlag(FLAGS_precision).empty()) {
-    auto compute = mpc::ParsePrecision(absl::GetFlag(FLAGS_precision));
-    if (!compute.ok()) return Fail(std::string(compute.status().message()));
-    spec->mutable_precision()->set_compute(*compute);
-  }
-  if (absl::GetFlag(FLAGS_pad_multiple) > 0) spec->mutable_padding()->set_multiple(absl::GetFlag(FLAGS_pad_multiple));
-  if (!absl::GetFlag(FLAGS_loss_scaling).empty()) {
-    if (auto st = mpc::ParseLossScalingFlag(absl::GetFlag(FLAGS_loss_scaling), spec->mutable_loss_scaling()); !st.ok()) {
-      return Fail(std::string(st.message()));
-    }
+  if (auto st = mpc::ApplySpecOverrides(
+          {absl::GetFlag(FLAGS_precision), absl::GetFlag(FLAGS_loss_scaling), absl::GetFlag(FLAGS_pad_multiple)},
+          &*spec);
+      !st.ok()) {
+    return Fail(std::string(st.message()));
   }
   const std::string spec_dir = std::filesystem::path(spec_path).parent_path().string();
   mpc::ProgramOptions options;
-  options.model_path = absl::GetFlag(FLAGS_model).empty() ? mpc::ResolvePath(spec_dir, spec->model())
-                                                          : absl::GetFlag(FLAGS_model);
+  options.model_path =
+      absl::GetFlag(FLAGS_model).empty() ? mpc::ResolvePath(spec_dir, spec->model()) : absl::GetFlag(FLAGS_model);
   if (options.model_path.empty()) return Fail("no model: set `model` in the spec or pass --model");
   options.batch_size = spec->batch_size();
   options.training = !absl::GetFlag(FLAGS_eval);
@@ -125,7 +118,8 @@ std::string FileNameFor(const std::string& name) {
 int RunModel(const std::vector<std::string>& input_args) {
   const std::string model = absl::GetFlag(FLAGS_model);
   const std::string out_dir = absl::GetFlag(FLAGS_output_dir);
-  if (model.empty()) return Fail("mpc run: --model is required; usage: mpc run --model M --input NAME=FILE.npy ... --output-dir DIR");
+  if (model.empty())
+    return Fail("mpc run: --model is required; usage: mpc run --model M --input NAME=FILE.npy ... --output-dir DIR");
   if (out_dir.empty()) return Fail("mpc run: --output-dir is required (where each output is written as NAME.npy)");
   if (!absl::GetFlag(FLAGS_spec).empty()) return Fail("mpc run takes no --spec; pass the model with --model");
   std::vector<std::pair<std::string, std::string>> input_files;
@@ -148,8 +142,9 @@ int RunModel(const std::vector<std::string>& input_args) {
   std::map<std::string, mpc::Tensor> feeds;
   for (const auto& [name, file] : input_files) {
     auto tensor = mpc::ReadNpy(file);
-    if (!tensor.ok()) return FailStatus(absl::Status(tensor.status().code(),
-                                                     absl::StrCat("--input ", name, ": ", tensor.status().message())));
+    if (!tensor.ok())
+      return FailStatus(
+          absl::Status(tensor.status().code(), absl::StrCat("--input ", name, ": ", tensor.status().message())));
     feeds.emplace(name, *std::move(tensor));
   }
   auto outputs = (*session)->Run(feeds);
@@ -210,7 +205,8 @@ int main(int argc, char** argv) {
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   const std::vector<std::string> inputs = ExtractInputFlags(argc, argv);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() < 2) return Fail("missing command; usage: mpc compile --spec S ... or mpc run --model M ... (see mpc --help)");
+  if (args.size() < 2)
+    return Fail("missing command; usage: mpc compile --spec S ... or mpc run --model M ... (see mpc --help)");
   const std::string command = args[1];
   if (command == "compile") {
     if (!inputs.empty()) return Fail("--input is an option of mpc run, not mpc compile");

@@ -30,9 +30,9 @@ void RegisterCpuLossScalingKernels(KernelRegistry& r);
 void RegisterCpuPadKernels(KernelRegistry& r);
 void RegisterCpuFp8Kernels(KernelRegistry& r);
 void RegisterCpuFp8GemmKernels(KernelRegistry& r);  // kernels_fp8_gemm.cc, from RegisterCpuFp8Kernels
-void RegisterCpuConvKernels(KernelRegistry& r);    // kernels_conv*.cc, kernels_pool.cc
-void RegisterCpuNormKernels(KernelRegistry& r);    // kernels_norm*.cc, kernels_math.cc
-void RegisterCpuTensorKernels(KernelRegistry& r);  // kernels_tensor*.cc
+void RegisterCpuConvKernels(KernelRegistry& r);     // kernels_conv*.cc, kernels_pool.cc
+void RegisterCpuNormKernels(KernelRegistry& r);     // kernels_norm*.cc, kernels_math.cc
+void RegisterCpuTensorKernels(KernelRegistry& r);   // kernels_tensor*.cc
 // Registered last: oneDNN's f32 eltwise/softmax replace the f32 loop kernels.
 void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r);
 

@@ -51,8 +51,8 @@ std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
 // Calls row(out_offset, a_offset, b_offset) for each innermost row of `out`, in
 // parallel; inner strides are a_strides.back()/b_strides.back().
 template <typename RowFn>
-void ForEachBroadcastRow(const Shape& out, const std::vector<int64_t>& a_strides,
-                         const std::vector<int64_t>& b_strides, RowFn row) {
+void ForEachBroadcastRow(const Shape& out, const std::vector<int64_t>& a_strides, const std::vector<int64_t>& b_strides,
+                         RowFn row) {
   const int rank = static_cast<int>(out.size());
   const int64_t inner = rank == 0 ? 1 : out.back();
   const int64_t rows = inner == 0 ? 0 : NumElements(out) / inner;
@@ -92,22 +92,22 @@ absl::Status MapGrad(KernelContext& ctx, F f) {
   return absl::OkStatus();
 }
 
-#define MPC_UNARY_FACTORY(Name, expr)                                                   \
-  template <typename T>                                                                 \
-  struct Name {                                                                         \
-    static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {      \
-      using A = Acc<T>;                                                                 \
+#define MPC_UNARY_FACTORY(Name, expr)                                                                        \
+  template <typename T>                                                                                      \
+  struct Name {                                                                                              \
+    static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {                           \
+      using A = Acc<T>;                                                                                      \
       return MakeKernel([](KernelContext& ctx) { return MapUnary<T>(ctx, [](A x) -> A { return expr; }); }); \
-    }                                                                                   \
+    }                                                                                                        \
   };
 
-#define MPC_GRAD_FACTORY(Name, expr)                                                    \
-  template <typename T>                                                                 \
-  struct Name {                                                                         \
-    static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {      \
-      using A = Acc<T>;                                                                 \
+#define MPC_GRAD_FACTORY(Name, expr)                                                                              \
+  template <typename T>                                                                                           \
+  struct Name {                                                                                                   \
+    static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node&, Backend&) {                                \
+      using A = Acc<T>;                                                                                           \
       return MakeKernel([](KernelContext& ctx) { return MapGrad<T>(ctx, [](A dy, A y) -> A { return expr; }); }); \
-    }                                                                                   \
+    }                                                                                                             \
   };
 
 }  // namespace mpc::cpu

@@ -205,8 +205,7 @@ class DnnlConv {
         if (first_error.empty()) first_error = e.what();
       }
     }
-    return absl::InternalError(
-        absl::StrCat("oneDNN convolution setup failed (", DTypeName(dtype), "): ", first_error));
+    return absl::InternalError(absl::StrCat("oneDNN convolution setup failed (", DTypeName(dtype), "): ", first_error));
   }
 
   void Run(const void* a, const void* b, const void* bias, void* out) {
@@ -242,9 +241,9 @@ class DnnlConv {
     auto& eng = CpuDnnlEngine();
     const memory::data_type dt = cpu::DnnlType(dtype);
     const memory::desc src_md({q.n, q.c, d.ih, d.iw}, dt, memory::format_tag::nchw);
-    const memory::desc wei_md = q.g > 1 ? memory::desc({q.g, q.m / q.g, q.c / q.g, d.kh, d.kw}, dt,
-                                                       memory::format_tag::goihw)
-                                        : memory::desc({q.m, q.c, d.kh, d.kw}, dt, memory::format_tag::oihw);
+    const memory::desc wei_md =
+        q.g > 1 ? memory::desc({q.g, q.m / q.g, q.c / q.g, d.kh, d.kw}, dt, memory::format_tag::goihw)
+                : memory::desc({q.m, q.c, d.kh, d.kw}, dt, memory::format_tag::oihw);
     const memory::desc dst_md({q.n, q.m, d.oh, d.ow}, dt, memory::format_tag::nchw);
     const memory::desc bias_md({q.m}, dt, memory::format_tag::x);
     auto pick = [any](const memory::desc& md) {
@@ -255,10 +254,10 @@ class DnnlConv {
     const memory::dims pad_l{d.pt, d.pl}, pad_r{d.pb, d.pr};
     const auto algo = dnnl::algorithm::convolution_direct;
     const auto prop = dnnl::prop_kind::forward_training;
-    auto fwd_desc = has_bias ? dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, bias_md, dst_any,
-                                                               strides, dilates, pad_l, pad_r)
-                             : dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, dst_any, strides,
-                                                               dilates, pad_l, pad_r);
+    auto fwd_desc = has_bias ? dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, bias_md, dst_any, strides,
+                                                               dilates, pad_l, pad_r)
+                             : dnnl::convolution_forward::desc(prop, algo, src_any, wei_any, dst_any, strides, dilates,
+                                                               pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, eng);
     // (plain desc, primitive's desc, argument id) for a, b and the result.
     std::array<std::tuple<memory::desc, memory::desc, int>, 3> io;
@@ -323,16 +322,20 @@ class ConvKernel : public Kernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
     auto geom = ConvGeomOf(node, kMode);
     if (!geom.ok()) {
-      return absl::Status(geom.status().code(),
-                          absl::StrCat("cpu ", node.op, " kernel for node '", node.name, "': ", geom.status().message()));
+      return absl::Status(geom.status().code(), absl::StrCat("cpu ", node.op, " kernel for node '", node.name,
+                                                             "': ", geom.status().message()));
     }
     const ConvGeom& q = *geom;
     auto k = std::make_unique<ConvKernel>();
     k->dtype_ = node.inputs[0]->dtype;
     k->has_bias_ = kMode == ConvMode::kForward && node.inputs.size() > 2 && node.inputs[2] != nullptr;
     switch (k->dtype_) {
-      case DType::kF64: k->fn_ = LoopConv<double>(q, kMode); return std::unique_ptr<Kernel>(std::move(k));
-      case DType::kF32: k->fn_ = F32Conv(q, kMode, k->has_bias_); return std::unique_ptr<Kernel>(std::move(k));
+      case DType::kF64:
+        k->fn_ = LoopConv<double>(q, kMode);
+        return std::unique_ptr<Kernel>(std::move(k));
+      case DType::kF32:
+        k->fn_ = F32Conv(q, kMode, k->has_bias_);
+        return std::unique_ptr<Kernel>(std::move(k));
       case DType::kBF16: {
         auto native = DnnlConv::Create(q, kMode, DType::kBF16, k->has_bias_);
         if (native.ok()) {
@@ -341,18 +344,25 @@ class ConvKernel : public Kernel {
         }
         break;
       }
-      case DType::kF16: break;
+      case DType::kF16:
+        break;
       default:
-        return absl::InvalidArgumentError(absl::StrCat("cpu ", node.op, " kernel for node '", node.name,
-                                                       "': dtype ", DTypeName(k->dtype_), " is not a float type"));
+        return absl::InvalidArgumentError(absl::StrCat("cpu ", node.op, " kernel for node '", node.name, "': dtype ",
+                                                       DTypeName(k->dtype_), " is not a float type"));
     }
     // Staged through f32.
     k->fn_ = F32Conv(q, kMode, k->has_bias_);
     k->staged_ = true;
     switch (kMode) {
-      case ConvMode::kForward: k->sizes_ = {q.x_size(), q.w_size(), q.m, q.y_size()}; break;
-      case ConvMode::kGradInput: k->sizes_ = {q.y_size(), q.w_size(), 0, q.x_size()}; break;
-      case ConvMode::kGradWeight: k->sizes_ = {q.y_size(), q.x_size(), 0, q.w_size()}; break;
+      case ConvMode::kForward:
+        k->sizes_ = {q.x_size(), q.w_size(), q.m, q.y_size()};
+        break;
+      case ConvMode::kGradInput:
+        k->sizes_ = {q.y_size(), q.w_size(), 0, q.x_size()};
+        break;
+      case ConvMode::kGradWeight:
+        k->sizes_ = {q.y_size(), q.x_size(), 0, q.w_size()};
+        break;
     }
     k->a_.resize(static_cast<size_t>(k->sizes_[0]));
     k->b_.resize(static_cast<size_t>(k->sizes_[1]));

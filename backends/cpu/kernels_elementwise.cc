@@ -24,10 +24,30 @@ std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
 
 namespace {
 
-struct AddOp { template <typename T> T operator()(T a, T b) const { return a + b; } };
-struct SubOp { template <typename T> T operator()(T a, T b) const { return a - b; } };
-struct MulOp { template <typename T> T operator()(T a, T b) const { return a * b; } };
-struct DivOp { template <typename T> T operator()(T a, T b) const { return a / b; } };
+struct AddOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct SubOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a - b;
+  }
+};
+struct MulOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a * b;
+  }
+};
+struct DivOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a / b;
+  }
+};
 
 template <typename T, typename Op>
 absl::Status RunBinary(KernelContext& ctx) {
@@ -76,8 +96,8 @@ MPC_UNARY_FACTORY(ReluKernel, x > A(0) ? x : A(0))
 MPC_UNARY_FACTORY(SigmoidKernel, A(1) / (A(1) + std::exp(-x)))
 MPC_UNARY_FACTORY(TanhKernel, std::tanh(x))
 MPC_GRAD_FACTORY(ReluGradKernel, y > A(0) ? dy : A(0))
-MPC_GRAD_FACTORY(SigmoidGradKernel, dy * y * (A(1) - y))
-MPC_GRAD_FACTORY(TanhGradKernel, dy * (A(1) - y * y))
+MPC_GRAD_FACTORY(SigmoidGradKernel, dy* y*(A(1) - y))
+MPC_GRAD_FACTORY(TanhGradKernel, dy*(A(1) - y * y))
 
 }  // namespace
 }  // namespace cpu

@@ -1,4 +1,4 @@
-// CPU kernels for FP8 (passes/fp8.h): the exact emulation of FP8 quantization — scale in
+// CPU kernels for FP8 (the fp8 pass: passes/fp8.h): the exact emulation of FP8 quantization — scale in
 // f32, round to E4M3/E5M2 with the OCP rounding and saturation of graph/float8.h,
 // dequantize with scale_inv — with the amax recorded on the way, and the batched
 // delayed-scaling update. An FP8 GEMM then runs as an f32 GEMM over these values.
@@ -8,7 +8,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "graph/float8.h"
-#include "passes/fp8.h"
+#include "graph/float8_scaling.h"
 
 namespace mpc {
 namespace {

@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const Node& node, Backend&) {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateInject(const Node& node, Backend&) {
   const int64_t step = node.attrs.GetInt("step", -1);
   const float value = node.attrs.GetString("value", "inf") == "nan" ? std::numeric_limits<float>::quiet_NaN()
-                                                                     : std::numeric_limits<float>::infinity();
+                                                                    : std::numeric_limits<float>::infinity();
   return MakeKernel([step, value](KernelContext& ctx) {
     const int64_t n = ctx.inputs[0].num_elements();
     std::memcpy(ctx.outputs[0].data, ctx.inputs[0].data, n * sizeof(float));

@@ -20,10 +20,14 @@ using dnnl::memory;
 
 memory::data_type DnnlType(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return memory::data_type::bf16;
-    case DType::kF16: return memory::data_type::f16;
-    case DType::kF32: return memory::data_type::f32;
-    default: return memory::data_type::undef;  // oneDNN then rejects the descriptor
+    case DType::kBF16:
+      return memory::data_type::bf16;
+    case DType::kF16:
+      return memory::data_type::f16;
+    case DType::kF32:
+      return memory::data_type::f32;
+    default:
+      return memory::data_type::undef;  // oneDNN then rejects the descriptor
   }
 }
 
@@ -44,7 +48,8 @@ void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(s[i]);
       break;
     }
-    default: break;  // callers only pass float dtypes (checked at kernel creation)
+    default:
+      break;  // callers only pass float dtypes (checked at kernel creation)
   }
 }
 
@@ -65,7 +70,8 @@ void ConvertFromF32(const float* src, void* dst, DType dtype, int64_t n) {
       for (int64_t i = 0; i < n; ++i) d[i] = FloatToHalf(src[i]);
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -73,23 +79,31 @@ namespace {
 
 // Logical rows x cols in `dtype`; stored either row-major or as its transpose.
 memory::desc MatrixDesc(int64_t rows, int64_t cols, bool stored_transposed, DType dtype) {
-  return memory::desc({rows, cols}, DnnlType(dtype),
-                      stored_transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
+  return memory::desc({rows, cols}, DnnlType(dtype), stored_transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
 }
 
 float LoadAsFloat(const void* p, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kBF16: return Bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kF16: return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return Bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16:
+      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
 void StoreFloat(void* p, DType dtype, int64_t i, float v) {
   switch (dtype) {
-    case DType::kBF16: static_cast<uint16_t*>(p)[i] = FloatToBf16(v); break;
-    case DType::kF16: static_cast<uint16_t*>(p)[i] = FloatToHalf(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(p)[i] = FloatToBf16(v);
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(p)[i] = FloatToHalf(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+      break;
   }
 }
 
@@ -171,11 +185,14 @@ void DnnlGemm::Run(const void* a, const void* b, const void* c, DType c_dtype, v
   if (bias_mode_ == BiasMode::kSum) {
     // Writes C broadcast to [M, N] into y; the sum post-op then adds beta * y.
     const std::vector<int64_t>& cs = c_strides_;
-    if (c_dtype == out_ && DTypeSize(out_) == 4) BroadcastWords<uint32_t>(c, y, cs, m_, n_);
-    else if (c_dtype == out_ && DTypeSize(out_) == 2) BroadcastWords<uint16_t>(c, y, cs, m_, n_);
+    if (c_dtype == out_ && DTypeSize(out_) == 4)
+      BroadcastWords<uint32_t>(c, y, cs, m_, n_);
+    else if (c_dtype == out_ && DTypeSize(out_) == 2)
+      BroadcastWords<uint16_t>(c, y, cs, m_, n_);
     else {
       for (int64_t i = 0; i < m_; ++i) {
-        for (int64_t j = 0; j < n_; ++j) StoreFloat(y, out_, i * n_ + j, LoadAsFloat(c, c_dtype, i * cs[0] + j * cs[1]));
+        for (int64_t j = 0; j < n_; ++j)
+          StoreFloat(y, out_, i * n_ + j, LoadAsFloat(c, c_dtype, i * cs[0] + j * cs[1]));
       }
     }
   }
@@ -254,9 +271,7 @@ using cpu::MakeKernel;
 
 // C's data and dtype as a Gemm kernel sees them (nullptr when absent).
 const void* GemmC(const KernelContext& ctx) { return ctx.inputs.size() > 2 ? ctx.inputs[2].data : nullptr; }
-DType GemmCDType(const KernelContext& ctx) {
-  return ctx.inputs.size() > 2 ? ctx.inputs[2].dtype : ctx.inputs[0].dtype;
-}
+DType GemmCDType(const KernelContext& ctx) { return ctx.inputs.size() > 2 ? ctx.inputs[2].dtype : ctx.inputs[0].dtype; }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateF32Gemm(const Node& node, Backend&) {
   auto gemm = cpu::DnnlGemm::Create(cpu::GemmSpecOf(node), DType::kF32, DType::kF32, DType::kF32);
@@ -275,8 +290,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> RefGemm(const cpu::GemmSpec& d) {
     const T* a = ctx.inputs[0].as<T>();
     const T* b = ctx.inputs[1].as<T>();
     const bool has_c = ctx.inputs.size() > 2 && ctx.inputs[2].data;
-    std::vector<int64_t> cs = has_c ? cpu::BroadcastStrides(ctx.inputs[2].shape, {d.m, d.n})
-                                    : std::vector<int64_t>{0, 0};
+    std::vector<int64_t> cs =
+        has_c ? cpu::BroadcastStrides(ctx.inputs[2].shape, {d.m, d.n}) : std::vector<int64_t>{0, 0};
     Y* y = ctx.outputs[0].as<Y>();
     const A alpha = d.alpha, beta = d.beta;
 #pragma omp parallel for if (d.m * d.n * d.k > 100000)

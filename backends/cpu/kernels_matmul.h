@@ -21,10 +21,10 @@ struct GemmSpec {
   int64_t m = 0, n = 0, k = 0;
   bool ta = false, tb = false;
   float alpha = 1.0f, beta = 1.0f;
-  bool relu = false;                 // mpc_activation = "Relu" (set by the fusion pass)
-  std::optional<Shape> c_shape;      // set when C is present and beta != 0
-  DType operand = DType::kF32;       // A, B and C
-  DType out = DType::kF32;           // Y (mpc_output_dtype)
+  bool relu = false;             // mpc_activation = "Relu" (set by the fusion pass)
+  std::optional<Shape> c_shape;  // set when C is present and beta != 0
+  DType operand = DType::kF32;   // A, B and C
+  DType out = DType::kF32;       // Y (mpc_output_dtype)
 };
 GemmSpec GemmSpecOf(const Node& node);
 

@@ -28,13 +28,20 @@ using cpu::MapUnary;
 // (statistics, per-channel parameters, exponents). Exact for every float format.
 double LoadAt(const TensorView& t, int64_t i) {
   switch (t.dtype) {
-    case DType::kF32: return t.as<float>()[i];
-    case DType::kF64: return t.as<double>()[i];
-    case DType::kBF16: return static_cast<float>(t.as<Bf16>()[i]);
-    case DType::kF16: return static_cast<float>(t.as<Half>()[i]);
-    case DType::kI64: return static_cast<double>(t.as<int64_t>()[i]);
-    case DType::kI32: return t.as<int32_t>()[i];
-    default: return 0;
+    case DType::kF32:
+      return t.as<float>()[i];
+    case DType::kF64:
+      return t.as<double>()[i];
+    case DType::kBF16:
+      return static_cast<float>(t.as<Bf16>()[i]);
+    case DType::kF16:
+      return static_cast<float>(t.as<Half>()[i]);
+    case DType::kI64:
+      return static_cast<double>(t.as<int64_t>()[i]);
+    case DType::kI32:
+      return t.as<int32_t>()[i];
+    default:
+      return 0;
   }
 }
 
@@ -42,11 +49,20 @@ double LoadAt(const TensorView& t, int64_t i) {
 template <typename A>
 void StoreAt(const TensorView& t, int64_t i, A v) {
   switch (t.dtype) {
-    case DType::kF32: t.as<float>()[i] = static_cast<float>(v); break;
-    case DType::kF64: t.as<double>()[i] = static_cast<double>(v); break;
-    case DType::kBF16: t.as<Bf16>()[i] = Bf16(static_cast<float>(v)); break;
-    case DType::kF16: t.as<Half>()[i] = Half(static_cast<float>(v)); break;
-    default: break;
+    case DType::kF32:
+      t.as<float>()[i] = static_cast<float>(v);
+      break;
+    case DType::kF64:
+      t.as<double>()[i] = static_cast<double>(v);
+      break;
+    case DType::kBF16:
+      t.as<Bf16>()[i] = Bf16(static_cast<float>(v));
+      break;
+    case DType::kF16:
+      t.as<Half>()[i] = Half(static_cast<float>(v));
+      break;
+    default:
+      break;
   }
 }
 
@@ -112,9 +128,8 @@ template <typename T>
 struct GeluKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
     const bool approx = node.attrs.GetString("approximate", "none") == "tanh";
-    return MakeKernel([approx](KernelContext& ctx) {
-      return MapUnary<T>(ctx, [approx](Acc<T> x) { return GeluValue(x, approx); });
-    });
+    return MakeKernel(
+        [approx](KernelContext& ctx) { return MapUnary<T>(ctx, [approx](Acc<T> x) { return GeluValue(x, approx); }); });
   }
 };
 
@@ -156,7 +171,8 @@ absl::Status RunPow(KernelContext& ctx) {
   const int64_t inner = y.shape.empty() ? 1 : y.shape.back();
   const int64_t sa = as.empty() ? 0 : as.back(), sb = bs.empty() ? 0 : bs.back();
   cpu::ForEachBroadcastRow(y.shape, as, bs, [&](int64_t yo, int64_t ao, int64_t bo) {
-    for (int64_t i = 0; i < inner; ++i) py[yo + i] = static_cast<T>(f(A(pa[ao + i * sa]), static_cast<A>(pb[bo + i * sb])));
+    for (int64_t i = 0; i < inner; ++i)
+      py[yo + i] = static_cast<T>(f(A(pa[ao + i * sa]), static_cast<A>(pb[bo + i * sb])));
   });
   return absl::OkStatus();
 }
@@ -165,12 +181,18 @@ template <typename T>
 struct PowKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
     switch (node.inputs[1]->dtype) {
-      case DType::kF32: return MakeKernel([](KernelContext& ctx) { return RunPow<T, float>(ctx); });
-      case DType::kF64: return MakeKernel([](KernelContext& ctx) { return RunPow<T, double>(ctx); });
-      case DType::kBF16: return MakeKernel([](KernelContext& ctx) { return RunPow<T, Bf16>(ctx); });
-      case DType::kF16: return MakeKernel([](KernelContext& ctx) { return RunPow<T, Half>(ctx); });
-      case DType::kI64: return MakeKernel([](KernelContext& ctx) { return RunPow<T, int64_t>(ctx); });
-      case DType::kI32: return MakeKernel([](KernelContext& ctx) { return RunPow<T, int32_t>(ctx); });
+      case DType::kF32:
+        return MakeKernel([](KernelContext& ctx) { return RunPow<T, float>(ctx); });
+      case DType::kF64:
+        return MakeKernel([](KernelContext& ctx) { return RunPow<T, double>(ctx); });
+      case DType::kBF16:
+        return MakeKernel([](KernelContext& ctx) { return RunPow<T, Bf16>(ctx); });
+      case DType::kF16:
+        return MakeKernel([](KernelContext& ctx) { return RunPow<T, Half>(ctx); });
+      case DType::kI64:
+        return MakeKernel([](KernelContext& ctx) { return RunPow<T, int64_t>(ctx); });
+      case DType::kI32:
+        return MakeKernel([](KernelContext& ctx) { return RunPow<T, int32_t>(ctx); });
       default:
         return absl::UnimplementedError(absl::StrCat("Pow node '", node.name, "': exponent dtype ",
                                                      DTypeName(node.inputs[1]->dtype),
@@ -235,8 +257,10 @@ struct ReduceKernel {
     });
   }
 };
-template <typename T> using ReduceSumKernel = ReduceKernel<T, false>;
-template <typename T> using ReduceMeanKernel = ReduceKernel<T, true>;
+template <typename T>
+using ReduceSumKernel = ReduceKernel<T, false>;
+template <typename T>
+using ReduceMeanKernel = ReduceKernel<T, true>;
 
 // ---------------------------------------------------------------------------------
 // LayerNormalization
@@ -266,7 +290,8 @@ struct RowSplit {
 RowSplit SplitRows(const Shape& x, int axis) {
   RowSplit s;
   for (int i = 0; i < static_cast<int>(x.size()); ++i) {
-    if (i < axis) s.rows *= x[i];
+    if (i < axis)
+      s.rows *= x[i];
     else {
       s.d *= x[i];
       s.norm.push_back(x[i]);
@@ -400,9 +425,8 @@ struct BatchNormKernel {
     const int64_t m = cs.n * cs.s;
     if (training && m < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "BatchNormalization node '", node.name, "' in training mode sees ", m,
-          " value per channel (X ", ShapeToString(node.inputs[0]->shape),
-          "); batch statistics need more than one. Use a batch size above 1"));
+          "BatchNormalization node '", node.name, "' in training mode sees ", m, " value per channel (X ",
+          ShapeToString(node.inputs[0]->shape), "); batch statistics need more than one. Use a batch size above 1"));
     }
     const float eps = node.attrs.GetFloat("epsilon", 1e-5f);
     const float momentum = node.attrs.GetFloat("momentum", 0.9f);

@@ -172,9 +172,7 @@ struct MaxPoolKernel {
       for (int64_t p = 0; p < g.planes; ++p) {
         const T* xp = x + p * d.ih * d.iw;
         T* yp = y + p * d.oh * d.ow;
-        ForEachArgMax(xp, g, [&](int64_t o, int64_t i) {
-          yp[o] = i >= 0 ? xp[i] : static_cast<T>(cpu::Acc<T>(0));
-        });
+        ForEachArgMax(xp, g, [&](int64_t o, int64_t i) { yp[o] = i >= 0 ? xp[i] : static_cast<T>(cpu::Acc<T>(0)); });
       }
       return absl::OkStatus();
     });

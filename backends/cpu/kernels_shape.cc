@@ -16,8 +16,8 @@ namespace {
 
 using cpu::MakeKernel;
 
-constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kF8E4M3,
-                                DType::kF8E5M2, DType::kI64, DType::kI32, DType::kU8, DType::kBool};
+constexpr DType kAllDTypes[] = {DType::kF32,    DType::kF64, DType::kF16, DType::kBF16, DType::kF8E4M3,
+                                DType::kF8E5M2, DType::kI64, DType::kI32, DType::kU8,   DType::kBool};
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateCopy(const Node&, Backend&) {
   return MakeKernel([](KernelContext& ctx) {
@@ -52,10 +52,18 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateTranspose(const Node& node, Backen
   }
   return MakeKernel([perm](KernelContext& ctx) {
     switch (DTypeSize(ctx.inputs[0].dtype)) {
-      case 8: TransposeWords<uint64_t>(ctx.inputs[0], ctx.outputs[0], perm); break;
-      case 4: TransposeWords<uint32_t>(ctx.inputs[0], ctx.outputs[0], perm); break;
-      case 2: TransposeWords<uint16_t>(ctx.inputs[0], ctx.outputs[0], perm); break;
-      default: TransposeWords<uint8_t>(ctx.inputs[0], ctx.outputs[0], perm); break;
+      case 8:
+        TransposeWords<uint64_t>(ctx.inputs[0], ctx.outputs[0], perm);
+        break;
+      case 4:
+        TransposeWords<uint32_t>(ctx.inputs[0], ctx.outputs[0], perm);
+        break;
+      case 2:
+        TransposeWords<uint16_t>(ctx.inputs[0], ctx.outputs[0], perm);
+        break;
+      default:
+        TransposeWords<uint8_t>(ctx.inputs[0], ctx.outputs[0], perm);
+        break;
     }
     return absl::OkStatus();
   });
@@ -74,29 +82,54 @@ float ToFloatRoundToOdd(double v) {
 // Element read/write through double, with round-to-nearest-even for 16-bit floats.
 double Load(const TensorView& t, int64_t i) {
   switch (t.dtype) {
-    case DType::kF32: return t.as<float>()[i];
-    case DType::kF64: return t.as<double>()[i];
-    case DType::kF16: return HalfToFloat(t.as<uint16_t>()[i]);
-    case DType::kBF16: return Bf16ToFloat(t.as<uint16_t>()[i]);
-    case DType::kI64: return static_cast<double>(t.as<int64_t>()[i]);
-    case DType::kI32: return t.as<int32_t>()[i];
+    case DType::kF32:
+      return t.as<float>()[i];
+    case DType::kF64:
+      return t.as<double>()[i];
+    case DType::kF16:
+      return HalfToFloat(t.as<uint16_t>()[i]);
+    case DType::kBF16:
+      return Bf16ToFloat(t.as<uint16_t>()[i]);
+    case DType::kI64:
+      return static_cast<double>(t.as<int64_t>()[i]);
+    case DType::kI32:
+      return t.as<int32_t>()[i];
     case DType::kU8:
-    case DType::kBool: return t.as<uint8_t>()[i];
-    default: return 0;
+    case DType::kBool:
+      return t.as<uint8_t>()[i];
+    default:
+      return 0;
   }
 }
 
 void Store(const TensorView& t, int64_t i, double v) {
   switch (t.dtype) {
-    case DType::kF32: t.as<float>()[i] = static_cast<float>(v); break;
-    case DType::kF64: t.as<double>()[i] = v; break;
-    case DType::kF16: t.as<uint16_t>()[i] = FloatToHalf(ToFloatRoundToOdd(v)); break;
-    case DType::kBF16: t.as<uint16_t>()[i] = FloatToBf16(ToFloatRoundToOdd(v)); break;
-    case DType::kI64: t.as<int64_t>()[i] = static_cast<int64_t>(v); break;
-    case DType::kI32: t.as<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DType::kU8: t.as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-    case DType::kBool: t.as<uint8_t>()[i] = v != 0; break;
-    default: break;
+    case DType::kF32:
+      t.as<float>()[i] = static_cast<float>(v);
+      break;
+    case DType::kF64:
+      t.as<double>()[i] = v;
+      break;
+    case DType::kF16:
+      t.as<uint16_t>()[i] = FloatToHalf(ToFloatRoundToOdd(v));
+      break;
+    case DType::kBF16:
+      t.as<uint16_t>()[i] = FloatToBf16(ToFloatRoundToOdd(v));
+      break;
+    case DType::kI64:
+      t.as<int64_t>()[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kI32:
+      t.as<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kU8:
+      t.as<uint8_t>()[i] = static_cast<uint8_t>(v);
+      break;
+    case DType::kBool:
+      t.as<uint8_t>()[i] = v != 0;
+      break;
+    default:
+      break;
   }
 }
 

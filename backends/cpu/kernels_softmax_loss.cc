@@ -26,9 +26,12 @@ AxisSplit SplitAt(const Shape& shape, int64_t axis_attr) {
   const int rank = static_cast<int>(shape.size());
   const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
   for (int i = 0; i < rank; ++i) {
-    if (i < axis) s.outer *= shape[i];
-    else if (i == axis) s.dim = shape[i];
-    else s.inner *= shape[i];
+    if (i < axis)
+      s.outer *= shape[i];
+    else if (i == axis)
+      s.dim = shape[i];
+    else
+      s.inner *= shape[i];
   }
   return s;
 }
@@ -59,8 +62,10 @@ struct SoftmaxKernel {
     });
   }
 };
-template <typename T> using SoftmaxFwd = SoftmaxKernel<T, false>;
-template <typename T> using LogSoftmaxFwd = SoftmaxKernel<T, true>;
+template <typename T>
+using SoftmaxFwd = SoftmaxKernel<T, false>;
+template <typename T>
+using LogSoftmaxFwd = SoftmaxKernel<T, true>;
 
 // Softmax: dx = y * (dy - sum(dy * y));  LogSoftmax: dx = dy - exp(y) * sum(dy).
 template <typename T, bool kLog>
@@ -91,8 +96,10 @@ struct SoftmaxGradKernel {
     });
   }
 };
-template <typename T> using SoftmaxBwd = SoftmaxGradKernel<T, false>;
-template <typename T> using LogSoftmaxBwd = SoftmaxGradKernel<T, true>;
+template <typename T>
+using SoftmaxBwd = SoftmaxGradKernel<T, false>;
+template <typename T>
+using LogSoftmaxBwd = SoftmaxGradKernel<T, true>;
 
 int64_t LabelAt(const TensorView& labels, int64_t i) {
   return labels.dtype == DType::kI32 ? labels.as<int32_t>()[i] : labels.as<int64_t>()[i];
@@ -125,8 +132,8 @@ struct SoftmaxCrossEntropyKernel {
         }
         if (has_ignore && label == ignore) continue;
         if (label < 0 || label >= c) {
-          return absl::InvalidArgumentError(absl::StrCat("label ", label, " at batch row ", i,
-                                                         " is outside [0, ", c, "); check the labels data"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("label ", label, " at batch row ", i, " is outside [0, ", c, "); check the labels data"));
         }
         total += static_cast<double>(lse - Acc<T>(row[label]));
         ++counted;

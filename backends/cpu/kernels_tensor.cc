@@ -21,17 +21,25 @@ namespace {
 using cpu::MakeKernel;
 using KernelOr = absl::StatusOr<std::unique_ptr<Kernel>>;
 
-constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kF8E4M3,
-                                DType::kF8E5M2, DType::kI64, DType::kI32, DType::kU8, DType::kBool};
+constexpr DType kAllDTypes[] = {DType::kF32,    DType::kF64, DType::kF16, DType::kBF16, DType::kF8E4M3,
+                                DType::kF8E5M2, DType::kI64, DType::kI32, DType::kU8,   DType::kBool};
 
 // Calls f(Word{}) with the unsigned integer type of the element size.
 template <typename F>
 void WithWord(size_t elem, F f) {
   switch (elem) {
-    case 8: f(uint64_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 2: f(uint16_t{}); break;
-    default: f(uint8_t{}); break;
+    case 8:
+      f(uint64_t{});
+      break;
+    case 4:
+      f(uint32_t{});
+      break;
+    case 2:
+      f(uint16_t{});
+      break;
+    default:
+      f(uint8_t{});
+      break;
   }
 }
 
@@ -64,7 +72,9 @@ int64_t Prod(const Shape& s, size_t from, size_t to) {
   return p;
 }
 
-int NormAxis(int64_t axis, size_t rank) { return static_cast<int>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis); }
+int NormAxis(int64_t axis, size_t rank) {
+  return static_cast<int>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis);
+}
 
 KernelOr CreateCopy(const Node&, Backend&) {
   return MakeKernel([](KernelContext& ctx) {
@@ -264,7 +274,8 @@ struct StridedMap {
   int64_t base = 0;              // input offset of the slice's first element
 };
 
-StridedMap MapOf(const Shape& in, const Shape& out, const std::vector<int64_t>& start, const std::vector<int64_t>& step) {
+StridedMap MapOf(const Shape& in, const Shape& out, const std::vector<int64_t>& start,
+                 const std::vector<int64_t>& step) {
   StridedMap m;
   m.out = out;
   const auto dense = RowMajorStrides(in);
@@ -349,14 +360,54 @@ KernelOr CreateExpand(const Node&, Backend&) {
 template <typename T>
 using CmpType = std::conditional_t<std::is_same_v<T, Bf16> || std::is_same_v<T, Half>, float, T>;
 
-struct EqualOp { template <typename V> bool operator()(V a, V b) const { return a == b; } };
-struct LessOp { template <typename V> bool operator()(V a, V b) const { return a < b; } };
-struct GreaterOp { template <typename V> bool operator()(V a, V b) const { return a > b; } };
-struct LessOrEqualOp { template <typename V> bool operator()(V a, V b) const { return a <= b; } };
-struct GreaterOrEqualOp { template <typename V> bool operator()(V a, V b) const { return a >= b; } };
-struct AndOp { template <typename V> bool operator()(V a, V b) const { return (a != 0) && (b != 0); } };
-struct OrOp { template <typename V> bool operator()(V a, V b) const { return (a != 0) || (b != 0); } };
-struct XorOp { template <typename V> bool operator()(V a, V b) const { return (a != 0) != (b != 0); } };
+struct EqualOp {
+  template <typename V>
+  bool operator()(V a, V b) const {
+    return a == b;
+  }
+};
+struct LessOp {
+  template <typename V>
+  bool operator()(V a, V b) const {
+    return a < b;
+  }
+};
+struct GreaterOp {
+  template <typename V>
+  bool operator()(V a, V b) const {
+    return a > b;
+  }
+};
+struct LessOrEqualOp {
+  template <typename V>
+  bool operator()(V a, V b) const {
+    return a <= b;
+  }
+};
+struct GreaterOrEqualOp {
+  template <typename V>
+  bool operator()(V a, V b) const {
+    return a >= b;
+  }
+};
+struct AndOp {
+  template <typename V>
+  bool operator()(V a, V b) const {
+    return (a != 0) && (b != 0);
+  }
+};
+struct OrOp {
+  template <typename V>
+  bool operator()(V a, V b) const {
+    return (a != 0) || (b != 0);
+  }
+};
+struct XorOp {
+  template <typename V>
+  bool operator()(V a, V b) const {
+    return (a != 0) != (b != 0);
+  }
+};
 
 template <typename T, typename Op>
 absl::Status RunCompare(KernelContext& ctx) {
@@ -476,7 +527,8 @@ void RegisterCpuTensorKernels(KernelRegistry& r) {
     // dtype too so autocast sees that it runs in bf16/f16 (Capabilities::HasKernel).
     r.Register("Where", "cpu", d, CreateWhere);
   }
-  for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) r.Register("SliceGrad", "cpu", d, CreateSliceGrad);
+  for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16})
+    r.Register("SliceGrad", "cpu", d, CreateSliceGrad);
   cpu::RegisterFloatKernels<GatherGradKernel>(r, "GatherGrad");
   RegisterCompare<EqualOp>(r, "Equal", /*with_bool=*/true);
   RegisterCompare<LessOp>(r, "Less", false);

@@ -169,9 +169,15 @@ inline RowLaunch PlanRows(int64_t rows, int64_t row_length, bool strided) {
 template <typename F>
 void DispatchRows(const RowLaunch& l, F&& launch) {
   switch (l.group) {
-    case RowLaunch::Group::kThread: launch(ThreadPerRow{}, l.grid, l.block); break;
-    case RowLaunch::Group::kWarp: launch(WarpPerRow{}, l.grid, l.block); break;
-    case RowLaunch::Group::kBlock: launch(BlockPerRow{}, l.grid, l.block); break;
+    case RowLaunch::Group::kThread:
+      launch(ThreadPerRow{}, l.grid, l.block);
+      break;
+    case RowLaunch::Group::kWarp:
+      launch(WarpPerRow{}, l.grid, l.block);
+      break;
+    case RowLaunch::Group::kBlock:
+      launch(BlockPerRow{}, l.grid, l.block);
+      break;
   }
 }
 

@@ -28,8 +28,8 @@ namespace cuda {
 // -col_shift); with positive shifts it crops a window of src. Every dst element is
 // written. Enqueued on `stream`; src and dst must not overlap.
 absl::Status LaunchCopyPlanesShifted(DType dtype, const void* src, int64_t src_h, int64_t src_w, void* dst,
-                                     int64_t dst_h, int64_t dst_w, int64_t planes, int64_t row_shift,
-                                     int64_t col_shift, cudaStream_t stream);
+                                     int64_t dst_h, int64_t dst_w, int64_t planes, int64_t row_shift, int64_t col_shift,
+                                     cudaStream_t stream);
 
 // y[n][m][s] += bias[m] for y of shape [batch, channels, spatial] (dtype f32, bf16 or f16),
 // added in f32 and rounded once to the dtype. Enqueued on `stream`.

@@ -31,16 +31,17 @@ absl::Status CheckFp8GemmSpec(const CudaBackend& backend, const LtGemmSpec& s) {
   const bool fp8_a = IsFp8(a), fp8_b = IsFp8(b);
   if (!fp8_a && !fp8_b) {
     if (IsFp8(s.out)) {
-      return absl::InvalidArgumentError(absl::StrCat("cuBLASLt GEMM: an ", DTypeName(s.out), " output needs FP8 operands, got ",
-                                                     DTypeName(a), " x ", DTypeName(b)));
+      return absl::InvalidArgumentError(absl::StrCat("cuBLASLt GEMM: an ", DTypeName(s.out),
+                                                     " output needs FP8 operands, got ", DTypeName(a), " x ",
+                                                     DTypeName(b)));
     }
     return absl::OkStatus();
   }
   const int cc = backend.compute_capability();
   if (cc < 89) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "FP8 GEMMs need sm_89 or newer; this device is sm_", cc, " (", backend.capabilities().device,
-        "); use --precision bf16, or set fp8.fallback_to_bf16 in the spec to keep those GEMMs in bf16"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("FP8 GEMMs need sm_89 or newer; this device is sm_", cc, " (", backend.capabilities().device,
+                     "); use --precision bf16, or set fp8.fallback_to_bf16 in the spec to keep those GEMMs in bf16"));
   }
   if (!fp8_a || !fp8_b) {
     return absl::InvalidArgumentError(absl::StrCat("FP8 GEMM with a non-FP8 operand (", DTypeName(a), " x ",
@@ -96,13 +97,13 @@ absl::Status CheckFp8GemmSpec(const CudaBackend& backend, const LtGemmSpec& s) {
       }
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("FP8 GEMM with a ", DTypeName(s.out),
-                                                     " output: use f32, bf16, f16, E4M3 or E5M2"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("FP8 GEMM with a ", DTypeName(s.out), " output: use f32, bf16, f16, E4M3 or E5M2"));
   }
   if (s.amax_d && !IsFp8(s.out)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "FP8 GEMM with amax_d and a ", DTypeName(s.out),
-        " output: cuBLASLt computes the amax of D only for an FP8 output; compute it separately"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("FP8 GEMM with amax_d and a ", DTypeName(s.out),
+                     " output: cuBLASLt computes the amax of D only for an FP8 output; compute it separately"));
   }
   return absl::OkStatus();
 }

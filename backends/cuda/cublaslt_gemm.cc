@@ -26,19 +26,24 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_status.h"
 #include "base/status_macros.h"
+#include "graph/capabilities.h"
 #include "graph/float_convert.h"
-#include "passes/memory_plan.h"
 
 namespace mpc::cuda {
 namespace {
 
 absl::StatusOr<cudaDataType_t> CudaType(DType d) {
   switch (d) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF16: return CUDA_R_16F;
-    case DType::kF8E4M3: return CUDA_R_8F_E4M3;
-    case DType::kF8E5M2: return CUDA_R_8F_E5M2;
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kF8E4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::kF8E5M2:
+      return CUDA_R_8F_E5M2;
     default:
       return absl::UnimplementedError(absl::StrCat("cuBLASLt GEMM: dtype ", DTypeName(d), " is not supported"));
   }
@@ -66,8 +71,8 @@ bool IsForward(LtEpilogue e) {
          e == LtEpilogue::kGeluAux;
 }
 bool HasAux(LtEpilogue e) {
-  return e == LtEpilogue::kReluAux || e == LtEpilogue::kGeluAux || e == LtEpilogue::kDRelu ||
-         e == LtEpilogue::kDGelu || e == LtEpilogue::kDReluBGrad || e == LtEpilogue::kDGeluBGrad;
+  return e == LtEpilogue::kReluAux || e == LtEpilogue::kGeluAux || e == LtEpilogue::kDRelu || e == LtEpilogue::kDGelu ||
+         e == LtEpilogue::kDReluBGrad || e == LtEpilogue::kDGeluBGrad;
 }
 bool ReluMaskAux(LtEpilogue e) {
   return e == LtEpilogue::kReluAux || e == LtEpilogue::kDRelu || e == LtEpilogue::kDReluBGrad;
@@ -79,19 +84,30 @@ bool WritesBiasGrad(LtEpilogue e) {
 
 cublasLtEpilogue_t CublasEpilogue(LtEpilogue e, bool bias) {
   switch (e) {
-    case LtEpilogue::kNone: return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    case LtEpilogue::kRelu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-    case LtEpilogue::kGelu: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    case LtEpilogue::kReluAux: return bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
-    case LtEpilogue::kGeluAux: return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    case LtEpilogue::kDRelu: return CUBLASLT_EPILOGUE_DRELU;
-    case LtEpilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
-    case LtEpilogue::kDReluBGrad: return CUBLASLT_EPILOGUE_DRELU_BGRAD;
-    case LtEpilogue::kDGeluBGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case LtEpilogue::kNone:
+      return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    case LtEpilogue::kRelu:
+      return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case LtEpilogue::kGelu:
+      return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case LtEpilogue::kReluAux:
+      return bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
+    case LtEpilogue::kGeluAux:
+      return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case LtEpilogue::kDRelu:
+      return CUBLASLT_EPILOGUE_DRELU;
+    case LtEpilogue::kDGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case LtEpilogue::kDReluBGrad:
+      return CUBLASLT_EPILOGUE_DRELU_BGRAD;
+    case LtEpilogue::kDGeluBGrad:
+      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     // Swapped operands: our A is cuBLASLt's B (its bias gradient has D's column count,
     // our M), our B is cuBLASLt's A (D's row count, our N).
-    case LtEpilogue::kBGradA: return CUBLASLT_EPILOGUE_BGRADB;
-    case LtEpilogue::kBGradB: return CUBLASLT_EPILOGUE_BGRADA;
+    case LtEpilogue::kBGradA:
+      return CUBLASLT_EPILOGUE_BGRADB;
+    case LtEpilogue::kBGradB:
+      return CUBLASLT_EPILOGUE_BGRADA;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -127,17 +143,28 @@ struct PreferenceGuard {
 
 const char* LtEpilogueName(LtEpilogue e) {
   switch (e) {
-    case LtEpilogue::kNone: return "none";
-    case LtEpilogue::kRelu: return "ReLU";
-    case LtEpilogue::kGelu: return "GELU";
-    case LtEpilogue::kReluAux: return "ReLU+aux";
-    case LtEpilogue::kGeluAux: return "GELU+aux";
-    case LtEpilogue::kDRelu: return "dReLU";
-    case LtEpilogue::kDGelu: return "dGELU";
-    case LtEpilogue::kDReluBGrad: return "dReLU+bias-grad";
-    case LtEpilogue::kDGeluBGrad: return "dGELU+bias-grad";
-    case LtEpilogue::kBGradA: return "bias-grad-of-A";
-    case LtEpilogue::kBGradB: return "bias-grad-of-B";
+    case LtEpilogue::kNone:
+      return "none";
+    case LtEpilogue::kRelu:
+      return "ReLU";
+    case LtEpilogue::kGelu:
+      return "GELU";
+    case LtEpilogue::kReluAux:
+      return "ReLU+aux";
+    case LtEpilogue::kGeluAux:
+      return "GELU+aux";
+    case LtEpilogue::kDRelu:
+      return "dReLU";
+    case LtEpilogue::kDGelu:
+      return "dGELU";
+    case LtEpilogue::kDReluBGrad:
+      return "dReLU+bias-grad";
+    case LtEpilogue::kDGeluBGrad:
+      return "dGELU+bias-grad";
+    case LtEpilogue::kBGradA:
+      return "bias-grad-of-A";
+    case LtEpilogue::kBGradB:
+      return "bias-grad-of-B";
   }
   return "?";
 }
@@ -223,10 +250,13 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(CudaBackend& 
   // Swapped operands: cuBLASLt's A is our B (op = tb), its B is our A (op = ta).
   const cublasOperation_t op_a = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_TRANSA, op_a, "cublasLtMatmulDescSetAttribute(TRANSA)"));
-  MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_TRANSB, op_b, "cublasLtMatmulDescSetAttribute(TRANSB)"));
+  MPC_RETURN_IF_ERROR(
+      SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_TRANSA, op_a, "cublasLtMatmulDescSetAttribute(TRANSA)"));
+  MPC_RETURN_IF_ERROR(
+      SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_TRANSB, op_b, "cublasLtMatmulDescSetAttribute(TRANSB)"));
   const cublasLtEpilogue_t epi = CublasEpilogue(s.epilogue, s.bias);
-  MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, epi, "cublasLtMatmulDescSetAttribute(EPILOGUE)"));
+  MPC_RETURN_IF_ERROR(
+      SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, epi, "cublasLtMatmulDescSetAttribute(EPILOGUE)"));
   // The per-call pointers are set by Run. The heuristic does not dereference them, but it
   // does look at which are set (an amax or scale pointer selects different kernels) and
   // at their alignment, so it sees non-null, well-aligned placeholders here.
@@ -291,8 +321,8 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(CudaBackend& 
     struct {
       cublasLtMatrixLayout_t layout;
       int64_t stride;
-    } batched[] = {{g->lt_a_, s.b_batch_stride}, {g->lt_b_, s.a_batch_stride}, {g->lt_d_, y_stride},
-                   {g->lt_c_, y_stride}};
+    } batched[] = {
+        {g->lt_a_, s.b_batch_stride}, {g->lt_b_, s.a_batch_stride}, {g->lt_d_, y_stride}, {g->lt_c_, y_stride}};
     for (const auto& l : batched) {
       if (!l.layout) continue;
       MPC_RETURN_IF_ERROR(SetLayoutAttr(l.layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count,
@@ -318,9 +348,8 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(CudaBackend& 
   }
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(g->lt_, g->desc_, g->lt_a_, g->lt_b_, g->lt_c_ ? g->lt_c_ : g->lt_d_, g->lt_d_,
-                                     pref.pref, 1, &result, &returned);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      g->lt_, g->desc_, g->lt_a_, g->lt_b_, g->lt_c_ ? g->lt_c_ : g->lt_d_, g->lt_d_, pref.pref, 1, &result, &returned);
   if (st != CUBLAS_STATUS_SUCCESS) {
     return CublasStatus(st, absl::StrCat("cublasLtMatmulAlgoGetHeuristic(", what, ")").c_str());
   }
@@ -445,9 +474,14 @@ class CudaGemmKernel : public Kernel {
     args.y = ctx.outputs[0].data;
     const void* c = route_ == CRoute::kNone ? nullptr : ctx.inputs[2].data;
     switch (route_) {
-      case CRoute::kNone: break;
-      case CRoute::kBiasEpilogue: args.bias = c; break;
-      case CRoute::kFullC: args.c = c; break;
+      case CRoute::kNone:
+        break;
+      case CRoute::kBiasEpilogue:
+        args.bias = c;
+        break;
+      case CRoute::kFullC:
+        args.c = c;
+        break;
       case CRoute::kBroadcastC: {
         // Y <- C broadcast and converted; the GEMM then adds into it with beta.
         LtGemmArgs bc;
@@ -477,7 +511,7 @@ absl::StatusOr<void*> DeviceOnes(CudaBackend& backend, DType dtype, int64_t n) {
   std::vector<unsigned char> host(static_cast<size_t>(n) * es);
   const float one_f32 = 1.0f;
   const uint16_t one_bf16 = FloatToBf16(1.0f), one_f16 = FloatToHalf(1.0f);
-  const void* one = dtype == DType::kF32 ? static_cast<const void*>(&one_f32)
+  const void* one = dtype == DType::kF32    ? static_cast<const void*>(&one_f32)
                     : dtype == DType::kBF16 ? static_cast<const void*>(&one_bf16)
                                             : static_cast<const void*>(&one_f16);
   for (int64_t i = 0; i < n; ++i) std::memcpy(host.data() + i * es, one, es);
@@ -490,7 +524,7 @@ absl::StatusOr<void*> DeviceOnes(CudaBackend& backend, DType dtype, int64_t n) {
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CudaGemmKernel::Create(const Node& node, Backend& backend) {
-  MPC_ASSIGN_OR_RETURN(CudaBackend* cuda, AsCuda(backend));
+  MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
   const Shape& a = node.inputs[0]->shape;
   const Shape& b = node.inputs[1]->shape;
   const Shape& y = node.outputs[0]->shape;
@@ -521,8 +555,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CudaGemmKernel::Create(const Node& node,
                                                    DTypeName(node.inputs[1]->dtype)));
   }
   if (s.out != s.operand && s.out != DType::kF32) {
-    return absl::UnimplementedError(absl::StrCat("Gemm with ", DTypeName(s.operand), " operands and ",
-                                                 DTypeName(s.out), " output is not yet on CUDA"));
+    return absl::UnimplementedError(absl::StrCat("Gemm with ", DTypeName(s.operand), " operands and ", DTypeName(s.out),
+                                                 " output is not yet on CUDA"));
   }
 
   std::unique_ptr<CudaGemmKernel> kernel(new CudaGemmKernel());

@@ -24,12 +24,12 @@
 // layer); M, N and K must be multiples of 16.
 #pragma once
 
+#include <cublasLt.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <cublasLt.h>
 
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
@@ -43,16 +43,16 @@ namespace mpc::cuda {
 // approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 enum class LtEpilogue {
   kNone,
-  kRelu,         // Y = max(Z, 0)
-  kGelu,         // Y = gelu(Z)
-  kReluAux,      // Y = max(Z, 0), aux = bit-mask of Z > 0
-  kGeluAux,      // Y = gelu(Z), aux = Z
-  kDRelu,        // Y = Z * (aux bit set): the ReLU backward, Z being dY·W of the next layer
-  kDGelu,        // Y = Z * gelu'(aux)
-  kDReluBGrad,   // kDRelu, and bias_grad[N] = sum over the M rows of Y
-  kDGeluBGrad,   // kDGelu, and bias_grad[N] = sum over the M rows of Y
-  kBGradA,       // bias_grad[M] = sum over K of op(A) (e.g. db = sum_batch dY in dW = dY^T X)
-  kBGradB,       // bias_grad[N] = sum over K of op(B)
+  kRelu,        // Y = max(Z, 0)
+  kGelu,        // Y = gelu(Z)
+  kReluAux,     // Y = max(Z, 0), aux = bit-mask of Z > 0
+  kGeluAux,     // Y = gelu(Z), aux = Z
+  kDRelu,       // Y = Z * (aux bit set): the ReLU backward, Z being dY·W of the next layer
+  kDGelu,       // Y = Z * gelu'(aux)
+  kDReluBGrad,  // kDRelu, and bias_grad[N] = sum over the M rows of Y
+  kDGeluBGrad,  // kDGelu, and bias_grad[N] = sum over the M rows of Y
+  kBGradA,      // bias_grad[M] = sum over K of op(A) (e.g. db = sum_batch dY in dW = dY^T X)
+  kBGradB,      // bias_grad[N] = sum over K of op(B)
 };
 const char* LtEpilogueName(LtEpilogue e);
 
@@ -71,14 +71,14 @@ struct LtGemmSpec {
   // or FP8 Y, bf16 (what cuBLASLt's FP8 kernels take).
   std::optional<DType> bias_dtype;
   LtEpilogue epilogue = LtEpilogue::kNone;
-  bool tf32 = false;            // CUBLAS_COMPUTE_32F_FAST_TF32 (f32 operands only)
-  DType operand = DType::kF32;  // A, and B unless b_operand is set
+  bool tf32 = false;               // CUBLAS_COMPUTE_32F_FAST_TF32 (f32 operands only)
+  DType operand = DType::kF32;     // A, and B unless b_operand is set
   std::optional<DType> b_operand;  // B's dtype when it differs (FP8 HYBRID: E4M3 x E5M2)
-  DType out = DType::kF32;      // Y: the operands' dtype or f32; for FP8 operands f32,
-                                // bf16, f16, E4M3 or E5M2 (E5M2 only with an E5M2 operand)
-  bool fast_accum = false;      // FP8: CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic f32
-                                // promotion of the tensor-core accumulator: faster, less exact)
-  bool amax_d = false;          // FP8 Y only: Run writes max|result| (before the D scale)
+  DType out = DType::kF32;         // Y: the operands' dtype or f32; for FP8 operands f32,
+                                   // bf16, f16, E4M3 or E5M2 (E5M2 only with an E5M2 operand)
+  bool fast_accum = false;         // FP8: CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic f32
+                                   // promotion of the tensor-core accumulator: faster, less exact)
+  bool amax_d = false;             // FP8 Y only: Run writes max|result| (before the D scale)
   // Alignment in bytes (a power of two, >= 16 for FP8) that every matrix pointer given to
   // Run has; the heuristic only picks algorithms that work with it and Run checks it.
   uint32_t alignment = 16;
@@ -92,11 +92,11 @@ struct LtGemmSpec {
 struct LtGemmArgs {
   const void* a = nullptr;
   const void* b = nullptr;
-  const void* c = nullptr;       // spec.beta != 0: C [M,N] (per batch) in Y's dtype; may be y
+  const void* c = nullptr;  // spec.beta != 0: C [M,N] (per batch) in Y's dtype; may be y
   void* y = nullptr;
-  const void* bias = nullptr;    // spec.bias: [N]
-  void* bias_grad = nullptr;     // kDReluBGrad, kDGeluBGrad, kBGradB: [N]; kBGradA: [M]
-  void* aux = nullptr;           // k*Aux: written; kD*: read. LtAuxBytes(spec) bytes.
+  const void* bias = nullptr;  // spec.bias: [N]
+  void* bias_grad = nullptr;   // kDReluBGrad, kDGeluBGrad, kBGradB: [N]; kBGradA: [M]
+  void* aux = nullptr;         // k*Aux: written; kD*: read. LtAuxBytes(spec) bytes.
   // FP8 operands (required): device f32 factors the FP8 values of A / B are multiplied
   // by, i.e. the quantization's scale_inv (the fp8 pass's <tensor>.fp8_scale_inv state).
   const float* a_scale_inv = nullptr;

@@ -13,18 +13,18 @@
 //     instead: a single [inner*M, K] x [K, N] product;
 //   - each outer index is one more call with precomputed element offsets (e.g. A [2,1,..]
 //     x B [1,3,..]: 2 calls of a 3-batch). Beyond kMaxCalls calls the node is refused.
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
-
-#include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cublaslt_gemm.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_status.h"
 #include "base/status_macros.h"
-#include "passes/memory_plan.h"
+#include "graph/capabilities.h"
 
 namespace mpc::cuda {
 namespace {
@@ -85,10 +85,11 @@ absl::StatusOr<MatMulPlan> PlanMatMul(const Shape& a, const Shape& b, const Shap
   int64_t outer = 1;
   for (int d = 0; d < split; ++d) outer *= yb[d];
   if (outer > kMaxCalls) {
-    return absl::UnimplementedError(absl::StrCat(
-        "MatMul ", ShapeToString(a), " x ", ShapeToString(b), " broadcasts its batch in a way that needs ", outer,
-        " separate cuBLASLt calls; more than ", kMaxCalls, " is not yet on CUDA (make the broadcast batch dims "
-        "innermost, or expand the operand)"));
+    return absl::UnimplementedError(absl::StrCat("MatMul ", ShapeToString(a), " x ", ShapeToString(b),
+                                                 " broadcasts its batch in a way that needs ", outer,
+                                                 " separate cuBLASLt calls; more than ", kMaxCalls,
+                                                 " is not yet on CUDA (make the broadcast batch dims "
+                                                 "innermost, or expand the operand)"));
   }
   const int64_t y_matrix = p.m * p.n;
   for (int64_t o = 0; o < outer; ++o) {
@@ -116,13 +117,13 @@ uint32_t AlignmentOf(int64_t bytes, uint32_t base) {
 class CudaMatMulKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
-    MPC_ASSIGN_OR_RETURN(CudaBackend* cuda, AsCuda(backend));
+    MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
     const Shape& a = node.inputs[0]->shape;
     const Shape& b = node.inputs[1]->shape;
     const Shape& y = node.outputs[0]->shape;
     if (a.size() < 2 || b.size() < 2 || y.size() < 2) {
-      return absl::UnimplementedError(absl::StrCat("MatMul with a 1-D operand (", ShapeToString(a), " x ",
-                                                   ShapeToString(b), ") is not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat("MatMul with a 1-D operand (", ShapeToString(a), " x ", ShapeToString(b), ") is not supported"));
     }
     const DType operand = node.inputs[0]->dtype, out = node.outputs[0]->dtype;
     if (node.inputs[1]->dtype != operand) {
@@ -130,8 +131,8 @@ class CudaMatMulKernel : public Kernel {
                                                      DTypeName(node.inputs[1]->dtype)));
     }
     if (out != operand && out != DType::kF32) {
-      return absl::UnimplementedError(absl::StrCat("MatMul with ", DTypeName(operand), " operands and ",
-                                                   DTypeName(out), " output is not yet on CUDA"));
+      return absl::UnimplementedError(absl::StrCat("MatMul with ", DTypeName(operand), " operands and ", DTypeName(out),
+                                                   " output is not yet on CUDA"));
     }
     std::unique_ptr<CudaMatMulKernel> kernel(new CudaMatMulKernel());
     kernel->stream_ = cuda->stream();

@@ -126,8 +126,9 @@ absl::StatusOr<std::unique_ptr<CapturedStep>> CudaBackend::Capture(const std::fu
     if (graph) cudaGraphDestroy(graph);
     return absl::Status(enqueued.code(), absl::StrCat("while capturing the step: ", enqueued.message()));
   }
-  MPC_RETURN_IF_ERROR(CudaStatus(ended, "cudaStreamEndCapture (a kernel did something a CUDA graph cannot record, "
-                                        "e.g. a synchronisation or a host copy)"));
+  MPC_RETURN_IF_ERROR(CudaStatus(ended,
+                                 "cudaStreamEndCapture (a kernel did something a CUDA graph cannot record, "
+                                 "e.g. a synchronisation or a host copy)"));
   cudaGraphExec_t exec = nullptr;
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   if (inst != cudaSuccess) {
@@ -189,8 +190,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   }
   auto b = cuda::CudaBackend::Create(device);
   if (!b.ok()) {
-    return absl::UnavailableError(absl::StrCat("no CUDA device: cuda:", device, " failed to initialise: ",
-                                               b.status().message(), "; use --device cpu"));
+    return absl::UnavailableError(absl::StrCat("no CUDA device: cuda:", device,
+                                               " failed to initialise: ", b.status().message(), "; use --device cpu"));
   }
   return std::unique_ptr<Backend>(std::move(*b));
 }

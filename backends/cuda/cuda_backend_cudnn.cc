@@ -27,7 +27,8 @@ absl::Status CudaBackend::ReserveConvWorkspace(size_t bytes) {
   MPC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
-    return CudaStatus(e, absl::StrCat("cudaMalloc(convolution workspace, ", bytes, " bytes) on ", caps_.device).c_str());
+    return CudaStatus(e,
+                      absl::StrCat("cudaMalloc(convolution workspace, ", bytes, " bytes) on ", caps_.device).c_str());
   }
   conv_workspaces_.push_back(p);
   conv_workspace_bytes_ = bytes;

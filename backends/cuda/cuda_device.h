@@ -4,15 +4,14 @@
 // the stream and the libraries through AsCuda().
 #pragma once
 
-#include <cstddef>
-#include <functional>
-#include <memory>
-#include <string>
-
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"

@@ -33,31 +33,82 @@ namespace mpc::cuda {
 
 // ---- element types -------------------------------------------------------------------
 
-template <typename T> struct AccOf { using type = float; };
-template <> struct AccOf<double> { using type = double; };
+template <typename T>
+struct AccOf {
+  using type = float;
+};
+template <>
+struct AccOf<double> {
+  using type = double;
+};
 // f64 kernels (if any) accumulate in f64; everything else in f32.
-template <typename T> using Acc = typename AccOf<T>::type;
+template <typename T>
+using Acc = typename AccOf<T>::type;
 
-template <typename T> __host__ __device__ inline Acc<T> ToAcc(T v) { return static_cast<Acc<T>>(v); }
-template <> __host__ __device__ inline float ToAcc<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __host__ __device__ inline float ToAcc<__half>(__half v) { return __half2float(v); }
+template <typename T>
+__host__ __device__ inline Acc<T> ToAcc(T v) {
+  return static_cast<Acc<T>>(v);
+}
+template <>
+__host__ __device__ inline float ToAcc<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <>
+__host__ __device__ inline float ToAcc<__half>(__half v) {
+  return __half2float(v);
+}
 
-template <typename T> __host__ __device__ inline T FromAcc(Acc<T> v) { return static_cast<T>(v); }
+template <typename T>
+__host__ __device__ inline T FromAcc(Acc<T> v) {
+  return static_cast<T>(v);
+}
 // Round to nearest even, as graph/float_convert.h does on the CPU backend.
-template <> __host__ __device__ inline __nv_bfloat16 FromAcc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __host__ __device__ inline __half FromAcc<__half>(float v) { return __float2half_rn(v); }
+template <>
+__host__ __device__ inline __nv_bfloat16 FromAcc<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__host__ __device__ inline __half FromAcc<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 // The device type that holds an mpc dtype's elements.
-template <DType D> struct DeviceTypeOf;
-template <> struct DeviceTypeOf<DType::kF32> { using type = float; };
-template <> struct DeviceTypeOf<DType::kF64> { using type = double; };
-template <> struct DeviceTypeOf<DType::kBF16> { using type = __nv_bfloat16; };
-template <> struct DeviceTypeOf<DType::kF16> { using type = __half; };
-template <> struct DeviceTypeOf<DType::kI64> { using type = int64_t; };
-template <> struct DeviceTypeOf<DType::kI32> { using type = int32_t; };
-template <> struct DeviceTypeOf<DType::kU8> { using type = uint8_t; };
-template <> struct DeviceTypeOf<DType::kBool> { using type = uint8_t; };
-template <DType D> using DeviceType = typename DeviceTypeOf<D>::type;
+template <DType D>
+struct DeviceTypeOf;
+template <>
+struct DeviceTypeOf<DType::kF32> {
+  using type = float;
+};
+template <>
+struct DeviceTypeOf<DType::kF64> {
+  using type = double;
+};
+template <>
+struct DeviceTypeOf<DType::kBF16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct DeviceTypeOf<DType::kF16> {
+  using type = __half;
+};
+template <>
+struct DeviceTypeOf<DType::kI64> {
+  using type = int64_t;
+};
+template <>
+struct DeviceTypeOf<DType::kI32> {
+  using type = int32_t;
+};
+template <>
+struct DeviceTypeOf<DType::kU8> {
+  using type = uint8_t;
+};
+template <>
+struct DeviceTypeOf<DType::kBool> {
+  using type = uint8_t;
+};
+template <DType D>
+using DeviceType = typename DeviceTypeOf<D>::type;
 
 // ---- kernels bound to the stream -----------------------------------------------------
 
@@ -158,8 +209,8 @@ inline void AlignedStrides(const Shape& in, const Shape& out, int64_t* strides) 
 inline absl::StatusOr<BroadcastIndexer> MakeBroadcastIndexer(const Shape& a, const Shape& b, const Shape& out,
                                                              const std::string& op) {
   if (out.size() > static_cast<size_t>(kMaxRank)) {
-    return absl::UnimplementedError(absl::StrCat(op, " on CUDA supports up to ", kMaxRank, " dimensions; got ",
-                                                 ShapeToString(out)));
+    return absl::UnimplementedError(
+        absl::StrCat(op, " on CUDA supports up to ", kMaxRank, " dimensions; got ", ShapeToString(out)));
   }
   BroadcastIndexer ix;
   ix.rank = static_cast<int>(out.size());

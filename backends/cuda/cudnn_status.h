@@ -26,10 +26,14 @@ inline absl::StatusCode CudnnErrorCode(cudnnStatus_t s) {
     return absl::StatusCode::kResourceExhausted;
   }
   switch (CUDNN_STATUS_CATEGORY(static_cast<int>(s))) {
-    case 1000: return absl::StatusCode::kUnavailable;  // not initialised, sublibrary missing, ...
-    case CUDNN_STATUS_BAD_PARAM: return absl::StatusCode::kInvalidArgument;
-    case CUDNN_STATUS_NOT_SUPPORTED: return absl::StatusCode::kUnimplemented;
-    default: return absl::StatusCode::kInternal;
+    case 1000:
+      return absl::StatusCode::kUnavailable;  // not initialised, sublibrary missing, ...
+    case CUDNN_STATUS_BAD_PARAM:
+      return absl::StatusCode::kInvalidArgument;
+    case CUDNN_STATUS_NOT_SUPPORTED:
+      return absl::StatusCode::kUnimplemented;
+    default:
+      return absl::StatusCode::kInternal;
   }
 }
 
@@ -38,15 +42,15 @@ inline absl::Status CudnnStatus(cudnnStatus_t s, const char* call) {
   char detail[512] = {0};
   cudnnGetLastErrorString(detail, sizeof(detail));
   detail[sizeof(detail) - 1] = '\0';
-  return absl::Status(CudnnErrorCode(s), absl::StrCat(call, ": ", cudnnGetErrorString(s), " (status ",
-                                                      static_cast<int>(s), ")",
-                                                      detail[0] ? absl::StrCat("; cuDNN: ", detail) : ""));
+  return absl::Status(CudnnErrorCode(s),
+                      absl::StrCat(call, ": ", cudnnGetErrorString(s), " (status ", static_cast<int>(s), ")",
+                                   detail[0] ? absl::StrCat("; cuDNN: ", detail) : ""));
 }
 
 }  // namespace mpc::cuda
 
-#define MPC_CUDNN_RETURN_IF_ERROR(call)                                                  \
-  do {                                                                                   \
-    ::absl::Status _mpc_cudnn_status = ::mpc::cuda::CudnnStatus((call), #call);          \
-    if (!_mpc_cudnn_status.ok()) return _mpc_cudnn_status;                               \
+#define MPC_CUDNN_RETURN_IF_ERROR(call)                                         \
+  do {                                                                          \
+    ::absl::Status _mpc_cudnn_status = ::mpc::cuda::CudnnStatus((call), #call); \
+    if (!_mpc_cudnn_status.ok()) return _mpc_cudnn_status;                      \
   } while (0)

@@ -126,10 +126,9 @@ inline absl::Status CheckSameElementCount(const Node& node) {
   for (size_t k = 0; k < node.inputs.size(); ++k) {
     const Value* v = node.inputs[k];
     if (v && NumElements(v->shape) != n) {
-      return absl::InvalidArgumentError(absl::StrCat(node.op, " node '", node.name, "': input ", k, " has shape ",
-                                                     ShapeToString(v->shape), " but the output has ",
-                                                     ShapeToString(node.outputs[0]->shape),
-                                                     "; this elementwise op does not broadcast"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          node.op, " node '", node.name, "': input ", k, " has shape ", ShapeToString(v->shape), " but the output has ",
+          ShapeToString(node.outputs[0]->shape), "; this elementwise op does not broadcast"));
     }
   }
   return absl::OkStatus();

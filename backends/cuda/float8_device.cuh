@@ -133,7 +133,7 @@ __host__ __device__ __forceinline__ float F8E5M2ByteToFloat(uint8_t code) {
   const uint32_t e = (c >> 2) & 0x1fu;
   const uint32_t m = c & 0x3u;
   const uint32_t normal = sign | ((e + 127u - 15u) << 23) | (m << 21);
-  const uint32_t sub = sign | Bits(static_cast<float>(m) * 1.52587890625e-05f);  // 2^-16
+  const uint32_t sub = sign | Bits(static_cast<float>(m) * 1.52587890625e-05f);        // 2^-16
   const uint32_t special = sign | (m == 0 ? 0x7f800000u : (0x7fc00000u | (m << 21)));  // inf, quiet NaNs
   uint32_t r = e == 0 ? sub : normal;
   r = e == 0x1fu ? special : r;

@@ -48,7 +48,7 @@ __host__ __device__ inline bool IsNaN(double v) {
 __host__ __device__ inline uint16_t FloatToBf16Bits(float f) {
   uint32_t u = BitCast<uint32_t>(f);
   if (IsNaNBits(u)) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even; overflow carries into inf
+  u += 0x7fffu + ((u >> 16) & 1u);                                   // round to nearest even; overflow carries into inf
   return static_cast<uint16_t>(u >> 16);
 }
 
@@ -133,47 +133,92 @@ __host__ __device__ inline int32_t TruncateToI32(double v) {
 
 // ---- dtype-generic Load/Store through double --------------------------------------------
 
-template <DType D> struct StorageOf;
-template <> struct StorageOf<DType::kF32> { using type = float; };
-template <> struct StorageOf<DType::kF64> { using type = double; };
-template <> struct StorageOf<DType::kF16> { using type = uint16_t; };
-template <> struct StorageOf<DType::kBF16> { using type = uint16_t; };
-template <> struct StorageOf<DType::kI64> { using type = int64_t; };
-template <> struct StorageOf<DType::kI32> { using type = int32_t; };
-template <> struct StorageOf<DType::kU8> { using type = uint8_t; };
-template <> struct StorageOf<DType::kBool> { using type = uint8_t; };
-template <DType D> using Storage = typename StorageOf<D>::type;
+template <DType D>
+struct StorageOf;
+template <>
+struct StorageOf<DType::kF32> {
+  using type = float;
+};
+template <>
+struct StorageOf<DType::kF64> {
+  using type = double;
+};
+template <>
+struct StorageOf<DType::kF16> {
+  using type = uint16_t;
+};
+template <>
+struct StorageOf<DType::kBF16> {
+  using type = uint16_t;
+};
+template <>
+struct StorageOf<DType::kI64> {
+  using type = int64_t;
+};
+template <>
+struct StorageOf<DType::kI32> {
+  using type = int32_t;
+};
+template <>
+struct StorageOf<DType::kU8> {
+  using type = uint8_t;
+};
+template <>
+struct StorageOf<DType::kBool> {
+  using type = uint8_t;
+};
+template <DType D>
+using Storage = typename StorageOf<D>::type;
 
 template <DType D>
 __host__ __device__ inline double LoadAsDouble(Storage<D> v) {
-  if constexpr (D == DType::kF32) return WidenF32(v);
-  else if constexpr (D == DType::kF64) return v;
-  else if constexpr (D == DType::kF16) return WidenF32(HalfBitsToFloat(v));
-  else if constexpr (D == DType::kBF16) return WidenF32(Bf16BitsToFloat(v));
-  else if constexpr (D == DType::kI64) return static_cast<double>(v);  // round to nearest
-  else return static_cast<double>(v);  // int32, uint8, bool: exact
+  if constexpr (D == DType::kF32)
+    return WidenF32(v);
+  else if constexpr (D == DType::kF64)
+    return v;
+  else if constexpr (D == DType::kF16)
+    return WidenF32(HalfBitsToFloat(v));
+  else if constexpr (D == DType::kBF16)
+    return WidenF32(Bf16BitsToFloat(v));
+  else if constexpr (D == DType::kI64)
+    return static_cast<double>(v);  // round to nearest
+  else
+    return static_cast<double>(v);  // int32, uint8, bool: exact
 }
 
 template <DType D>
 __host__ __device__ inline Storage<D> StoreFromDouble(double v) {
-  if constexpr (D == DType::kF32) return NarrowF64(v);
-  else if constexpr (D == DType::kF64) return v;
-  else if constexpr (D == DType::kF16) return FloatToHalfBits(ToFloatRoundToOdd(v));
-  else if constexpr (D == DType::kBF16) return FloatToBf16Bits(ToFloatRoundToOdd(v));
-  else if constexpr (D == DType::kI64) return TruncateToI64(v);
-  else if constexpr (D == DType::kI32) return TruncateToI32(v);
-  else if constexpr (D == DType::kU8) return static_cast<uint8_t>(static_cast<uint32_t>(TruncateToI32(v)) & 0xffu);
-  else return v != 0.0 ? 1 : 0;  // bool (NaN != 0)
+  if constexpr (D == DType::kF32)
+    return NarrowF64(v);
+  else if constexpr (D == DType::kF64)
+    return v;
+  else if constexpr (D == DType::kF16)
+    return FloatToHalfBits(ToFloatRoundToOdd(v));
+  else if constexpr (D == DType::kBF16)
+    return FloatToBf16Bits(ToFloatRoundToOdd(v));
+  else if constexpr (D == DType::kI64)
+    return TruncateToI64(v);
+  else if constexpr (D == DType::kI32)
+    return TruncateToI32(v);
+  else if constexpr (D == DType::kU8)
+    return static_cast<uint8_t>(static_cast<uint32_t>(TruncateToI32(v)) & 0xffu);
+  else
+    return v != 0.0 ? 1 : 0;  // bool (NaN != 0)
 }
 
 // The CPU's direct loops for the autocast pairs, else Load/Store through double.
 template <DType From, DType To>
 __host__ __device__ inline Storage<To> CastOne(Storage<From> v) {
-  if constexpr (From == DType::kF32 && To == DType::kBF16) return FloatToBf16Bits(v);
-  else if constexpr (From == DType::kF32 && To == DType::kF16) return FloatToHalfBits(v);
-  else if constexpr (From == DType::kBF16 && To == DType::kF32) return Bf16BitsToFloat(v);
-  else if constexpr (From == DType::kF16 && To == DType::kF32) return HalfBitsToFloat(v);
-  else return StoreFromDouble<To>(LoadAsDouble<From>(v));
+  if constexpr (From == DType::kF32 && To == DType::kBF16)
+    return FloatToBf16Bits(v);
+  else if constexpr (From == DType::kF32 && To == DType::kF16)
+    return FloatToHalfBits(v);
+  else if constexpr (From == DType::kBF16 && To == DType::kF32)
+    return Bf16BitsToFloat(v);
+  else if constexpr (From == DType::kF16 && To == DType::kF32)
+    return HalfBitsToFloat(v);
+  else
+    return StoreFromDouble<To>(LoadAsDouble<From>(v));
 }
 
 template <DType From, DType To>
@@ -203,15 +248,24 @@ absl::Status UnsupportedCast(const Node& node, DType from, DType to) {
 template <DType From>
 absl::StatusOr<std::unique_ptr<Kernel>> CastFrom(const Node& node, DType to, int64_t n, Backend& backend) {
   switch (to) {
-    case DType::kF32: return CastBetween<From, DType::kF32>(n, backend);
-    case DType::kF64: return CastBetween<From, DType::kF64>(n, backend);
-    case DType::kF16: return CastBetween<From, DType::kF16>(n, backend);
-    case DType::kBF16: return CastBetween<From, DType::kBF16>(n, backend);
-    case DType::kI64: return CastBetween<From, DType::kI64>(n, backend);
-    case DType::kI32: return CastBetween<From, DType::kI32>(n, backend);
-    case DType::kU8: return CastBetween<From, DType::kU8>(n, backend);
-    case DType::kBool: return CastBetween<From, DType::kBool>(n, backend);
-    default: return UnsupportedCast(node, From, to);
+    case DType::kF32:
+      return CastBetween<From, DType::kF32>(n, backend);
+    case DType::kF64:
+      return CastBetween<From, DType::kF64>(n, backend);
+    case DType::kF16:
+      return CastBetween<From, DType::kF16>(n, backend);
+    case DType::kBF16:
+      return CastBetween<From, DType::kBF16>(n, backend);
+    case DType::kI64:
+      return CastBetween<From, DType::kI64>(n, backend);
+    case DType::kI32:
+      return CastBetween<From, DType::kI32>(n, backend);
+    case DType::kU8:
+      return CastBetween<From, DType::kU8>(n, backend);
+    case DType::kBool:
+      return CastBetween<From, DType::kBool>(n, backend);
+    default:
+      return UnsupportedCast(node, From, to);
   }
 }
 
@@ -225,19 +279,26 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCast(const Node& node, Backend& ba
   if (NumElements(node.inputs[0]->shape) != NumElements(node.outputs[0]->shape)) {
     return absl::InvalidArgumentError(absl::StrCat("Cast node '", node.name, "': input ",
                                                    ShapeToString(node.inputs[0]->shape), " and output ",
-                                                   ShapeToString(node.outputs[0]->shape),
-                                                   " differ in element count"));
+                                                   ShapeToString(node.outputs[0]->shape), " differ in element count"));
   }
   const int64_t n = NumElements(node.outputs[0]->shape);
   switch (from) {
-    case DType::kF32: return CastFrom<DType::kF32>(node, to, n, backend);
-    case DType::kF16: return CastFrom<DType::kF16>(node, to, n, backend);
-    case DType::kBF16: return CastFrom<DType::kBF16>(node, to, n, backend);
-    case DType::kI64: return CastFrom<DType::kI64>(node, to, n, backend);
-    case DType::kI32: return CastFrom<DType::kI32>(node, to, n, backend);
-    case DType::kU8: return CastFrom<DType::kU8>(node, to, n, backend);
-    case DType::kBool: return CastFrom<DType::kBool>(node, to, n, backend);
-    default: return UnsupportedCast(node, from, to);  // f64: the GPU registers no f64 kernels
+    case DType::kF32:
+      return CastFrom<DType::kF32>(node, to, n, backend);
+    case DType::kF16:
+      return CastFrom<DType::kF16>(node, to, n, backend);
+    case DType::kBF16:
+      return CastFrom<DType::kBF16>(node, to, n, backend);
+    case DType::kI64:
+      return CastFrom<DType::kI64>(node, to, n, backend);
+    case DType::kI32:
+      return CastFrom<DType::kI32>(node, to, n, backend);
+    case DType::kU8:
+      return CastFrom<DType::kU8>(node, to, n, backend);
+    case DType::kBool:
+      return CastFrom<DType::kBool>(node, to, n, backend);
+    default:
+      return UnsupportedCast(node, from, to);  // f64: the GPU registers no f64 kernels
   }
 }
 

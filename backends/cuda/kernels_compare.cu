@@ -18,33 +18,59 @@ namespace {
 
 // The value a comparison sees: 16-bit floats widen to f32 exactly; others as stored.
 template <typename V>
-__device__ inline V CompareValue(V v) { return v; }
+__device__ inline V CompareValue(V v) {
+  return v;
+}
 __device__ inline float CompareValue(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ inline float CompareValue(__half v) { return __half2float(v); }
 
 struct EqualOp {
-  template <typename V> __device__ bool operator()(V a, V b) const { return a == b; }
+  template <typename V>
+  __device__ bool operator()(V a, V b) const {
+    return a == b;
+  }
 };
 struct LessOp {
-  template <typename V> __device__ bool operator()(V a, V b) const { return a < b; }
+  template <typename V>
+  __device__ bool operator()(V a, V b) const {
+    return a < b;
+  }
 };
 struct GreaterOp {
-  template <typename V> __device__ bool operator()(V a, V b) const { return a > b; }
+  template <typename V>
+  __device__ bool operator()(V a, V b) const {
+    return a > b;
+  }
 };
 struct LessOrEqualOp {
-  template <typename V> __device__ bool operator()(V a, V b) const { return a <= b; }
+  template <typename V>
+  __device__ bool operator()(V a, V b) const {
+    return a <= b;
+  }
 };
 struct GreaterOrEqualOp {
-  template <typename V> __device__ bool operator()(V a, V b) const { return a >= b; }
+  template <typename V>
+  __device__ bool operator()(V a, V b) const {
+    return a >= b;
+  }
 };
 struct AndOp {
-  template <typename V> __device__ bool operator()(V a, V b) const { return (a != 0) && (b != 0); }
+  template <typename V>
+  __device__ bool operator()(V a, V b) const {
+    return (a != 0) && (b != 0);
+  }
 };
 struct OrOp {
-  template <typename V> __device__ bool operator()(V a, V b) const { return (a != 0) || (b != 0); }
+  template <typename V>
+  __device__ bool operator()(V a, V b) const {
+    return (a != 0) || (b != 0);
+  }
 };
 struct XorOp {
-  template <typename V> __device__ bool operator()(V a, V b) const { return (a != 0) != (b != 0); }
+  template <typename V>
+  __device__ bool operator()(V a, V b) const {
+    return (a != 0) != (b != 0);
+  }
 };
 
 template <typename T, typename Op>
@@ -63,9 +89,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCompare(const Node& node, Backend&
   if (!g.ok()) return g.status();
   return MakeCudaKernel(backend, [g = *g, op = node.op](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
     if (g.n <= 0) return absl::OkStatus();
-    CompareKernel<<<BlocksFor(g.n), kThreadsPerBlock, 0, stream>>>(g.n, g.flat, g.ix, ctx.inputs[0].as<T>(),
-                                                                   ctx.inputs[1].as<T>(), ctx.outputs[0].as<uint8_t>(),
-                                                                   Op{});
+    CompareKernel<<<BlocksFor(g.n), kThreadsPerBlock, 0, stream>>>(
+        g.n, g.flat, g.ix, ctx.inputs[0].as<T>(), ctx.inputs[1].as<T>(), ctx.outputs[0].as<uint8_t>(), Op{});
     return LaunchStatus(op.c_str());
   });
 }
@@ -132,9 +157,8 @@ template <typename W>
 absl::StatusOr<std::unique_ptr<Kernel>> WhereOfWords(int64_t n, const WhereIndexer& ix, Backend& backend) {
   return MakeCudaKernel(backend, [n, ix](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
     if (n <= 0) return absl::OkStatus();
-    WhereKernel<W><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(n, ix, ctx.inputs[0].as<uint8_t>(),
-                                                                  ctx.inputs[1].as<W>(), ctx.inputs[2].as<W>(),
-                                                                  ctx.outputs[0].as<W>());
+    WhereKernel<W><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(
+        n, ix, ctx.inputs[0].as<uint8_t>(), ctx.inputs[1].as<W>(), ctx.inputs[2].as<W>(), ctx.outputs[0].as<W>());
     return LaunchStatus("Where");
   });
 }
@@ -151,15 +175,18 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateWhere(const Node& node, Backend& b
   }
   const int64_t n = NumElements(out);
   switch (DTypeSize(node.outputs[0]->dtype)) {
-    case 8: return WhereOfWords<uint64_t>(n, ix, backend);
-    case 4: return WhereOfWords<uint32_t>(n, ix, backend);
-    case 2: return WhereOfWords<uint16_t>(n, ix, backend);
-    case 1: return WhereOfWords<uint8_t>(n, ix, backend);
+    case 8:
+      return WhereOfWords<uint64_t>(n, ix, backend);
+    case 4:
+      return WhereOfWords<uint32_t>(n, ix, backend);
+    case 2:
+      return WhereOfWords<uint16_t>(n, ix, backend);
+    case 1:
+      return WhereOfWords<uint8_t>(n, ix, backend);
     default:
-      return absl::UnimplementedError(absl::StrCat("Where node '", node.name, "': elements of ",
-                                                   DTypeName(node.outputs[0]->dtype), " (",
-                                                   DTypeSize(node.outputs[0]->dtype),
-                                                   " bytes) are not supported on cuda"));
+      return absl::UnimplementedError(
+          absl::StrCat("Where node '", node.name, "': elements of ", DTypeName(node.outputs[0]->dtype), " (",
+                       DTypeSize(node.outputs[0]->dtype), " bytes) are not supported on cuda"));
   }
 }
 

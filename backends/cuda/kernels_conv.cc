@@ -37,8 +37,8 @@
 // cores). The node attribute mpc_conv_layout or the environment variable
 // MPC_CUDA_CONV_LAYOUT (nchw | nhwc | auto) overrides the choice, so the two layouts can
 // be compared on a device and tested against the CPU.
-#include <cudnn.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include <algorithm>
 #include <climits>
@@ -93,17 +93,20 @@ absl::StatusOr<ConvGeom> ConvGeomOf(const Node& node, ConvMode mode) {
   q.g = node.attrs.GetInt("group", 1);
   q.w = conv::To2D(win);
   if (q.g < 1 || q.c % q.g != 0 || q.m % q.g != 0 || wt[1] * q.g != q.c) {
-    return absl::InvalidArgumentError(absl::StrCat("X ", ShapeToString(x), " and W ", ShapeToString(wt),
-                                                   " do not fit group=", q.g));
+    return absl::InvalidArgumentError(
+        absl::StrCat("X ", ShapeToString(x), " and W ", ShapeToString(wt), " do not fit group=", q.g));
   }
   return q;
 }
 
 absl::StatusOr<cudnnDataType_t> CudnnType(DType d) {
   switch (d) {
-    case DType::kF32: return CUDNN_DATA_FLOAT;
-    case DType::kBF16: return CUDNN_DATA_BFLOAT16;
-    case DType::kF16: return CUDNN_DATA_HALF;
+    case DType::kF32:
+      return CUDNN_DATA_FLOAT;
+    case DType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::kF16:
+      return CUDNN_DATA_HALF;
     default:
       return absl::UnimplementedError(absl::StrCat("dtype ", DTypeName(d), " is not f32, bf16 or f16"));
   }
@@ -131,9 +134,12 @@ absl::StatusOr<ConvLayout> ChooseLayout(const Node& node, DType dtype, const Con
 
 const char* ModeName(ConvMode mode) {
   switch (mode) {
-    case ConvMode::kForward: return "forward";
-    case ConvMode::kGradInput: return "backward-data";
-    case ConvMode::kGradWeight: return "backward-filter";
+    case ConvMode::kForward:
+      return "forward";
+    case ConvMode::kGradInput:
+      return "backward-data";
+    case ConvMode::kGradWeight:
+      return "backward-filter";
   }
   return "?";
 }
@@ -162,10 +168,9 @@ absl::StatusOr<Perf> PickAlgo(const std::vector<Perf>& perfs, int returned, bool
                     cudnnGetErrorString(perfs[i].status), ", ", perfs[i].memory, " bytes",
                     IsTensorOpMath(perfs[i].mathType) ? ", tensor ops" : "");
   }
-  return absl::UnimplementedError(absl::StrCat("cuDNN offers no usable algorithm for ", what,
-                                               " within a workspace of ", kMaxWorkspaceBytes >> 20,
-                                               " MiB", fma_only ? " without tensor cores" : "", " (heuristics: ",
-                                               tried.empty() ? "none" : tried, ")"));
+  return absl::UnimplementedError(absl::StrCat(
+      "cuDNN offers no usable algorithm for ", what, " within a workspace of ", kMaxWorkspaceBytes >> 20, " MiB",
+      fma_only ? " without tensor cores" : "", " (heuristics: ", tried.empty() ? "none" : tried, ")"));
 }
 
 class CudnnConvKernel : public Kernel {
@@ -212,13 +217,13 @@ class CudnnConvKernel : public Kernel {
           w = w_nhwc_;
           y = y_nhwc_;
         }
-        MPC_RETURN_IF_ERROR(Check(cudnnConvolutionForward(handle_, &one, x_desc_, x, w_desc_, w, conv_desc_,
-                                                          fwd_algo_, workspace, workspace_bytes_, &zero, y_desc_, y),
+        MPC_RETURN_IF_ERROR(Check(cudnnConvolutionForward(handle_, &one, x_desc_, x, w_desc_, w, conv_desc_, fwd_algo_,
+                                                          workspace, workspace_bytes_, &zero, y_desc_, y),
                                   "cudnnConvolutionForward"));
         if (nhwc()) MPC_RETURN_IF_ERROR(y_transpose_.Launch(y_nhwc_, ctx.outputs[0].data, stream_));
         if (has_bias_) {
-          MPC_RETURN_IF_ERROR(LaunchAddChannelBias(dtype_, ctx.outputs[0].data, ctx.inputs[2].data, q_.n, q_.m,
-                                                   d.oh * d.ow, stream_));
+          MPC_RETURN_IF_ERROR(
+              LaunchAddChannelBias(dtype_, ctx.outputs[0].data, ctx.inputs[2].data, q_.n, q_.m, d.oh * d.ow, stream_));
         }
         return absl::OkStatus();
       }
@@ -234,10 +239,10 @@ class CudnnConvKernel : public Kernel {
           w = w_nhwc_;
           dx = x_nhwc_;
         }
-        MPC_RETURN_IF_ERROR(Check(cudnnConvolutionBackwardData(handle_, &one, w_desc_, w, y_desc_, dy, conv_desc_,
-                                                               bwd_data_algo_, workspace, workspace_bytes_, &zero,
-                                                               x_desc_, dx),
-                                  "cudnnConvolutionBackwardData"));
+        MPC_RETURN_IF_ERROR(
+            Check(cudnnConvolutionBackwardData(handle_, &one, w_desc_, w, y_desc_, dy, conv_desc_, bwd_data_algo_,
+                                               workspace, workspace_bytes_, &zero, x_desc_, dx),
+                  "cudnnConvolutionBackwardData"));
         if (nhwc()) MPC_RETURN_IF_ERROR(x_transpose_.Launch(x_nhwc_, dx_nchw, stream_));
         if (padded_) {
           MPC_RETURN_IF_ERROR(LaunchCopyPlanesShifted(dtype_, padded_, ph_, pw_, ctx.outputs[0].data, d.ih, d.iw,
@@ -256,10 +261,10 @@ class CudnnConvKernel : public Kernel {
           dy = y_nhwc_;
           dw = w_nhwc_;
         }
-        MPC_RETURN_IF_ERROR(Check(cudnnConvolutionBackwardFilter(handle_, &one, x_desc_, x, y_desc_, dy, conv_desc_,
-                                                                 bwd_filter_algo_, workspace, workspace_bytes_, &zero,
-                                                                 w_desc_, dw),
-                                  "cudnnConvolutionBackwardFilter"));
+        MPC_RETURN_IF_ERROR(
+            Check(cudnnConvolutionBackwardFilter(handle_, &one, x_desc_, x, y_desc_, dy, conv_desc_, bwd_filter_algo_,
+                                                 workspace, workspace_bytes_, &zero, w_desc_, dw),
+                  "cudnnConvolutionBackwardFilter"));
         if (nhwc()) MPC_RETURN_IF_ERROR(w_transpose_.Launch(w_nhwc_, ctx.outputs[0].data, stream_));
         return absl::OkStatus();
       }
@@ -276,8 +281,8 @@ class CudnnConvKernel : public Kernel {
   absl::StatusOr<const void*> PaddedX(const void* x) const {
     if (!padded_) return x;
     const conv::Window2D& d = q_.w;
-    MPC_RETURN_IF_ERROR(LaunchCopyPlanesShifted(dtype_, x, d.ih, d.iw, padded_, ph_, pw_, q_.n * q_.c, -pad_top_,
-                                                -pad_left_, stream_));
+    MPC_RETURN_IF_ERROR(
+        LaunchCopyPlanesShifted(dtype_, x, d.ih, d.iw, padded_, ph_, pw_, q_.n * q_.c, -pad_top_, -pad_left_, stream_));
     return static_cast<const void*>(padded_);
   }
 
@@ -310,9 +315,9 @@ class CudnnConvKernel : public Kernel {
 
     what_ = absl::StrCat(ModeName(mode), " convolution of X [", q_.n, ",", q_.c, ",", d.ih, ",", d.iw, "] with W [",
                          q_.m, ",", q_.c / q_.g, ",", d.kh, ",", d.kw, "] -> Y [", q_.n, ",", q_.m, ",", d.oh, ",",
-                         d.ow, "], strides ", d.sh, "x", d.sw, ", dilations ", d.dh, "x", d.dw, ", pads t", d.pt,
-                         " l", d.pl, " b", d.pb, " r", d.pr, ", group ", q_.g, ", ", DTypeName(dtype_),
-                         tf32 ? ", TF32" : "", nhwc() ? ", run channels-last (NHWC)" : "");
+                         d.ow, "], strides ", d.sh, "x", d.sw, ", dilations ", d.dh, "x", d.dw, ", pads t", d.pt, " l",
+                         d.pl, " b", d.pb, " r", d.pr, ", group ", q_.g, ", ", DTypeName(dtype_), tf32 ? ", TF32" : "",
+                         nhwc() ? ", run channels-last (NHWC)" : "");
     for (int64_t v : {q_.n, q_.c, q_.m, q_.g, ph_, pw_, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.dh, d.dw, sym_h, sym_w}) {
       if (v > INT_MAX) {
         return absl::UnimplementedError(absl::StrCat(what_, ": an extent exceeds cuDNN's int range"));
@@ -328,19 +333,19 @@ class CudnnConvKernel : public Kernel {
     MPC_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&conv_desc_));
     // Dimensions are always given as N, C, H, W (K, C, R, S); the format sets the strides.
     const cudnnTensorFormat_t format = nhwc() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-    MPC_RETURN_IF_ERROR(Check(cudnnSetTensor4dDescriptor(x_desc_, format, data_type, i32(q_.n), i32(q_.c), i32(ph_),
-                                                         i32(pw_)),
-                              "cudnnSetTensor4dDescriptor(X)"));
-    MPC_RETURN_IF_ERROR(Check(cudnnSetTensor4dDescriptor(y_desc_, format, data_type, i32(q_.n), i32(q_.m), i32(d.oh),
-                                                         i32(d.ow)),
-                              "cudnnSetTensor4dDescriptor(Y)"));
-    MPC_RETURN_IF_ERROR(Check(cudnnSetFilter4dDescriptor(w_desc_, data_type, format, i32(q_.m), i32(q_.c / q_.g),
-                                                         i32(d.kh), i32(d.kw)),
-                              "cudnnSetFilter4dDescriptor(W)"));
-    MPC_RETURN_IF_ERROR(Check(cudnnSetConvolution2dDescriptor(conv_desc_, i32(sym_h), i32(sym_w), i32(d.sh),
-                                                              i32(d.sw), i32(d.dh), i32(d.dw),
-                                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-                              "cudnnSetConvolution2dDescriptor"));
+    MPC_RETURN_IF_ERROR(
+        Check(cudnnSetTensor4dDescriptor(x_desc_, format, data_type, i32(q_.n), i32(q_.c), i32(ph_), i32(pw_)),
+              "cudnnSetTensor4dDescriptor(X)"));
+    MPC_RETURN_IF_ERROR(
+        Check(cudnnSetTensor4dDescriptor(y_desc_, format, data_type, i32(q_.n), i32(q_.m), i32(d.oh), i32(d.ow)),
+              "cudnnSetTensor4dDescriptor(Y)"));
+    MPC_RETURN_IF_ERROR(
+        Check(cudnnSetFilter4dDescriptor(w_desc_, data_type, format, i32(q_.m), i32(q_.c / q_.g), i32(d.kh), i32(d.kw)),
+              "cudnnSetFilter4dDescriptor(W)"));
+    MPC_RETURN_IF_ERROR(
+        Check(cudnnSetConvolution2dDescriptor(conv_desc_, i32(sym_h), i32(sym_w), i32(d.sh), i32(d.sw), i32(d.dh),
+                                              i32(d.dw), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+              "cudnnSetConvolution2dDescriptor"));
     MPC_RETURN_IF_ERROR(Check(cudnnSetConvolutionGroupCount(conv_desc_, i32(q_.g)), "cudnnSetConvolutionGroupCount"));
     // FMA: true f32. DEFAULT permits TF32 on sm_80+. Tensor cores for bf16 / f16.
     const cudnnMathType_t math = fma_only ? CUDNN_FMA_MATH : tf32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
@@ -351,8 +356,8 @@ class CudnnConvKernel : public Kernel {
     MPC_RETURN_IF_ERROR(Check(cudnnGetConvolution2dForwardOutputDim(conv_desc_, x_desc_, w_desc_, &on, &oc, &oh, &ow),
                               "cudnnGetConvolution2dForwardOutputDim"));
     if (on != q_.n || oc != q_.m || oh != d.oh || ow != d.ow) {
-      return absl::InternalError(absl::StrCat(what_, ": cuDNN computes the output as [", on, ",", oc, ",", oh, ",",
-                                              ow, "], not the graph's"));
+      return absl::InternalError(
+          absl::StrCat(what_, ": cuDNN computes the output as [", on, ",", oc, ",", oh, ",", ow, "], not the graph's"));
     }
 
     MPC_RETURN_IF_ERROR(ChooseAlgorithm(fma_only));
@@ -407,10 +412,10 @@ class CudnnConvKernel : public Kernel {
                                   "cudnnGetConvolutionForwardAlgorithmMaxCount"));
         std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<size_t>(std::max(max_count, 1)));
         int returned = 0;
-        MPC_RETURN_IF_ERROR(Check(cudnnGetConvolutionForwardAlgorithm_v7(handle_, x_desc_, w_desc_, conv_desc_,
-                                                                         y_desc_, static_cast<int>(perfs.size()),
-                                                                         &returned, perfs.data()),
-                                  "cudnnGetConvolutionForwardAlgorithm_v7"));
+        MPC_RETURN_IF_ERROR(
+            Check(cudnnGetConvolutionForwardAlgorithm_v7(handle_, x_desc_, w_desc_, conv_desc_, y_desc_,
+                                                         static_cast<int>(perfs.size()), &returned, perfs.data()),
+                  "cudnnGetConvolutionForwardAlgorithm_v7"));
         MPC_ASSIGN_OR_RETURN(const cudnnConvolutionFwdAlgoPerf_t p, PickAlgo(perfs, returned, fma_only, what_));
         fwd_algo_ = p.algo;
         math = p.mathType;
@@ -422,10 +427,10 @@ class CudnnConvKernel : public Kernel {
                                   "cudnnGetConvolutionBackwardDataAlgorithmMaxCount"));
         std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<size_t>(std::max(max_count, 1)));
         int returned = 0;
-        MPC_RETURN_IF_ERROR(Check(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, w_desc_, y_desc_, conv_desc_,
-                                                                              x_desc_, static_cast<int>(perfs.size()),
-                                                                              &returned, perfs.data()),
-                                  "cudnnGetConvolutionBackwardDataAlgorithm_v7"));
+        MPC_RETURN_IF_ERROR(
+            Check(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, w_desc_, y_desc_, conv_desc_, x_desc_,
+                                                              static_cast<int>(perfs.size()), &returned, perfs.data()),
+                  "cudnnGetConvolutionBackwardDataAlgorithm_v7"));
         MPC_ASSIGN_OR_RETURN(const cudnnConvolutionBwdDataAlgoPerf_t p, PickAlgo(perfs, returned, fma_only, what_));
         bwd_data_algo_ = p.algo;
         math = p.mathType;
@@ -437,11 +442,10 @@ class CudnnConvKernel : public Kernel {
                                   "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount"));
         std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<size_t>(std::max(max_count, 1)));
         int returned = 0;
-        MPC_RETURN_IF_ERROR(Check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle_, x_desc_, y_desc_,
-                                                                                conv_desc_, w_desc_,
-                                                                                static_cast<int>(perfs.size()),
-                                                                                &returned, perfs.data()),
-                                  "cudnnGetConvolutionBackwardFilterAlgorithm_v7"));
+        MPC_RETURN_IF_ERROR(Check(
+            cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle_, x_desc_, y_desc_, conv_desc_, w_desc_,
+                                                          static_cast<int>(perfs.size()), &returned, perfs.data()),
+            "cudnnGetConvolutionBackwardFilterAlgorithm_v7"));
         MPC_ASSIGN_OR_RETURN(const cudnnConvolutionBwdFilterAlgoPerf_t p, PickAlgo(perfs, returned, fma_only, what_));
         bwd_filter_algo_ = p.algo;
         math = p.mathType;
@@ -467,9 +471,8 @@ class CudnnConvKernel : public Kernel {
                                   "cudnnGetConvolutionBackwardDataWorkspaceSize"));
         break;
       case ConvMode::kGradWeight:
-        MPC_RETURN_IF_ERROR(Check(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle_, x_desc_, y_desc_,
-                                                                                 conv_desc_, w_desc_,
-                                                                                 bwd_filter_algo_, &queried),
+        MPC_RETURN_IF_ERROR(Check(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle_, x_desc_, y_desc_, conv_desc_,
+                                                                                 w_desc_, bwd_filter_algo_, &queried),
                                   "cudnnGetConvolutionBackwardFilterWorkspaceSize"));
         break;
     }
@@ -485,7 +488,7 @@ class CudnnConvKernel : public Kernel {
   bool has_bias_ = false;
   std::string what_;  // the convolution, for error messages
 
-  cudnnHandle_t handle_ = nullptr;  // the backend's
+  cudnnHandle_t handle_ = nullptr;            // the backend's
   cudnnTensorDescriptor_t x_desc_ = nullptr;  // X or dX, as cuDNN sees it (padded extents)
   cudnnTensorDescriptor_t y_desc_ = nullptr;  // Y or dY
   cudnnFilterDescriptor_t w_desc_ = nullptr;  // W or dW

@@ -96,8 +96,8 @@ struct DropoutFactory {
       rs.step = ctx.step;
       rs.node_id = node_id;
       uint8_t* mask = ctx.outputs.size() > 1 ? ctx.outputs[1].as<uint8_t>() : nullptr;
-      DropoutKernel<T><<<BlocksFor(p.n), kThreadsPerBlock, 0, stream>>>(p, rs, ctx.inputs[0].as<T>(),
-                                                                        ctx.outputs[0].as<T>(), mask);
+      DropoutKernel<T>
+          <<<BlocksFor(p.n), kThreadsPerBlock, 0, stream>>>(p, rs, ctx.inputs[0].as<T>(), ctx.outputs[0].as<T>(), mask);
       return LaunchStatus("Dropout");
     });
   }

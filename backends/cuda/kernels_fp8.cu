@@ -1,5 +1,5 @@
 // CUDA kernels for FP8 with delayed scaling (passes/fp8.h), mirroring the CPU backend
-// (backends/cpu/kernels_fp8.cc and UpdateFp8Meta in passes/fp8.cc):
+// (backends/cpu/kernels_fp8.cc and UpdateFp8Meta in graph/float8_scaling.cc):
 //   Fp8Quantize(x, scale, scale_inv[, amax_history]) -> q (f32)        attr format e4m3|e5m2
 //     q = RoundToF8(f32(x) * scale) * scale_inv, with graph/float8.h's rounding and
 //     saturation (float8_device.cuh is bit-identical). With amax_history, max|x| of this
@@ -89,8 +89,8 @@ struct Fp8QuantizeFactory {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
     const std::string format = node.attrs.GetString("format", "e4m3");
     if (format != "e4m3" && format != "e5m2") {
-      return absl::InvalidArgumentError(absl::StrCat("Fp8Quantize node '", node.name, "': format '", format,
-                                                     "' must be e4m3 or e5m2"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Fp8Quantize node '", node.name, "': format '", format, "' must be e4m3 or e5m2"));
     }
     const bool e4m3 = format == "e4m3";
     const int64_t n = NumElements(node.inputs[0]->shape);
@@ -102,8 +102,8 @@ struct Fp8QuantizeFactory {
       const float* scale_inv = ctx.inputs[2].as<float>();
       float* q = ctx.outputs[0].as<float>();
       float* amax_slot = ctx.inputs.size() > 3 && ctx.inputs[3].data ? ctx.inputs[3].as<float>() : nullptr;
-      const bool aligned = reinterpret_cast<uintptr_t>(x) % sizeof(Vec4<T>) == 0 &&
-                           reinterpret_cast<uintptr_t>(q) % sizeof(float4) == 0;
+      const bool aligned =
+          reinterpret_cast<uintptr_t>(x) % sizeof(Vec4<T>) == 0 && reinterpret_cast<uintptr_t>(q) % sizeof(float4) == 0;
       const int64_t n4 = aligned ? n / 4 : 0;
       if (e4m3) {
         Fp8QuantizeKernel<T, true><<<blocks, kThreadsPerBlock, 0, stream>>>(n, n4, x, scale, scale_inv, q, amax_slot);
@@ -156,9 +156,9 @@ __device__ float BlockMaxNanWins(float v) {
   return v;
 }
 
-// One block per tensor of the batch: UpdateFp8Meta (passes/fp8.cc) in parallel.
-__global__ void __launch_bounds__(kUpdateThreads) Fp8UpdateScalesKernel(const __grid_constant__ Fp8MetaBatch b,
-                                                                          Fp8Recipe r) {
+// One block per tensor of the batch: UpdateFp8Meta (graph/float8_scaling.cc) in parallel.
+__global__ void __launch_bounds__(kUpdateThreads)
+    Fp8UpdateScalesKernel(const __grid_constant__ Fp8MetaBatch b, Fp8Recipe r) {
   const int t = blockIdx.x;
   float* history = b.history[t];
   const int64_t len = b.len[t];

@@ -40,7 +40,7 @@
 #include "backends/cuda/fp8_amax.cuh"
 #include "backends/cuda/fp8_gemm_families.h"
 #include "base/status_macros.h"
-#include "passes/memory_plan.h"
+#include "graph/capabilities.h"
 
 namespace mpc::cuda {
 namespace {

@@ -119,10 +119,14 @@ absl::Status RunGather(const GatherGeometry& g, size_t row_bytes, const void* sr
     if (row_bytes % w == 0 && sp % w == 0 && dp % w == 0) {
       const auto words = static_cast<int64_t>(row_bytes / w);
       switch (w) {
-        case 16: return LaunchGather<uint4, IdxT>(g, words, src, idx, dst, stream);
-        case 8: return LaunchGather<uint64_t, IdxT>(g, words, src, idx, dst, stream);
-        case 4: return LaunchGather<uint32_t, IdxT>(g, words, src, idx, dst, stream);
-        default: return LaunchGather<uint16_t, IdxT>(g, words, src, idx, dst, stream);
+        case 16:
+          return LaunchGather<uint4, IdxT>(g, words, src, idx, dst, stream);
+        case 8:
+          return LaunchGather<uint64_t, IdxT>(g, words, src, idx, dst, stream);
+        case 4:
+          return LaunchGather<uint32_t, IdxT>(g, words, src, idx, dst, stream);
+        default:
+          return LaunchGather<uint16_t, IdxT>(g, words, src, idx, dst, stream);
       }
     }
   }
@@ -243,19 +247,18 @@ struct GatherGradFactory {
       auto* pos_out = reinterpret_cast<int32_t*>(base + 3 * array_bytes);
       void* temp = base + 4 * array_bytes;
       if (idx32) {
-        PrepareSortKeysKernel<int32_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(
-            ctx.inputs[1].as<const int32_t>(), keys_in, pos_in, g.count, g.dim);
+        PrepareSortKeysKernel<int32_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(ctx.inputs[1].as<const int32_t>(),
+                                                                                      keys_in, pos_in, g.count, g.dim);
       } else {
-        PrepareSortKeysKernel<int64_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(
-            ctx.inputs[1].as<const int64_t>(), keys_in, pos_in, g.count, g.dim);
+        PrepareSortKeysKernel<int64_t><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(ctx.inputs[1].as<const int64_t>(),
+                                                                                      keys_in, pos_in, g.count, g.dim);
       }
       MPC_RETURN_IF_ERROR(LaunchStatus("GatherGrad sort keys"));
       size_t temp_size = temp_bytes;
       MPC_CUDA_RETURN_IF_ERROR(
           cub::DeviceRadixSort::SortPairs(temp, temp_size, keys_in, keys_out, pos_in, pos_out, n, 0, end_bit, stream));
-      GatherGradRowsKernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(ctx.inputs[0].as<const T>(), keys_out, pos_out,
-                                                                        dx, g.outer, g.dim, g.count, g.inner,
-                                                                        threads_per_row);
+      GatherGradRowsKernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(
+          ctx.inputs[0].as<const T>(), keys_out, pos_out, dx, g.outer, g.dim, g.count, g.inner, threads_per_row);
       return LaunchStatus("GatherGrad rows");
     });
   }

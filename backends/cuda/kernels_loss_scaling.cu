@@ -174,9 +174,9 @@ class CudaUnscaleGradients : public Kernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
     MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
     if (node.inputs.size() < 2 || node.outputs.size() != node.inputs.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("UnscaleGradients node '", node.name, "' has ", node.inputs.size(),
-                                                     " inputs and ", node.outputs.size(),
-                                                     " outputs; expected (scale, g1..gN) -> (g1..gN, found_nonfinite)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("UnscaleGradients node '", node.name, "' has ", node.inputs.size(), " inputs and ",
+                       node.outputs.size(), " outputs; expected (scale, g1..gN) -> (g1..gN, found_nonfinite)"));
     }
     auto k = std::unique_ptr<CudaUnscaleGradients>(new CudaUnscaleGradients());
     k->stream_ = cuda->stream();
@@ -271,8 +271,8 @@ class CudaClipByGlobalNorm : public Kernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
     MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
     if (node.inputs.empty() || node.outputs.size() != node.inputs.size() + 1) {
-      return absl::InvalidArgumentError(absl::StrCat("ClipByGlobalNorm node '", node.name, "' has ",
-                                                     node.inputs.size(), " inputs and ", node.outputs.size(),
+      return absl::InvalidArgumentError(absl::StrCat("ClipByGlobalNorm node '", node.name, "' has ", node.inputs.size(),
+                                                     " inputs and ", node.outputs.size(),
                                                      " outputs; expected (g1..gN) -> (g1..gN, global_norm)"));
     }
     auto k = std::unique_ptr<CudaClipByGlobalNorm>(new CudaClipByGlobalNorm());
@@ -284,7 +284,8 @@ class CudaClipByGlobalNorm : public Kernel {
     for (const Value* v : node.inputs) sizes.push_back(NumElements(v->shape));
     k->plans_ = PlanBatches(sizes, &k->partial_count_);
     // partial_count_ f64 partial sums, then the f32 coefficient in the last 8-byte slot.
-    MPC_ASSIGN_OR_RETURN(void* scratch, backend.Allocate((static_cast<size_t>(k->partial_count_) + 1) * sizeof(double)));
+    MPC_ASSIGN_OR_RETURN(void* scratch,
+                         backend.Allocate((static_cast<size_t>(k->partial_count_) + 1) * sizeof(double)));
     k->partials_ = static_cast<double*>(scratch);
     k->coef_ = reinterpret_cast<float*>(k->partials_ + k->partial_count_);
     return std::unique_ptr<Kernel>(std::move(k));
@@ -334,7 +335,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateInjectNonFinite(const Node& node, 
   const int64_t step = node.attrs.GetInt("step", -1);
   // Anything but "nan" is inf, as on the CPU (the pass only emits "inf" or "nan").
   const float value = node.attrs.GetString("value", "inf") == "nan" ? std::numeric_limits<float>::quiet_NaN()
-                                                                     : std::numeric_limits<float>::infinity();
+                                                                    : std::numeric_limits<float>::infinity();
   const int64_t n = NumElements(node.inputs[0]->shape);
   return MakeCudaKernel(backend, [step, value, n](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
     const float* in = ctx.inputs[0].as<float>();

@@ -99,12 +99,18 @@ struct PowFactory {
     auto g = MakeBinaryGeometry(node);
     if (!g.ok()) return g.status();
     switch (node.inputs[1]->dtype) {
-      case DType::kF32: return WithExponent<float>(*g, backend);
-      case DType::kBF16: return WithExponent<__nv_bfloat16>(*g, backend);
-      case DType::kF16: return WithExponent<__half>(*g, backend);
-      case DType::kF64: return WithExponent<double>(*g, backend);
-      case DType::kI64: return WithExponent<int64_t>(*g, backend);
-      case DType::kI32: return WithExponent<int32_t>(*g, backend);
+      case DType::kF32:
+        return WithExponent<float>(*g, backend);
+      case DType::kBF16:
+        return WithExponent<__nv_bfloat16>(*g, backend);
+      case DType::kF16:
+        return WithExponent<__half>(*g, backend);
+      case DType::kF64:
+        return WithExponent<double>(*g, backend);
+      case DType::kI64:
+        return WithExponent<int64_t>(*g, backend);
+      case DType::kI32:
+        return WithExponent<int32_t>(*g, backend);
       default:
         return absl::UnimplementedError(absl::StrCat("Pow node '", node.name, "': exponent dtype ",
                                                      DTypeName(node.inputs[1]->dtype),

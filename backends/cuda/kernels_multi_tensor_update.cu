@@ -110,8 +110,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 // blocks_done: this launch's zeroed arrival counter; the last block resets it.
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    MultiAdamWKernel(const LaunchArgs a, const float* lr_ptr, const float* skip, unsigned* blocks_done,
-                     AdamWHyper h) {
+    MultiAdamWKernel(const LaunchArgs a, const float* lr_ptr, const float* skip, unsigned* blocks_done, AdamWHyper h) {
   __shared__ AdamWStepCoefs coefs;
   __shared__ int skipped;
   const int t = TensorOfBlock(a);
@@ -196,8 +195,9 @@ class CudaMultiTensorUpdate : public Kernel {
         ++launch.args.count;
       }
       if (blocks > (int64_t{1} << 30)) {
-        return absl::InvalidArgumentError(absl::StrCat(node.op, " node '", node.name, "': ", blocks,
-                                                       " blocks in one launch; parameters this large are not supported"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(node.op, " node '", node.name, "': ", blocks,
+                         " blocks in one launch; parameters this large are not supported"));
       }
       launch.args.block_start[launch.args.count] = static_cast<int>(blocks);
       launch.blocks = static_cast<unsigned>(blocks);
@@ -208,8 +208,7 @@ class CudaMultiTensorUpdate : public Kernel {
       MPC_ASSIGN_OR_RETURN(void* counters, backend.Allocate(sizeof(unsigned) * k->launches_.size()));
       k->blocks_done_ = static_cast<unsigned*>(counters);
       // Ordered before the first Run on the same stream.
-      MPC_CUDA_RETURN_IF_ERROR(
-          cudaMemsetAsync(k->blocks_done_, 0, sizeof(unsigned) * k->launches_.size(), k->stream_));
+      MPC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(k->blocks_done_, 0, sizeof(unsigned) * k->launches_.size(), k->stream_));
     }
     return std::unique_ptr<Kernel>(std::move(k));
   }
@@ -238,7 +237,7 @@ class CudaMultiTensorUpdate : public Kernel {
       }
       if (layout_.adamw) {
         MultiAdamWKernel<<<launch.blocks, kThreadsPerBlock, 0, stream_>>>(launch.args, lr, skip, blocks_done_ + l,
-                                                                           adamw_);
+                                                                          adamw_);
         MPC_RETURN_IF_ERROR(LaunchStatus("MultiAdamWKernel"));
       } else if (momentum) {
         MultiSgdKernel<true><<<launch.blocks, kThreadsPerBlock, 0, stream_>>>(launch.args, lr, skip, sgd_);

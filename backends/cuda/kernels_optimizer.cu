@@ -57,8 +57,8 @@ int64_t Quads(int64_t n, bool aligned) { return aligned ? n / 4 : 0; }
 // buf is null unless kMomentum; skip (the gate flag) may be null.
 template <bool kMomentum>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    SgdUpdateKernel(int64_t n, int64_t n4, float* p, const float* g, float* buf, const float* lr_ptr,
-                    const float* skip, LowpCopyPtr copy, SgdHyper h) {
+    SgdUpdateKernel(int64_t n, int64_t n4, float* p, const float* g, float* buf, const float* lr_ptr, const float* skip,
+                    LowpCopyPtr copy, SgdHyper h) {
   if (skip != nullptr && *skip != 0.0f) return;  // the same for every thread: a skipped step
   const float lr = *lr_ptr;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -124,8 +124,7 @@ class CudaSgdUpdate : public Kernel {
     if (momentum_) {
       SgdUpdateKernel<true><<<blocks_, kThreadsPerBlock, 0, stream_>>>(n_, n4, p, g, buf, lr, skip, copy, hyper_);
     } else {
-      SgdUpdateKernel<false><<<blocks_, kThreadsPerBlock, 0, stream_>>>(n_, n4, p, g, nullptr, lr, skip, copy,
-                                                                        hyper_);
+      SgdUpdateKernel<false><<<blocks_, kThreadsPerBlock, 0, stream_>>>(n_, n4, p, g, nullptr, lr, skip, copy, hyper_);
     }
     return LaunchStatus("SgdUpdateKernel");
   }

@@ -62,9 +62,9 @@ absl::Status NodeError(const Node& node, const absl::Status& s) {
 // x_shape: the forward input's shape [N, C, (H,) W]; kernel from kernel_shape.
 absl::StatusOr<PoolWindow> PoolWindowOf(const Node& node, const Shape& x_shape) {
   if (x_shape.size() != 3 && x_shape.size() != 4) {
-    return NodeError(node, absl::UnimplementedError(absl::StrCat(
-                               "input shape ", ShapeToString(x_shape),
-                               " is not [N,C,W] or [N,C,H,W]; only 1-D and 2-D pooling is implemented")));
+    return NodeError(node, absl::UnimplementedError(
+                               absl::StrCat("input shape ", ShapeToString(x_shape),
+                                            " is not [N,C,W] or [N,C,H,W]; only 1-D and 2-D pooling is implemented")));
   }
   const std::vector<int64_t> spatial(x_shape.begin() + 2, x_shape.end());
   const std::vector<int64_t> kernel = node.attrs.GetInts("kernel_shape", {});
@@ -88,8 +88,8 @@ absl::StatusOr<PoolWindow> PoolWindowOf(const Node& node, const Shape& x_shape) 
 // The averaging divisor factor along one axis for a window starting at `start`: its taps
 // inside [0, in), or (include_pad) inside the explicitly padded extent
 // [-pad_begin, in + pad_end). As CountOf in the CPU kernels.
-__host__ __device__ inline int64_t AxisCount(int64_t start, int64_t k, int64_t dil, int64_t in,
-                                             int64_t pad_begin, int64_t pad_end, bool include_pad) {
+__host__ __device__ inline int64_t AxisCount(int64_t start, int64_t k, int64_t dil, int64_t in, int64_t pad_begin,
+                                             int64_t pad_end, bool include_pad) {
   const int64_t lo = include_pad ? -pad_begin : 0;
   const int64_t hi = include_pad ? in + pad_end : in;
   int64_t n = 0;
@@ -129,8 +129,8 @@ __host__ __device__ inline int64_t WindowArgMax(const T* xp, const PoolWindow& g
 struct WindowRange {
   int64_t lo, hi;
 };
-__host__ __device__ inline WindowRange WindowsCovering(int64_t pos, int64_t pad, int64_t k, int64_t dil,
-                                                       int64_t stride, int64_t out) {
+__host__ __device__ inline WindowRange WindowsCovering(int64_t pos, int64_t pad, int64_t k, int64_t dil, int64_t stride,
+                                                       int64_t out) {
   const int64_t a = pos + pad;  // >= 0: position relative to the padded origin
   const int64_t reach = (k - 1) * dil;
   // start <= pos  <=>  o <= a / stride;  pos <= start + reach  <=>  o >= ceil((a - reach) / stride).
@@ -291,8 +291,8 @@ struct MaxPoolGradKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
     MPC_ASSIGN_OR_RETURN(const PoolWindow g, PoolWindowOf(node, node.inputs[1]->shape));
     if (g.ih * g.iw > INT32_MAX) {
-      return NodeError(node, absl::UnimplementedError(absl::StrCat(
-                                 "planes of ", g.ih, " x ", g.iw, " elements exceed the int32 argmax indices")));
+      return NodeError(node, absl::UnimplementedError(absl::StrCat("planes of ", g.ih, " x ", g.iw,
+                                                                   " elements exceed the int32 argmax indices")));
     }
     const int64_t n_out = g.planes * g.oh * g.ow, n_in = g.planes * g.ih * g.iw;
     std::shared_ptr<DeviceScratch> argmax;
@@ -302,8 +302,8 @@ struct MaxPoolGradKernel {
     }
     return MakeCudaKernel(backend, [g, n_out, n_in, argmax](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
       int32_t* am = argmax ? static_cast<int32_t*>(argmax->get()) : nullptr;
-      MPC_RETURN_IF_ERROR(LaunchElementwise(n_out, stream, "MaxPoolGrad (argmax)",
-                                            MaxPoolArgMaxFn<T>{g, ctx.inputs[1].as<T>(), am}));
+      MPC_RETURN_IF_ERROR(
+          LaunchElementwise(n_out, stream, "MaxPoolGrad (argmax)", MaxPoolArgMaxFn<T>{g, ctx.inputs[1].as<T>(), am}));
       return LaunchElementwise(n_in, stream, "MaxPoolGrad (gather)",
                                MaxPoolGatherFn<T>{g, ctx.inputs[0].as<T>(), am, ctx.outputs[0].as<T>()});
     });
@@ -372,8 +372,8 @@ struct GlobalPool {
     static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
       const Shape& xs = node.inputs[0]->shape;
       if (xs.size() < 3) {
-        return NodeError(node, absl::InvalidArgumentError(
-                                   absl::StrCat("X ", ShapeToString(xs), " is not [N, C, spatial...]")));
+        return NodeError(
+            node, absl::InvalidArgumentError(absl::StrCat("X ", ShapeToString(xs), " is not [N, C, spatial...]")));
       }
       const int64_t planes = xs[0] * xs[1];
       const int64_t size = NumElements(Shape(xs.begin() + 2, xs.end()));
@@ -382,18 +382,18 @@ struct GlobalPool {
       if (threads < kWarp) threads = kWarp;
       if (threads > kMaxGlobalPoolThreads) threads = kMaxGlobalPoolThreads;
       const unsigned blocks = static_cast<unsigned>(planes < (1 << 20) ? planes : (1 << 20));
-      return MakeCudaKernel(backend, [planes, size, threads, blocks](KernelContext& ctx,
-                                                                     cudaStream_t stream) -> absl::Status {
-        if (planes <= 0) return absl::OkStatus();
-        T* y = ctx.outputs[0].as<T>();
-        if (size <= 0) {  // no elements: 0 per plane, as the CPU
-          MPC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y, 0, static_cast<size_t>(planes) * sizeof(T), stream));
-          return absl::OkStatus();
-        }
-        GlobalPoolKernel<T, kMax>
-            <<<blocks, static_cast<unsigned>(threads), 0, stream>>>(ctx.inputs[0].as<T>(), y, planes, size);
-        return LaunchStatus(kMax ? "GlobalMaxPool" : "GlobalAveragePool");
-      });
+      return MakeCudaKernel(
+          backend, [planes, size, threads, blocks](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+            if (planes <= 0) return absl::OkStatus();
+            T* y = ctx.outputs[0].as<T>();
+            if (size <= 0) {  // no elements: 0 per plane, as the CPU
+              MPC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y, 0, static_cast<size_t>(planes) * sizeof(T), stream));
+              return absl::OkStatus();
+            }
+            GlobalPoolKernel<T, kMax>
+                <<<blocks, static_cast<unsigned>(threads), 0, stream>>>(ctx.inputs[0].as<T>(), y, planes, size);
+            return LaunchStatus(kMax ? "GlobalMaxPool" : "GlobalAveragePool");
+          });
     }
   };
 };
@@ -427,8 +427,8 @@ struct AddChannelBiasFn {
 }  // namespace
 
 absl::Status LaunchCopyPlanesShifted(DType dtype, const void* src, int64_t src_h, int64_t src_w, void* dst,
-                                     int64_t dst_h, int64_t dst_w, int64_t planes, int64_t row_shift,
-                                     int64_t col_shift, cudaStream_t stream) {
+                                     int64_t dst_h, int64_t dst_w, int64_t planes, int64_t row_shift, int64_t col_shift,
+                                     cudaStream_t stream) {
   const int64_t n = planes * dst_h * dst_w;
   switch (dtype) {
     case DType::kF32:
@@ -451,32 +451,31 @@ absl::Status LaunchAddChannelBias(DType dtype, void* y, const void* bias, int64_
   const int64_t n = batch * channels * spatial;
   switch (dtype) {
     case DType::kF32:
-      return LaunchElementwise(n, stream, "AddChannelBias",
-                               AddChannelBiasFn<float>{static_cast<float*>(y), static_cast<const float*>(bias),
-                                                       channels, spatial});
+      return LaunchElementwise(
+          n, stream, "AddChannelBias",
+          AddChannelBiasFn<float>{static_cast<float*>(y), static_cast<const float*>(bias), channels, spatial});
     case DType::kBF16:
       return LaunchElementwise(
           n, stream, "AddChannelBias",
           AddChannelBiasFn<__nv_bfloat16>{static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(bias),
                                           channels, spatial});
     case DType::kF16:
-      return LaunchElementwise(n, stream, "AddChannelBias",
-                               AddChannelBiasFn<__half>{static_cast<__half*>(y), static_cast<const __half*>(bias),
-                                                        channels, spatial});
+      return LaunchElementwise(
+          n, stream, "AddChannelBias",
+          AddChannelBiasFn<__half>{static_cast<__half*>(y), static_cast<const __half*>(bias), channels, spatial});
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("AddChannelBias: dtype ", DTypeName(dtype), " is not f32, bf16 or f16"));
   }
 }
 
-absl::StatusOr<MatrixTranspose> MatrixTranspose::Make(int64_t outer, int64_t rows, int64_t cols,
-                                                      size_t elem_bytes) {
+absl::StatusOr<MatrixTranspose> MatrixTranspose::Make(int64_t outer, int64_t rows, int64_t cols, size_t elem_bytes) {
   // The index space in destination order (StridedCopy takes the tiled path when the last
   // axis is the destination's contiguous one): element (o, c, r) moves from
   // src[(o*rows + r)*cols + c] to dst[(o*cols + c)*rows + r].
   MPC_ASSIGN_OR_RETURN(StridedCopy copy,
-                       StridedCopy::Make(Shape{outer, cols, rows}, {rows * cols, 1, cols}, 0, {rows * cols, rows, 1},
-                                         0, elem_bytes, "NCHW <-> NHWC transpose"));
+                       StridedCopy::Make(Shape{outer, cols, rows}, {rows * cols, 1, cols}, 0, {rows * cols, rows, 1}, 0,
+                                         elem_bytes, "NCHW <-> NHWC transpose"));
   MatrixTranspose t;
   t.copy_ = std::make_shared<const StridedCopy>(std::move(copy));
   return t;

@@ -37,8 +37,8 @@ using KernelOr = absl::StatusOr<std::unique_ptr<Kernel>>;
 
 // About one full H100 of resident threads (132 SMs x 2048): below this, chunk the sums.
 constexpr int64_t kTargetThreads = int64_t{1024} * kThreadsPerBlock;
-constexpr int kColumnTile = 32;   // outputs per column tile (threadIdx.x)
-constexpr int kColumnRows = 8;    // rows summed side by side (threadIdx.y)
+constexpr int kColumnTile = 32;  // outputs per column tile (threadIdx.x)
+constexpr int kColumnRows = 8;   // rows summed side by side (threadIdx.y)
 constexpr int64_t kMaxGrid = int64_t{1} << 20;
 
 std::string NodeLabel(const Node& node) { return absl::StrCat(node.op, " node '", node.name, "'"); }
@@ -78,9 +78,9 @@ __global__ void ReducePerThreadKernel(const T* __restrict__ x, T* __restrict__ y
 // Ri == 1. Task t = ((b * mtiles) + mt) * chunks + c: outputs m in [mt * 32, mt * 32 + 32)
 // of slab b, rows ro in chunk c. Block (32, 8).
 template <typename T>
-__global__ void ReduceColumnsKernel(const T* __restrict__ x, T* __restrict__ y, float* __restrict__ partial,
-                                    int64_t B, int64_t Ro, int64_t M, int64_t mtiles, int64_t chunks,
-                                    int64_t chunk_rows, float scale) {
+__global__ void ReduceColumnsKernel(const T* __restrict__ x, T* __restrict__ y, float* __restrict__ partial, int64_t B,
+                                    int64_t Ro, int64_t M, int64_t mtiles, int64_t chunks, int64_t chunk_rows,
+                                    float scale) {
   __shared__ float sums[kColumnRows][kColumnTile];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t nq = B * M, tasks = B * mtiles * chunks;
@@ -205,11 +205,11 @@ enum class Strategy { kNothing, kZeroFill, kPerThread, kColumns, kSegments, kGen
 struct ReducePlan {
   Strategy strategy = Strategy::kNothing;
   int64_t B = 1, Ro = 1, M = 1, Ri = 1;
-  int64_t nq = 0;        // outputs
-  int64_t chunks = 1;    // > 1: two passes through `partial`
-  int64_t chunk_len = 0; // rows (columns) or elements (segments) per chunk
-  int64_t mtiles = 0;    // columns: tiles of 32 outputs per slab
-  int group = 32;        // segments: threads per task
+  int64_t nq = 0;         // outputs
+  int64_t chunks = 1;     // > 1: two passes through `partial`
+  int64_t chunk_len = 0;  // rows (columns) or elements (segments) per chunk
+  int64_t mtiles = 0;     // columns: tiles of 32 outputs per slab
+  int group = 32;         // segments: threads per task
   unsigned blocks = 1;
   float scale = 1.0f;
   size_t out_bytes = 0;
@@ -226,7 +226,7 @@ absl::StatusOr<ReducePlan> PlanReduction(const Shape& in, const std::vector<bool
   for (size_t d = 0; d < in.size(); ++d) {
     if (!reduced[d]) p.nq *= in[d];
   }
-  if (p.nq == 0) return p;  // empty output
+  if (p.nq == 0) return p;     // empty output
   if (NumElements(in) == 0) {  // sums over nothing
     p.strategy = Strategy::kZeroFill;
     return p;
@@ -264,8 +264,10 @@ absl::StatusOr<ReducePlan> PlanReduction(const Shape& in, const std::vector<bool
     for (auto it = groups.rbegin(); it != groups.rend(); ++it) {
       int& rank = it->reduced ? gl.red_rank : gl.kept_rank;
       if (rank == kMaxRank) {
-        return absl::UnimplementedError(absl::StrCat(what, " over ", ShapeToString(in), " alternates kept and reduced "
-                                                     "axes more than ", 2 * kMaxRank, " times; not yet on CUDA"));
+        return absl::UnimplementedError(absl::StrCat(what, " over ", ShapeToString(in),
+                                                     " alternates kept and reduced "
+                                                     "axes more than ",
+                                                     2 * kMaxRank, " times; not yet on CUDA"));
       }
       (it->reduced ? gl.red_dims : gl.kept_dims)[rank] = it->extent;
       (it->reduced ? gl.red_strides : gl.kept_strides)[rank] = it->stride;
@@ -319,7 +321,8 @@ absl::Status RunReduction(const ReducePlan& p, float* partial, const T* x, T* y,
                           const std::string& what) {
   float* chunk_out = p.chunks > 1 ? partial : nullptr;
   switch (p.strategy) {
-    case Strategy::kNothing: return absl::OkStatus();
+    case Strategy::kNothing:
+      return absl::OkStatus();
     case Strategy::kZeroFill:
       return CudaStatus(cudaMemsetAsync(y, 0, p.out_bytes, stream), absl::StrCat(what, ": cudaMemsetAsync").c_str());
     case Strategy::kPerThread:
@@ -416,8 +419,10 @@ struct ReduceAxesFactory {
   }
 };
 
-template <typename T> using ReduceSumFactory = ReduceAxesFactory<T, false>;
-template <typename T> using ReduceMeanFactory = ReduceAxesFactory<T, true>;
+template <typename T>
+using ReduceSumFactory = ReduceAxesFactory<T, false>;
+template <typename T>
+using ReduceMeanFactory = ReduceAxesFactory<T, true>;
 
 }  // namespace
 

@@ -63,8 +63,8 @@ KernelOr CreateTranspose(const Node& node, Backend& backend) {
     for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
   }
   if (static_cast<int>(perm.size()) != rank || out.size() != in.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": perm has ", perm.size(),
-                                                   " entries for an input of rank ", rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat(NodeLabel(node), ": perm has ", perm.size(), " entries for an input of rank ", rank));
   }
   const std::vector<int64_t> in_strides = RowMajorStrides(in);
   std::vector<int64_t> src_strides(rank);  // the input stride of each output axis
@@ -156,10 +156,14 @@ KernelOr CreateConstantOfShape(const Node& node, Backend& backend) {
   return MakeCudaKernel(backend, [=](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
     void* y = ctx.outputs[0].data;
     switch (elem) {
-      case 8: return LaunchFill<uint64_t>(y, n, value, stream);
-      case 4: return LaunchFill<uint32_t>(y, n, value, stream);
-      case 2: return LaunchFill<uint16_t>(y, n, value, stream);
-      default: return LaunchFill<uint8_t>(y, n, value, stream);
+      case 8:
+        return LaunchFill<uint64_t>(y, n, value, stream);
+      case 4:
+        return LaunchFill<uint32_t>(y, n, value, stream);
+      case 2:
+        return LaunchFill<uint16_t>(y, n, value, stream);
+      default:
+        return LaunchFill<uint8_t>(y, n, value, stream);
     }
   });
 }
@@ -184,9 +188,8 @@ struct RangeFactory {
     const int64_t n = NumElements(node.outputs[0]->shape);
     return MakeCudaKernel(backend, [n](KernelContext& ctx, cudaStream_t stream) {
       if (n <= 0) return absl::OkStatus();
-      RangeKernel<T><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(ctx.inputs[0].as<const T>(),
-                                                                   ctx.inputs[2].as<const T>(),
-                                                                   ctx.outputs[0].as<T>(), n);
+      RangeKernel<T><<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(
+          ctx.inputs[0].as<const T>(), ctx.inputs[2].as<const T>(), ctx.outputs[0].as<T>(), n);
       return LaunchStatus("Range");
     });
   }

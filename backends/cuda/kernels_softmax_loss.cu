@@ -58,9 +58,12 @@ AxisRows SplitAt(const Shape& shape, int64_t axis_attr) {
   const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
   int64_t outer = 1, dim = 1, inner = 1;
   for (int i = 0; i < rank; ++i) {
-    if (i < axis) outer *= shape[i];
-    else if (i == axis) dim = shape[i];
-    else inner *= shape[i];
+    if (i < axis)
+      outer *= shape[i];
+    else if (i == axis)
+      dim = shape[i];
+    else
+      inner *= shape[i];
   }
   AxisRows s;
   s.rows = outer * inner;
@@ -108,8 +111,10 @@ struct SoftmaxKernel {
     });
   }
 };
-template <typename T> using SoftmaxFwd = SoftmaxKernel<T, false>;
-template <typename T> using LogSoftmaxFwd = SoftmaxKernel<T, true>;
+template <typename T>
+using SoftmaxFwd = SoftmaxKernel<T, false>;
+template <typename T>
+using LogSoftmaxFwd = SoftmaxKernel<T, true>;
 
 // Softmax: dx = y * (dy - sum(dy * y));  LogSoftmax: dx = dy - exp(y) * sum(dy).
 template <typename T, bool kLog, typename G>
@@ -149,8 +154,10 @@ struct SoftmaxGradKernel {
     });
   }
 };
-template <typename T> using SoftmaxBwd = SoftmaxGradKernel<T, false>;
-template <typename T> using LogSoftmaxBwd = SoftmaxGradKernel<T, true>;
+template <typename T>
+using SoftmaxBwd = SoftmaxGradKernel<T, false>;
+template <typename T>
+using LogSoftmaxBwd = SoftmaxGradKernel<T, true>;
 
 // ---- SoftmaxCrossEntropyLoss ----------------------------------------------------------
 

@@ -83,10 +83,10 @@ constexpr int kTileRows = 8;  // threadIdx.y extent: each thread moves kTile / k
 // tile index.
 template <typename Index>
 struct TileArgs {
-  Index rows, cols;        // extents of the two tiled axes
-  Index src_col_stride;    // source stride of the cols axis
-  Index dst_row_stride;    // destination stride of the rows axis
-  int batch_rank;          // remaining axes, innermost first
+  Index rows, cols;      // extents of the two tiled axes
+  Index src_col_stride;  // source stride of the cols axis
+  Index dst_row_stride;  // destination stride of the rows axis
+  int batch_rank;        // remaining axes, innermost first
   Index batch_dims[kMaxRank];
   Index batch_src[kMaxRank];
   Index batch_dst[kMaxRank];
@@ -130,12 +130,18 @@ __global__ void TiledTransposeKernel(TileArgs<Index> t, const Word* __restrict__
 template <typename F>
 absl::Status WithWordOf(int bytes, F f) {
   switch (bytes) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
-    case 16: return f(uint4{});
-    default: return absl::InternalError(absl::StrCat("StridedCopy: no word type of ", bytes, " bytes"));
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
+    case 16:
+      return f(uint4{});
+    default:
+      return absl::InternalError(absl::StrCat("StridedCopy: no word type of ", bytes, " bytes"));
   }
 }
 
@@ -215,8 +221,8 @@ absl::Status LaunchTiled(const CopyLayout& l, int row_axis, const void* src, voi
                          const char* what) {
   const TileArgs<Index> t = TileArgsOf<Index>(l, row_axis);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(t.total_tiles, int64_t{1} << 20));
-  TiledTransposeKernel<Word, Index><<<blocks, dim3(kTile, kTileRows), 0, stream>>>(
-      t, static_cast<const Word*>(src), static_cast<Word*>(dst));
+  TiledTransposeKernel<Word, Index>
+      <<<blocks, dim3(kTile, kTileRows), 0, stream>>>(t, static_cast<const Word*>(src), static_cast<Word*>(dst));
   return LaunchStatus(what);
 }
 
@@ -261,8 +267,8 @@ absl::StatusOr<StridedCopy> StridedCopy::Make(const Shape& dims, const std::vect
   }
   if (D.size() > static_cast<size_t>(kMaxRank)) {
     return absl::UnimplementedError(absl::StrCat(what, " on CUDA moves data through at most ", kMaxRank,
-                                                 " non-mergeable axes; this copy over ", ShapeToString(dims),
-                                                 " has ", D.size(), ". Reshape to fewer axes first"));
+                                                 " non-mergeable axes; this copy over ", ShapeToString(dims), " has ",
+                                                 D.size(), ". Reshape to fewer axes first"));
   }
   l.rank = static_cast<int>(D.size());
   for (int d = 0; d < l.rank; ++d) {

@@ -1,8 +1,8 @@
 // The per-element optimizer formulas on the device, shared by the single-parameter
 // updates (kernels_optimizer.cu) and the multi-tensor ones (kernels_multi_tensor_update.cu),
-// so the two compute the same bits; plus LowpCopyAt, which both use to set up a launch. Each formula uses the _rn intrinsics in the CPU's
-// evaluation order (backends/cpu/kernels_optimizer.cc): nvcc would otherwise contract
-// a*b + c into an FMA, and the CPU build (x86-64 without -mfma) rounds every product.
+// so the two compute the same bits; plus LowpCopyAt, which both use to set up a launch. Each formula uses the _rn
+// intrinsics in the CPU's evaluation order (backends/cpu/kernels_optimizer.cc): nvcc would otherwise contract a*b + c
+// into an FMA, and the CPU build (x86-64 without -mfma) rounds every product.
 #pragma once
 
 #include <cuda_bf16.h>

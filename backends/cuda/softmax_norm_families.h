@@ -63,9 +63,12 @@ enum class FloatKind : int { kF32, kBF16, kF16 };
 // `what` names the operand for the error ("BatchNormalization 'bn1' input 'scale'").
 inline absl::StatusOr<FloatKind> FloatKindOf(DType dtype, const std::string& what) {
   switch (dtype) {
-    case DType::kF32: return FloatKind::kF32;
-    case DType::kBF16: return FloatKind::kBF16;
-    case DType::kF16: return FloatKind::kF16;
+    case DType::kF32:
+      return FloatKind::kF32;
+    case DType::kBF16:
+      return FloatKind::kBF16;
+    case DType::kF16:
+      return FloatKind::kF16;
     default:
       return absl::UnimplementedError(
           absl::StrCat(what, " is ", DTypeName(dtype), ", which is not yet on CUDA; use float32, bfloat16 or float16"));
@@ -75,18 +78,27 @@ inline absl::StatusOr<FloatKind> FloatKindOf(DType dtype, const std::string& wha
 // Element i of a float operand of kind k, widened exactly to f32.
 __device__ inline float LoadFloat(const void* p, FloatKind k, int64_t i) {
   switch (k) {
-    case FloatKind::kBF16: return ToAcc(static_cast<const __nv_bfloat16*>(p)[i]);
-    case FloatKind::kF16: return ToAcc(static_cast<const __half*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case FloatKind::kBF16:
+      return ToAcc(static_cast<const __nv_bfloat16*>(p)[i]);
+    case FloatKind::kF16:
+      return ToAcc(static_cast<const __half*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
 // Stores f32 v as element i of a float operand of kind k, rounding once (nearest even).
 __device__ inline void StoreFloat(void* p, FloatKind k, int64_t i, float v) {
   switch (k) {
-    case FloatKind::kBF16: static_cast<__nv_bfloat16*>(p)[i] = FromAcc<__nv_bfloat16>(v); break;
-    case FloatKind::kF16: static_cast<__half*>(p)[i] = FromAcc<__half>(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
+    case FloatKind::kBF16:
+      static_cast<__nv_bfloat16*>(p)[i] = FromAcc<__nv_bfloat16>(v);
+      break;
+    case FloatKind::kF16:
+      static_cast<__half*>(p)[i] = FromAcc<__half>(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+      break;
   }
 }
 

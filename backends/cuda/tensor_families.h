@@ -31,8 +31,8 @@ void RegisterCudaReduceKernels(KernelRegistry& r);  // kernels_reduce.cu
 
 // Every dtype the CPU registers its dtype-agnostic data-movement kernels for, minus f64
 // (the GPU runs f32 and below).
-inline constexpr DType kCudaMoveDTypes[] = {DType::kF32,    DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kF8E5M2,
-                                            DType::kI64,    DType::kI32, DType::kU8,   DType::kBool};
+inline constexpr DType kCudaMoveDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kF8E5M2,
+                                            DType::kI64, DType::kI32, DType::kU8,   DType::kBool};
 
 // One copy layout: element (i_0, ..., i_{rank-1}) of an index space `dims` moves from
 // src[src_base + sum_d i_d * src_strides[d]] to dst[dst_base + sum_d i_d * dst_strides[d]],
@@ -60,9 +60,9 @@ struct CopyLayout {
 class StridedCopy {
  public:
   // `what` names the op (and node) for launch errors and for the rank error.
-  static absl::StatusOr<StridedCopy> Make(const Shape& dims, const std::vector<int64_t>& src_strides,
-                                          int64_t src_base, const std::vector<int64_t>& dst_strides,
-                                          int64_t dst_base, size_t elem_bytes, const std::string& what);
+  static absl::StatusOr<StridedCopy> Make(const Shape& dims, const std::vector<int64_t>& src_strides, int64_t src_base,
+                                          const std::vector<int64_t>& dst_strides, int64_t dst_base, size_t elem_bytes,
+                                          const std::string& what);
   // Enqueues the copy on `stream`; nothing when the index space is empty.
   absl::Status Launch(const void* src, void* dst, cudaStream_t stream) const;
   int64_t count() const { return element_.count; }

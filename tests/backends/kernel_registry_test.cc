@@ -2,6 +2,7 @@
 // that names all three and the dtypes that do exist.
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
+#include "engine/device.h"
 #include "gtest/gtest.h"
 
 namespace mpc {

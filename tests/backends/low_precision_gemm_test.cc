@@ -45,7 +45,7 @@ Backend& Cpu() {
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> Compile(const Graph& graph) {
-  CompileInfo info;
+  MemoryPlanResult info;
   auto order = graph.TopologicalOrder();
   if (!order.ok()) return order.status();
   info.order = *order;
@@ -239,10 +239,10 @@ double RelErr(const Tensor& got, const Tensor& ref) {
     if (g == r) {
       ++identical;
     } else if (UlpDistance(g, r) > 1) {
-      return ::testing::AssertionFailure() << "element " << i << ": got " << got.GetAsDouble(i)
-                                           << ", reference " << ref.data<double>()[i] << " rounds to "
-                                           << RoundToFormat(ref.data<double>()[i], dtype) << " ("
-                                           << UlpDistance(g, r) << " ulp apart)";
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << got.GetAsDouble(i) << ", reference " << ref.data<double>()[i]
+             << " rounds to " << RoundToFormat(ref.data<double>()[i], dtype) << " (" << UlpDistance(g, r)
+             << " ulp apart)";
     }
   }
   if (identical < static_cast<int64_t>(std::ceil(0.999 * n))) {

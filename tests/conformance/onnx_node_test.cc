@@ -63,10 +63,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kRtol = 1e-3;      // onnx.backend.test.runner's defaults
+constexpr double kRtol = 1e-3;  // onnx.backend.test.runner's defaults
 constexpr double kAtol = 1e-7;
 constexpr double kRtolBf16 = 1.0 / 128;  // one bf16 ulp
-constexpr double kNormRel = 1e-5;   // docs/numerics.md: f32 results vs the reference
+constexpr double kNormRel = 1e-5;        // docs/numerics.md: f32 results vs the reference
 
 std::string CaseDir() {
   const char* env = std::getenv("MPC_ONNX_NODE_TESTS");
@@ -104,30 +104,50 @@ absl::StatusOr<Tensor> FromProto(const onnx::TensorProto& proto, const std::stri
   const int64_t n = NumElements(shape);
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != t.bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": raw_data has ", proto.raw_data().size(),
-                                                     " bytes, expected ", t.bytes()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": raw_data has ", proto.raw_data().size(), " bytes, expected ", t.bytes()));
     }
     if (n > 0) std::memcpy(t.raw(), proto.raw_data().data(), t.bytes());
     return t;
   }
   int have = 0;
   switch (*dtype) {
-    case DType::kF32: have = proto.float_data_size(); break;
-    case DType::kF64: have = proto.double_data_size(); break;
-    case DType::kI64: have = proto.int64_data_size(); break;
-    default: have = proto.int32_data_size(); break;
+    case DType::kF32:
+      have = proto.float_data_size();
+      break;
+    case DType::kF64:
+      have = proto.double_data_size();
+      break;
+    case DType::kI64:
+      have = proto.int64_data_size();
+      break;
+    default:
+      have = proto.int32_data_size();
+      break;
   }
   if (have != n) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", have, " values for shape ", ShapeToString(shape)));
   }
   switch (*dtype) {
-    case DType::kF32: CopyTyped<float>(proto.float_data(), t); break;
-    case DType::kF64: CopyTyped<double>(proto.double_data(), t); break;
-    case DType::kI64: CopyTyped<int64_t>(proto.int64_data(), t); break;
-    case DType::kI32: CopyTyped<int32_t>(proto.int32_data(), t); break;
+    case DType::kF32:
+      CopyTyped<float>(proto.float_data(), t);
+      break;
+    case DType::kF64:
+      CopyTyped<double>(proto.double_data(), t);
+      break;
+    case DType::kI64:
+      CopyTyped<int64_t>(proto.int64_data(), t);
+      break;
+    case DType::kI32:
+      CopyTyped<int32_t>(proto.int32_data(), t);
+      break;
     case DType::kF16:
-    case DType::kBF16: CopyTyped<uint16_t>(proto.int32_data(), t); break;  // bit patterns
-    default: CopyTyped<uint8_t>(proto.int32_data(), t); break;              // u8, bool, f8
+    case DType::kBF16:
+      CopyTyped<uint16_t>(proto.int32_data(), t);
+      break;  // bit patterns
+    default:
+      CopyTyped<uint8_t>(proto.int32_data(), t);
+      break;  // u8, bool, f8
   }
   return t;
 }
@@ -143,7 +163,8 @@ absl::StatusOr<Tensor> ReadTensorPb(const fs::path& path, std::string* name) {
 }
 
 // input_K.pb / output_K.pb of one data set, in K order.
-absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadTensors(const fs::path& dir, const std::string& prefix) {
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadTensors(const fs::path& dir,
+                                                                        const std::string& prefix) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (int k = 0;; ++k) {
     const fs::path p = dir / absl::StrCat(prefix, "_", k, ".pb");
@@ -169,7 +190,8 @@ std::string Mismatch(const Tensor& got, const Tensor& want) {
   if (!IsFloating(want.dtype())) {
     for (int64_t i = 0; i < n; ++i) {
       if (std::memcmp(static_cast<const char*>(got.raw()) + i * DTypeSize(got.dtype()),
-                      static_cast<const char*>(want.raw()) + i * DTypeSize(want.dtype()), DTypeSize(want.dtype())) != 0) {
+                      static_cast<const char*>(want.raw()) + i * DTypeSize(want.dtype()),
+                      DTypeSize(want.dtype())) != 0) {
         return absl::StrFormat("element %d is %g, expected %g (exact match required)", i, got.GetAsDouble(i),
                                want.GetAsDouble(i));
       }
@@ -207,9 +229,10 @@ std::string Mismatch(const Tensor& got, const Tensor& want) {
   const double norm_rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
   const bool norm_checked = want.dtype() == DType::kF32 || want.dtype() == DType::kF64;
   if (bad == 0 && (!norm_checked || norm_rel < kNormRel)) return "";
-  std::string why = absl::StrFormat("max |error| %.3g at element %d (got %.9g, expected %.9g); "
-                                    "||error||/||expected|| %.3g",
-                                    max_err, worst, got.GetAsDouble(worst), want.GetAsDouble(worst), norm_rel);
+  std::string why = absl::StrFormat(
+      "max |error| %.3g at element %d (got %.9g, expected %.9g); "
+      "||error||/||expected|| %.3g",
+      max_err, worst, got.GetAsDouble(worst), want.GetAsDouble(worst), norm_rel);
   if (bad > 0) {
     absl::StrAppend(&why, absl::StrFormat("; %d of %d elements outside rtol %g atol %g, first at %d", bad, n, rtol,
                                           kAtol, first_bad));
@@ -313,12 +336,11 @@ struct ConfigSlot {
   int index;
 };
 constexpr ConfigSlot kConfigSlots[] = {
-    {"Reshape", 1}, {"Expand", 1},        {"Tile", 1},     {"Squeeze", 1},  {"Unsqueeze", 1},
-    {"Slice", 1},   {"Slice", 2},         {"Slice", 3},    {"Slice", 4},    {"Split", 1},
-    {"ReduceSum", 1}, {"Dropout", 1},     {"Dropout", 2},  {"Clip", 1},     {"Clip", 2},
-    {"Pad", 1},     {"Pad", 2},           {"Pad", 3},      {"ConstantOfShape", 0},
-    {"Range", 0},   {"Range", 1},         {"Range", 2},    {"OneHot", 1},   {"TopK", 1},
-    {"CumSum", 1},  {"Resize", 1},        {"Resize", 2},   {"Resize", 3},
+    {"Reshape", 1},         {"Expand", 1}, {"Tile", 1},   {"Squeeze", 1}, {"Unsqueeze", 1}, {"Slice", 1},
+    {"Slice", 2},           {"Slice", 3},  {"Slice", 4},  {"Split", 1},   {"ReduceSum", 1}, {"Dropout", 1},
+    {"Dropout", 2},         {"Clip", 1},   {"Clip", 2},   {"Pad", 1},     {"Pad", 2},       {"Pad", 3},
+    {"ConstantOfShape", 0}, {"Range", 0},  {"Range", 1},  {"Range", 2},   {"OneHot", 1},    {"TopK", 1},
+    {"CumSum", 1},          {"Resize", 1}, {"Resize", 2}, {"Resize", 3},
 };
 
 bool IsConfigSlot(const std::string& op, int index) {
@@ -375,8 +397,8 @@ CaseResult RunCase(const std::string& name) {
   // rejection, which names the op that changed, makes the case UNSUPPORTED.
   // Import + compile happen on the first Run; their Unimplemented errors are UNSUPPORTED.
   auto classify = [&](const absl::Status& st, const std::string& stage) {
-    const bool unsupported = st.code() == absl::StatusCode::kUnimplemented ||
-                             absl::StrContains(st.message(), "; mpc supports opsets ");
+    const bool unsupported =
+        st.code() == absl::StatusCode::kUnimplemented || absl::StrContains(st.message(), "; mpc supports opsets ");
     return done(unsupported ? "UNSUPPORTED" : "FAIL",
                 absl::StrCat(stage, ": ", absl::StatusCodeToString(st.code()), ": ", st.message()));
   };
@@ -415,8 +437,9 @@ CaseResult RunCase(const std::string& name) {
       return done("SKIP", absl::StrCat("not claimed: the case contradicts its model: ", bad));
     }
     if (RandomReference(model, all)) {
-      return done("SKIP", "not claimed: training-mode Dropout with a nonzero ratio; the expected output is "
-                          "numpy's random draw (mpc runs Dropout in inference mode)");
+      return done("SKIP",
+                  "not claimed: training-mode Dropout with a nonzero ratio; the expected output is "
+                  "numpy's random draw (mpc runs Dropout in inference mode)");
     }
     // Configuration inputs become initializers holding this data set's values.
     onnx::ModelProto bound = model;

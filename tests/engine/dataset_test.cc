@@ -105,8 +105,7 @@ std::string FloatData(const std::vector<float>& v) {
 }
 
 bool SameContents(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
 }
 
 // ---- IDX -------------------------------------------------------------------------------
@@ -164,9 +163,9 @@ TEST(IdxTest, TruncatedImages) {
   WriteFile(dir + "/labels", IdxLabels(3, kSampleLabels));
   auto data = LoadIdx(dir + "/images.gz", dir + "/labels");
   ASSERT_FALSE(data.ok());
-  EXPECT_EQ(data.status().message(),
-            dir + "/images.gz: truncated: header says 3 images of 2x4 but only 20 bytes follow; "
-                  "re-download the file");
+  EXPECT_EQ(data.status().message(), dir +
+                                         "/images.gz: truncated: header says 3 images of 2x4 but only 20 bytes follow; "
+                                         "re-download the file");
 }
 
 TEST(IdxTest, TruncatedLabelsAndShortHeader) {
@@ -245,14 +244,14 @@ TEST(IdxTest, FashionMnistTrain) {
     ++per_class[l];
   }
   EXPECT_EQ(per_class, std::vector<int64_t>(10, 6000));  // Fashion-MNIST is balanced
-  EXPECT_EQ(data->labels.data<int64_t>()[0], 9);          // an ankle boot
+  EXPECT_EQ(data->labels.data<int64_t>()[0], 9);         // an ankle boot
   // First image: pixel sum and one value checked against numpy reading the same file.
   double sum = 0;
   for (int i = 0; i < 784; ++i) sum += data->features.data<float>()[i];
   EXPECT_EQ(sum, 76247);
   EXPECT_EQ(data->features.data<float>()[14 * 28 + 14], 217);
-  const auto [lo, hi] = std::minmax_element(data->features.data<float>(),
-                                            data->features.data<float>() + data->features.num_elements());
+  const auto [lo, hi] =
+      std::minmax_element(data->features.data<float>(), data->features.data<float>() + data->features.num_elements());
   EXPECT_EQ(*lo, 0);
   EXPECT_EQ(*hi, 255);
 }
@@ -317,7 +316,11 @@ TEST(NpyTest, WriteRejectsTypesWithoutNpyEquivalent) {
 TEST(NpyTest, HeaderVariants) {
   const std::string dir = testing::MakeTempDir("npy_variants");
   const std::string six = FloatData({1, 2, 3, 4, 5, 6});
-  struct Case { std::string dict; int major; Shape shape; };
+  struct Case {
+    std::string dict;
+    int major;
+    Shape shape;
+  };
   const std::vector<Case> cases = {
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 1, {2, 3}},
       {"{'descr':'<f4','fortran_order':False,'shape':(2,3)}", 1, {2, 3}},
@@ -442,8 +445,8 @@ TEST(NpyTest, BadMagic) {
 
 TEST(NpyTest, FortranOrderIsAnError) {
   const std::string dir = testing::MakeTempDir("npy_fortran");
-  WriteFile(dir + "/x.npy", NpyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
-                                     FloatData({1, 2, 3, 4, 5, 6})));
+  WriteFile(dir + "/x.npy",
+            NpyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", FloatData({1, 2, 3, 4, 5, 6})));
   auto t = ReadNpy(dir + "/x.npy");
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(std::string(t.status().message()), StartsWith(dir + "/x.npy: array is in Fortran"));
@@ -452,20 +455,19 @@ TEST(NpyTest, FortranOrderIsAnError) {
 
 TEST(NpyTest, BigEndianAndUnsupportedDtypes) {
   const std::string dir = testing::MakeTempDir("npy_dtypes");
-  WriteFile(dir + "/be.npy", NpyBytes("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }",
-                                      FloatData({1})));
+  WriteFile(dir + "/be.npy", NpyBytes("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", FloatData({1})));
   auto t = ReadNpy(dir + "/be.npy");
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("big-endian dtype '>f4'"));
 
-  WriteFile(dir + "/i2.npy", NpyBytes("{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }",
-                                      std::string(4, '\0')));
+  WriteFile(dir + "/i2.npy",
+            NpyBytes("{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }", std::string(4, '\0')));
   t = ReadNpy(dir + "/i2.npy");
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("unsupported dtype '<i2'"));
 
-  WriteFile(dir + "/rec.npy", NpyBytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }",
-                                       FloatData({1})));
+  WriteFile(dir + "/rec.npy",
+            NpyBytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", FloatData({1})));
   t = ReadNpy(dir + "/rec.npy");
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("structured"));
@@ -478,8 +480,9 @@ TEST(NpyTest, TruncatedAndOversizedData) {
   auto t = ReadNpy(dir + "/short.npy");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().message(),
-            dir + "/short.npy: truncated: header says shape (320, 20) of <f4 (25600 bytes) but only "
-                  "400 bytes of data follow");
+            dir +
+                "/short.npy: truncated: header says shape (320, 20) of <f4 (25600 bytes) but only "
+                "400 bytes of data follow");
 
   WriteFile(dir + "/long.npy", NpyBytes(dict, FloatData(std::vector<float>(6401))));
   t = ReadNpy(dir + "/long.npy");
@@ -554,9 +557,8 @@ TEST(NpyTest, LoadNpyCountMismatch) {
   ASSERT_TRUE(WriteNpy(dir + "/y.npy", Tensor(DType::kI64, {4})).ok());
   auto data = LoadNpy(dir + "/x.npy", dir + "/y.npy");
   ASSERT_FALSE(data.ok());
-  EXPECT_EQ(data.status().message(),
-            dir + "/x.npy has 5 examples (shape [5,3]) but " + dir +
-                "/y.npy has 4 (shape [4]); the first dimensions must agree");
+  EXPECT_EQ(data.status().message(), dir + "/x.npy has 5 examples (shape [5,3]) but " + dir +
+                                         "/y.npy has 4 (shape [4]); the first dimensions must agree");
 }
 
 TEST(NpyTest, LoadNpyRejectsBadClassLabels) {
@@ -788,7 +790,8 @@ TEST(DatasetTest, ErrorsArePrefixedWithTheField) {
   ASSERT_TRUE(WriteNpy(dir + "/x.npy", Tensor(DType::kF32, {3, 2})).ok());
   data = LoadDataSource(npy, dir, "eval.data");
   ASSERT_FALSE(data.ok());
-  EXPECT_EQ(std::string(data.status().message()).rfind("eval.data.npy.labels: " + dir + "/labels: not a .npy file", 0), 0u)
+  EXPECT_EQ(std::string(data.status().message()).rfind("eval.data.npy.labels: " + dir + "/labels: not a .npy file", 0),
+            0u)
       << data.status();
 }
 

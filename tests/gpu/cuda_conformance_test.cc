@@ -67,8 +67,8 @@ Backend& Cpu() { return ::mpc::testing::SharedCpu(); }
 constexpr DType kRunDTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
 // And in these too, where the CPU registers the case's op for them and the graph
 // builds (data movement, comparisons, shapes): integer, bool and FP8 data.
-constexpr DType kOtherRunDTypes[] = {DType::kI64, DType::kI32, DType::kU8, DType::kBool, DType::kF8E4M3,
-                                     DType::kF8E5M2};
+constexpr DType kOtherRunDTypes[] = {DType::kI64,  DType::kI32,    DType::kU8,
+                                     DType::kBool, DType::kF8E4M3, DType::kF8E5M2};
 
 // ---------------------------------------------------------------------------------
 // Cases for kernels the op-numerics tables do not reach (they check ops against f64
@@ -148,11 +148,9 @@ std::vector<OpCase> TrainingStepCases() {
   cases.push_back(sgd("SgdUpdate_GatedSkipped", true, 0.9f, false, 0, 1));
   cases.push_back(sgd("SgdUpdate_MomentumLowpCopyBf16", true, 0.9f, false, 0, -1, DType::kBF16));
 
-  auto adamw = [&](const std::string& name, float wd, bool custom, int gate,
-                   std::optional<DType> copy = std::nullopt) {
-    std::vector<In> in = {StateF32("param", p), XTyped("grad", p, DType::kF32), ScalarF32("lr", 1e-3),
-                          StateF32("m", p, -0.1, 0.1), StateF32("v", p, 0, 0.01),
-                          StateF32Values("step", {}, {3})};
+  auto adamw = [&](const std::string& name, float wd, bool custom, int gate, std::optional<DType> copy = std::nullopt) {
+    std::vector<In> in = {StateF32("param", p),        XTyped("grad", p, DType::kF32), ScalarF32("lr", 1e-3),
+                          StateF32("m", p, -0.1, 0.1), StateF32("v", p, 0, 0.01),      StateF32Values("step", {}, {3})};
     if (copy) in.push_back(StateLowp("param_lowp", p, *copy));
     if (gate >= 0) in.push_back(ScalarF32("found_nonfinite", gate));
     OpCase c = Make(name, "AdamWUpdate", in);
@@ -244,10 +242,10 @@ std::vector<OpCase> TrainingStepCases() {
     c.attrs.Set("max_norm", max_norm);
     cases.push_back(std::move(c));
   }
-  for (auto [name, step, value] : std::vector<std::tuple<const char*, int64_t, const char*>>{
-           {"InjectNonFinite_InfThisStep", kRunStep, "inf"},
-           {"InjectNonFinite_NaNThisStep", kRunStep, "nan"},
-           {"InjectNonFinite_OtherStep", kRunStep + 1, "inf"}}) {
+  for (auto [name, step, value] :
+       std::vector<std::tuple<const char*, int64_t, const char*>>{{"InjectNonFinite_InfThisStep", kRunStep, "inf"},
+                                                                  {"InjectNonFinite_NaNThisStep", kRunStep, "nan"},
+                                                                  {"InjectNonFinite_OtherStep", kRunStep + 1, "inf"}}) {
     OpCase c = Make(name, "InjectNonFinite", {XTyped("g", {3, 4}, DType::kF32)}, /*exact=*/true);
     c.attrs.Set("step", step);
     c.attrs.Set("value", std::string(value));
@@ -327,8 +325,8 @@ std::vector<OpCase> PaddingAndCastCases() {
   // every conversion is defined (C++ leaves out-of-range float -> integer undefined):
   // [0, 200] into u8, [-100, 100] elsewhere; bool sources are a fixed pattern.
   const std::vector<DType> ints = {DType::kI64, DType::kI32, DType::kU8, DType::kBool};
-  const std::vector<DType> all = {DType::kF32, DType::kBF16, DType::kF16, DType::kI64, DType::kI32, DType::kU8,
-                                  DType::kBool};
+  const std::vector<DType> all = {DType::kF32, DType::kBF16, DType::kF16, DType::kI64,
+                                  DType::kI32, DType::kU8,   DType::kBool};
   auto cast = [&](DType from, DType to) {
     In x = XTyped("x", {4, 7}, from);
     if (from == DType::kBool) x = Mask("x", {4, 7});
@@ -540,11 +538,15 @@ std::string InstanceName(const ::testing::TestParamInfo<ConformanceCase>& info) 
 // docs/numerics.md's tolerance (||out - ref|| / ||ref||) for an output of dtype `d`.
 double Tolerance(DType d) {
   switch (d) {
-    case DType::kBF16: return kBf16Tol;
-    case DType::kF16: return kF16Tol;
+    case DType::kBF16:
+      return kBf16Tol;
+    case DType::kF16:
+      return kF16Tol;
     case DType::kF8E4M3:
-    case DType::kF8E5M2: return 1e-1;
-    default: return kF32Tol;
+    case DType::kF8E5M2:
+      return 1e-1;
+    default:
+      return kF32Tol;
   }
 }
 
@@ -615,8 +617,7 @@ bool ExactCase(const OpCase& c) { return c.exact || c.op == "Dropout"; }
     if (!(err <= tol)) {
       failed = true;
       msg << "\n  " << name << " (" << DTypeName(w.dtype()) << "): relative error " << err << " > " << tol
-          << "; worst element " << worst_k << ": cuda " << g.GetAsDouble(worst_k) << ", cpu "
-          << w.GetAsDouble(worst_k);
+          << "; worst element " << worst_k << ": cuda " << g.GetAsDouble(worst_k) << ", cpu " << w.GetAsDouble(worst_k);
     }
   }
   if (failed) return ::testing::AssertionFailure() << "CUDA differs from the CPU backend:" << msg.str();
@@ -752,14 +753,14 @@ TEST(CudaConformanceHarness, RejectsWhatDiffers) {
   EXPECT_FALSE(MatchesCpu({j}, {i}, false, {"indices"}));
   // Dtype, shape and output-count mismatches.
   EXPECT_FALSE(MatchesCpu({ref.CastTo(DType::kBF16)}, {ref}, false, {"y"}));
-  EXPECT_FALSE(MatchesCpu({Tensor::FromVector<double>({2, 2}, {1.0, -2.0, 3.0, 0.5}).CastTo(DType::kF32)}, {ref},
-                          false, {"y"}));
+  EXPECT_FALSE(
+      MatchesCpu({Tensor::FromVector<double>({2, 2}, {1.0, -2.0, 3.0, 0.5}).CastTo(DType::kF32)}, {ref}, false, {"y"}));
   EXPECT_FALSE(MatchesCpu({}, {ref}, false, {"y"}));
   // All-zero on both sides agrees (max(||cpu||, tiny) keeps the ratio defined).
   Tensor zeros = Tensor::FromVector<double>({2}, {0.0, 0.0}).CastTo(DType::kF32);
   EXPECT_TRUE(MatchesCpu({zeros}, {zeros}, false, {"y"}));
-  EXPECT_FALSE(MatchesCpu({ref.CastTo(DType::kF32)}, {Tensor::FromVector<double>({4}, {0, 0, 0, 0}).CastTo(DType::kF32)},
-                          false, {"y"}));
+  EXPECT_FALSE(MatchesCpu({ref.CastTo(DType::kF32)},
+                          {Tensor::FromVector<double>({4}, {0, 0, 0, 0}).CastTo(DType::kF32)}, false, {"y"}));
 }
 
 TEST(CudaConformanceHarness, InstancesCoverEveryCaseOutsideF64) {
@@ -780,9 +781,9 @@ TEST(CudaConformanceHarness, InstancesCoverEveryCaseOutsideF64) {
   for (const ConformanceCase& p : Instances(false)) {
     instance_names.insert(InstanceName(::testing::TestParamInfo<ConformanceCase>(p, 0)));
   }
-  for (const char* name : {"Transpose_Perm201_i64", "Transpose_Perm201_bool", "Transpose_Perm201_f8e4m3",
-                           "SliceTo_Rank2_u8", "Gemm_tA0_tB0_CN_alpha1_beta1_bf16", "SgdUpdate_Momentum_f32",
-                           "Cast_I64ToBf16_i64"}) {
+  for (const char* name :
+       {"Transpose_Perm201_i64", "Transpose_Perm201_bool", "Transpose_Perm201_f8e4m3", "SliceTo_Rank2_u8",
+        "Gemm_tA0_tB0_CN_alpha1_beta1_bf16", "SgdUpdate_Momentum_f32", "Cast_I64ToBf16_i64"}) {
     EXPECT_TRUE(instance_names.count(name)) << name;
   }
 }

@@ -60,26 +60,22 @@ cuda::LtGemmSpec ValidFp8Spec(int64_t m, int64_t n, int64_t k) {
 }
 
 // Skips without a GPU; on a device older than sm_89 first checks the refusal, then skips.
-#define MPC_FP8_GPU_OR_SKIP(var)                                                                     \
-  auto var##_or = Gpu();                                                                             \
-  if (!var##_or.ok()) GTEST_SKIP() << var##_or.status().message();                                   \
-  cuda::CudaBackend& var = **var##_or;                                                               \
-  if (var.compute_capability() < 89) {                                                               \
-    auto refused = cuda::CublasLtGemm::Create(var, ValidFp8Spec(16, 16, 16));                        \
-    ASSERT_FALSE(refused.ok());                                                                      \
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();   \
-    EXPECT_NE(refused.status().message().find("FP8 GEMMs need sm_89 or newer"), std::string::npos)   \
-        << refused.status();                                                                         \
-    EXPECT_NE(refused.status().message().find("--precision bf16"), std::string::npos)                \
-        << refused.status();                                                                         \
-    GTEST_SKIP() << "FP8 GEMMs need sm_89 or newer; this device is sm_" << var.compute_capability(); \
-  }                                                                                                  \
+#define MPC_FP8_GPU_OR_SKIP(var)                                                                           \
+  auto var##_or = Gpu();                                                                                   \
+  if (!var##_or.ok()) GTEST_SKIP() << var##_or.status().message();                                         \
+  cuda::CudaBackend& var = **var##_or;                                                                     \
+  if (var.compute_capability() < 89) {                                                                     \
+    auto refused = cuda::CublasLtGemm::Create(var, ValidFp8Spec(16, 16, 16));                              \
+    ASSERT_FALSE(refused.ok());                                                                            \
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();         \
+    EXPECT_NE(refused.status().message().find("FP8 GEMMs need sm_89 or newer"), std::string::npos)         \
+        << refused.status();                                                                               \
+    EXPECT_NE(refused.status().message().find("--precision bf16"), std::string::npos) << refused.status(); \
+    GTEST_SKIP() << "FP8 GEMMs need sm_89 or newer; this device is sm_" << var.compute_capability();       \
+  }                                                                                                        \
   static_assert(true, "")
 
-
-uint8_t EncodeF8(DType format, float v) {
-  return format == DType::kF8E4M3 ? FloatToF8E4M3(v) : FloatToF8E5M2(v);
-}
+uint8_t EncodeF8(DType format, float v) { return format == DType::kF8E4M3 ? FloatToF8E4M3(v) : FloatToF8E5M2(v); }
 float DecodeF8(DType format, uint8_t code) {
   return format == DType::kF8E4M3 ? F8E4M3ToFloat(code) : F8E5M2ToFloat(code);
 }
@@ -126,7 +122,8 @@ double Decode(const std::vector<unsigned char>& bytes, DType dtype, int64_t i) {
       std::memcpy(&h, bytes.data() + i * 2, 2);
       return dtype == DType::kBF16 ? Bf16ToFloat(h) : HalfToFloat(h);
     }
-    default: return DecodeF8(dtype, bytes[i]);
+    default:
+      return DecodeF8(dtype, bytes[i]);
   }
 }
 
@@ -154,7 +151,7 @@ std::vector<Fp8Case> Fp8Cases() {
       make("E4M3xE4M3_F16", e4, e4, DType::kF16),
       make("E4M3xE4M3_F32", e4, e4, DType::kF32),
       make("E5M2xE4M3_F32", e5, e4, DType::kF32),
-      make("E4M3xE4M3_E4M3", e4, e4, e4),            // FP8 output with D scale and amax
+      make("E4M3xE4M3_E4M3", e4, e4, e4),  // FP8 output with D scale and amax
       make("E5M2xE4M3_E5M2", e5, e4, e5),
   };
   Fp8Case bias_bf16 = make("E4M3xE4M3_Bf16_Bias", e4, e4, DType::kBF16);
@@ -197,8 +194,8 @@ TEST_P(Fp8Gemm, MatchesHostGemmOfDequantizedOperands) {
   }
   const bool fp8_out = c.out == DType::kF8E4M3 || c.out == DType::kF8E5M2;
   // An FP8 output is scaled into range: Y = fp8(d_scale * result).
-  const float d_scale = fp8_out ? static_cast<float>(0.5 * (c.out == DType::kF8E4M3 ? kF8E4M3Max : kF8E5M2Max) / amax)
-                                : 1.0f;
+  const float d_scale =
+      fp8_out ? static_cast<float>(0.5 * (c.out == DType::kF8E4M3 ? kF8E4M3Max : kF8E5M2Max) / amax) : 1.0f;
   cuda::LtGemmSpec s = ValidFp8Spec(kM, kN, kK);
   s.operand = c.a;
   s.b_operand = c.b;

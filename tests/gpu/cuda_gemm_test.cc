@@ -26,12 +26,13 @@
 #include "backends/cuda/cublaslt_gemm.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_device.h"
+#include "engine/device.h"
 #include "engine/executor.h"
 #include "graph/graph.h"
 #include "gtest/gtest.h"
-#include "tests/gpu/gpu_test_util.h"
 #include "passes/memory_plan.h"
 #include "passes/pass.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -48,9 +49,12 @@ Backend& Cpu() { return ::mpc::testing::SharedCpu(); }
 double Tolerance(DType dtype, bool tf32) {
   if (tf32) return 1e-3;
   switch (dtype) {
-    case DType::kBF16: return 1e-2;
-    case DType::kF16: return 2e-3;
-    default: return 1e-5;
+    case DType::kBF16:
+      return 1e-2;
+    case DType::kF16:
+      return 2e-3;
+    default:
+      return 1e-5;
   }
 }
 
@@ -83,7 +87,7 @@ std::unique_ptr<Problem> BuildNode(const std::string& op, std::vector<std::strin
 }
 
 absl::StatusOr<Tensor> RunOn(const Problem& p, Backend& backend) {
-  CompileInfo info;
+  MemoryPlanResult info;
   auto order = p.graph.TopologicalOrder();
   if (!order.ok()) return order.status();
   info.order = *order;
@@ -135,25 +139,38 @@ enum class CKind { kNone, kRow, kRow1N, kFull, kColumn, kScalar, kOne };
 
 const char* CKindName(CKind c) {
   switch (c) {
-    case CKind::kNone: return "None";
-    case CKind::kRow: return "Row";
-    case CKind::kRow1N: return "Row1N";
-    case CKind::kFull: return "Full";
-    case CKind::kColumn: return "Column";
-    case CKind::kScalar: return "Scalar";
-    case CKind::kOne: return "One";
+    case CKind::kNone:
+      return "None";
+    case CKind::kRow:
+      return "Row";
+    case CKind::kRow1N:
+      return "Row1N";
+    case CKind::kFull:
+      return "Full";
+    case CKind::kColumn:
+      return "Column";
+    case CKind::kScalar:
+      return "Scalar";
+    case CKind::kOne:
+      return "One";
   }
   return "?";
 }
 
 Shape CShape(CKind c, int64_t m, int64_t n) {
   switch (c) {
-    case CKind::kRow: return {n};
-    case CKind::kRow1N: return {1, n};
-    case CKind::kFull: return {m, n};
-    case CKind::kColumn: return {m, 1};
-    case CKind::kOne: return {1, 1};
-    default: return {};
+    case CKind::kRow:
+      return {n};
+    case CKind::kRow1N:
+      return {1, n};
+    case CKind::kFull:
+      return {m, n};
+    case CKind::kColumn:
+      return {m, 1};
+    case CKind::kOne:
+      return {1, 1};
+    default:
+      return {};
   }
 }
 
@@ -311,13 +328,13 @@ std::vector<MatMulCase> MatMulCases() {
   };
   const Layout layouts[] = {
       {"Plain2D", {}, {}},
-      {"FoldBatchIntoM", {2, 3}, {}},           // [B,T,K] x [K,N]: one GEMM
-      {"FoldBatchOfOne", {3}, {1}},             // B's batch is all ones
-      {"EqualBatch", {4}, {4}},                 // strided batch
-      {"BroadcastA", {}, {3}},                  // A shared: batch stride 0
-      {"BroadcastARank", {1}, {2, 3}},          // A broadcast over two dims
-      {"OuterLoop", {2, 1}, {1, 3}},            // 2 calls of a 3-batch
-      {"MixedInnerOuter", {2, 3}, {3}},         // inner [3] strided, outer [2] with B broadcast
+      {"FoldBatchIntoM", {2, 3}, {}},    // [B,T,K] x [K,N]: one GEMM
+      {"FoldBatchOfOne", {3}, {1}},      // B's batch is all ones
+      {"EqualBatch", {4}, {4}},          // strided batch
+      {"BroadcastA", {}, {3}},           // A shared: batch stride 0
+      {"BroadcastARank", {1}, {2, 3}},   // A broadcast over two dims
+      {"OuterLoop", {2, 1}, {1, 3}},     // 2 calls of a 3-batch
+      {"MixedInnerOuter", {2, 3}, {3}},  // inner [3] strided, outer [2] with B broadcast
   };
   std::vector<MatMulCase> cases;
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -352,10 +369,9 @@ TEST_P(CudaMatMul, MatchesCpuBackend) {
   const MatMulCase& c = GetParam();
   AttrMap attrs;
   if (c.f32_output) attrs.Set("mpc_output_dtype", kOnnxFloat);
-  auto problem = BuildNode("MatMul", {"A", "B"},
-                           {RandomTensor(DType::kF32, c.a, 21).CastTo(c.dtype),
-                            RandomTensor(DType::kF32, c.b, 22).CastTo(c.dtype)},
-                           attrs);
+  auto problem = BuildNode(
+      "MatMul", {"A", "B"},
+      {RandomTensor(DType::kF32, c.a, 21).CastTo(c.dtype), RandomTensor(DType::kF32, c.b, 22).CastTo(c.dtype)}, attrs);
   ASSERT_NE(problem, nullptr);
   ExpectCudaMatchesCpu(*problem, Tolerance(c.dtype, false), false);
 }
@@ -364,14 +380,14 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMatMul, ::testing::ValuesIn(MatMulCases()), 
 
 // ---- the wrapper's aux and backward epilogues --------------------------------------------
 
-
 // op(A)[M,K] op(B)[K,N] in f64, row-major storage as LtGemmSpec describes.
 std::vector<double> HostGemm(const Tensor& a, const Tensor& b, int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
   std::vector<double> y(static_cast<size_t>(m * n), 0.0);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
-      for (int64_t p = 0; p < k; ++p) acc += a.GetAsDouble(ta ? p * m + i : i * k + p) * b.GetAsDouble(tb ? j * k + p : p * n + j);
+      for (int64_t p = 0; p < k; ++p)
+        acc += a.GetAsDouble(ta ? p * m + i : i * k + p) * b.GetAsDouble(tb ? j * k + p : p * n + j);
       y[i * n + j] = acc;
     }
   }
@@ -397,10 +413,10 @@ double GeluGrad(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
-#define MPC_CUDA_BACKEND_OR_SKIP(var)                                               \
-  MPC_GPU_OR_SKIP(var##_backend);                                                   \
+#define MPC_CUDA_BACKEND_OR_SKIP(var)                                              \
+  MPC_GPU_OR_SKIP(var##_backend);                                                  \
   cuda::CudaBackend* var##_ptr = dynamic_cast<cuda::CudaBackend*>(&var##_backend); \
-  ASSERT_NE(var##_ptr, nullptr);                                                    \
+  ASSERT_NE(var##_ptr, nullptr);                                                   \
   cuda::CudaBackend& var = *var##_ptr
 
 constexpr int64_t kM = 64, kN = 96, kK = 80, kK2 = 48;

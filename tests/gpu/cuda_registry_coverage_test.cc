@@ -61,8 +61,10 @@ TEST(CudaKernelRegistry, RegistersNothingBeyondTheCpu) {
   const std::set<Entry> cpu(cpu_list.begin(), cpu_list.end());
   std::vector<Entry> f64, extra;
   for (const Entry& e : CudaKernelRegistry().Entries("cuda")) {
-    if (e.second == "f64") f64.push_back(e);
-    else if (!cpu.count(e)) extra.push_back(e);
+    if (e.second == "f64")
+      f64.push_back(e);
+    else if (!cpu.count(e))
+      extra.push_back(e);
   }
   EXPECT_TRUE(f64.empty()) << "f64 kernels on cuda (the GPU has no f64; the CPU's are the reference): " << ByOp(f64);
   EXPECT_TRUE(extra.empty()) << "cuda kernels with no CPU kernel to check them against: " << ByOp(extra);

@@ -45,7 +45,7 @@ class DeviceBuffers {
 }  // namespace mpc::testing
 
 // Binds `var` (Backend&) to the shared GPU backend, or skips the test with the reason.
-#define MPC_GPU_OR_SKIP(var)                                                \
-  auto var##_or = ::mpc::testing::SharedGpu();                              \
-  if (!var##_or.ok()) GTEST_SKIP() << var##_or.status().message();          \
+#define MPC_GPU_OR_SKIP(var)                                       \
+  auto var##_or = ::mpc::testing::SharedGpu();                     \
+  if (!var##_or.ok()) GTEST_SKIP() << var##_or.status().message(); \
   ::mpc::Backend& var = **var##_or

@@ -47,8 +47,8 @@ void SetType(onnx::ValueInfoProto* v, const std::string& name, const std::vector
 }
 
 enum class Form {
-  kEval,            // one output, running statistics as initializers (a trained model's eval export)
-  kTraining,        // training_mode = 1 and three outputs (TrainingMode.TRAINING)
+  kEval,              // one output, running statistics as initializers (a trained model's eval export)
+  kTraining,          // training_mode = 1 and three outputs (TrainingMode.TRAINING)
   kEvalDeduplicated,  // a fresh model's eval export: torch merged the running statistics with the
                       // equal-valued bias (zeros) and weight (ones) into Identity nodes
 };
@@ -175,7 +175,7 @@ TEST_P(BatchNormState, RunningStatsFollowMomentumAndFeedEvaluation) {
     const Value* v = train->graph->FindValue(name);
     ASSERT_NE(v, nullptr) << name;
     EXPECT_EQ(v->kind, ValueKind::kState) << name;
-    for (const auto& [param, grad] : train->info.param_grads) EXPECT_NE(param->name, name);
+    for (const auto& [param, grad] : train->results.autodiff.param_grads) EXPECT_NE(param->name, name);
     EXPECT_EQ(train->graph->FindValue(std::string(name) + ".momentum"), nullptr) << name;
     EXPECT_EQ(eval->graph->FindValue(name)->kind, ValueKind::kState) << name;
   }
@@ -185,9 +185,9 @@ TEST_P(BatchNormState, RunningStatsFollowMomentumAndFeedEvaluation) {
   for (const auto& n : eval->graph->nodes()) EXPECT_NE(n->op, "BatchNormStatsUpdate");
   EXPECT_EQ(train->parameter_count, kC * kIn + kC + 2 * kC + kOut * kC + kOut);
 
-  auto train_exec = Executor::Create(*train->graph, train->info, *backend);
+  auto train_exec = Executor::Create(*train->graph, train->results.memory_plan, *backend);
   ASSERT_TRUE(train_exec.ok()) << train_exec.status();
-  auto eval_exec = Executor::Create(*eval->graph, eval->info, *backend, train_exec->get());
+  auto eval_exec = Executor::Create(*eval->graph, eval->results.memory_plan, *backend, train_exec->get());
   ASSERT_TRUE(eval_exec.ok()) << eval_exec.status();
   Executor& tx = **train_exec;
   Executor& ev = **eval_exec;
@@ -248,7 +248,8 @@ TEST_P(BatchNormState, RunningStatsFollowMomentumAndFeedEvaluation) {
     for (int64_t o = 0; o < kOut; ++o) {
       double acc = b2[o];
       for (int64_t c = 0; c < kC; ++c) {
-        const double hn = (h[i * kC + c] - got_rm[c]) / std::sqrt(got_rv[c] + static_cast<float>(kEps)) * scale[c] + bias[c];
+        const double hn =
+            (h[i * kC + c] - got_rm[c]) / std::sqrt(got_rv[c] + static_cast<float>(kEps)) * scale[c] + bias[c];
         acc += hn * w2[o * kC + c];
       }
       want[i * kOut + o] = acc;
@@ -263,9 +264,12 @@ TEST_P(BatchNormState, RunningStatsFollowMomentumAndFeedEvaluation) {
 INSTANTIATE_TEST_SUITE_P(, BatchNormState, ::testing::Values(Form::kEval, Form::kTraining, Form::kEvalDeduplicated),
                          [](const ::testing::TestParamInfo<Form>& info) {
                            switch (info.param) {
-                             case Form::kEval: return std::string("EvalExport");
-                             case Form::kTraining: return std::string("TrainingModeExport");
-                             default: return std::string("EvalExportDeduplicatedStats");
+                             case Form::kEval:
+                               return std::string("EvalExport");
+                             case Form::kTraining:
+                               return std::string("TrainingModeExport");
+                             default:
+                               return std::string("EvalExportDeduplicatedStats");
                            }
                          });
 

@@ -260,8 +260,7 @@ std::vector<OpCase> ConvCasesOnly() {
 // Calls f(y_index, taps, count_with_pads) for every output element, where taps are the
 // X indices of the window inside the input and count_with_pads counts the window's
 // taps inside the explicitly padded input (count_include_pad's divisor).
-void ForEachPoolWindow(const Geo& q,
-                       const std::function<void(int64_t, const std::vector<int64_t>&, int64_t)>& f) {
+void ForEachPoolWindow(const Geo& q, const std::function<void(int64_t, const std::vector<int64_t>&, int64_t)>& f) {
   const int64_t oh = q.OutH(), ow = q.OutW();
   for (int64_t p = 0; p < q.n * q.c; ++p) {
     for (int64_t y = 0; y < oh; ++y) {
@@ -598,8 +597,7 @@ TEST(ConvShapeInference, ErrorsNameTheNodeTheShapesAndAFix) {
   AttrMap col_major = pool;
   col_major.Set("pads", std::vector<int64_t>{0, 0, 0, 0});
   col_major.Set("storage_order", int64_t{1});
-  ExpectError(AddConvLike("MaxPool", {1, 2, 5, 5}, {}, col_major), absl::StatusCode::kUnimplemented,
-              {"storage_order"});
+  ExpectError(AddConvLike("MaxPool", {1, 2, 5, 5}, {}, col_major), absl::StatusCode::kUnimplemented, {"storage_order"});
   ExpectError(AddConvLike("GlobalAveragePool", {2, 3}, {}, {}), absl::StatusCode::kInvalidArgument,
               {"[2,3]", "rank >= 3"});
 }

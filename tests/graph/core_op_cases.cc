@@ -15,8 +15,8 @@ std::vector<OpCase> GemmCases() {
     const char* name;
     std::optional<Shape> shape;
   };
-  const std::vector<Bias> biases = {{"none", std::nullopt}, {"N", Shape{n}},       {"1N", Shape{1, n}},
-                                    {"M1", Shape{m, 1}},    {"MN", Shape{m, n}},   {"scalar", Shape{}}};
+  const std::vector<Bias> biases = {{"none", std::nullopt}, {"N", Shape{n}},     {"1N", Shape{1, n}},
+                                    {"M1", Shape{m, 1}},    {"MN", Shape{m, n}}, {"scalar", Shape{}}};
   const std::vector<std::pair<double, double>> scales = {{1.0, 1.0}, {0.7, 1.0}, {1.0, -1.3}, {0.7, 1.3}, {1.0, 0.0}};
   for (int ta = 0; ta < 2; ++ta) {
     for (int tb = 0; tb < 2; ++tb) {
@@ -100,9 +100,9 @@ std::vector<OpCase> MatMulCases() {
 std::vector<OpCase> BinaryCases() {
   std::vector<OpCase> cases;
   const std::vector<std::tuple<const char*, Shape, Shape>> shapes = {
-      {"Same", {3, 4}, {3, 4}},         {"RowBias", {3, 4}, {4}},        {"Row1N", {3, 4}, {1, 4}},
-      {"Column", {3, 4}, {3, 1}},       {"Scalar", {3, 4}, {}},          {"ScalarLhs", {}, {3, 4}},
-      {"RowLhs", {4}, {3, 4}},          {"Outer", {3, 1}, {1, 4}},       {"Rank3Column", {2, 3, 4}, {3, 1}},
+      {"Same", {3, 4}, {3, 4}},   {"RowBias", {3, 4}, {4}},  {"Row1N", {3, 4}, {1, 4}},
+      {"Column", {3, 4}, {3, 1}}, {"Scalar", {3, 4}, {}},    {"ScalarLhs", {}, {3, 4}},
+      {"RowLhs", {4}, {3, 4}},    {"Outer", {3, 1}, {1, 4}}, {"Rank3Column", {2, 3, 4}, {3, 1}},
   };
   const std::vector<std::pair<const char*, std::function<double(double, double)>>> ops = {
       {"Add", [](double a, double b) { return a + b; }},
@@ -167,8 +167,12 @@ std::vector<OpCase> SoftmaxCases() {
   for (const char* op : {"Softmax", "LogSoftmax"}) {
     const bool log = std::string(op) == "LogSoftmax";
     const std::vector<std::tuple<Shape, std::optional<int64_t>, const char*>> variants = {
-        {{3, 4, 5}, -1, "Rank3_AxisM1"}, {{3, 4, 5}, 0, "Rank3_Axis0"}, {{3, 4, 5}, 1, "Rank3_Axis1"},
-        {{3, 4, 5}, 2, "Rank3_Axis2"},   {{4, 6}, std::nullopt, "Rank2_DefaultAxis"}, {{4, 6}, 0, "Rank2_Axis0"},
+        {{3, 4, 5}, -1, "Rank3_AxisM1"},
+        {{3, 4, 5}, 0, "Rank3_Axis0"},
+        {{3, 4, 5}, 1, "Rank3_Axis1"},
+        {{3, 4, 5}, 2, "Rank3_Axis2"},
+        {{4, 6}, std::nullopt, "Rank2_DefaultAxis"},
+        {{4, 6}, 0, "Rank2_Axis0"},
     };
     for (const auto& [shape, axis, name] : variants) {
       OpCase c;
@@ -189,8 +193,12 @@ std::vector<OpCase> ShapeCases() {
   const Shape x3 = {2, 3, 4};
   // Reshape: target (with -1 and 0) -> expected shape, written out by hand.
   const std::vector<std::tuple<const char*, std::vector<int64_t>, Shape>> reshapes = {
-      {"Minus1", {-1}, {24}},           {"Zero_Minus1", {0, -1}, {2, 12}}, {"Minus1_4", {-1, 4}, {6, 4}},
-      {"4_Zero_Minus1", {4, 0, -1}, {4, 3, 2}}, {"Zero_Zero_4", {0, 0, 4}, {2, 3, 4}}, {"Explicit", {6, 2, 2}, {6, 2, 2}},
+      {"Minus1", {-1}, {24}},
+      {"Zero_Minus1", {0, -1}, {2, 12}},
+      {"Minus1_4", {-1, 4}, {6, 4}},
+      {"4_Zero_Minus1", {4, 0, -1}, {4, 3, 2}},
+      {"Zero_Zero_4", {0, 0, 4}, {2, 3, 4}},
+      {"Explicit", {6, 2, 2}, {6, 2, 2}},
   };
   for (const auto& [name, target, expected] : reshapes) {
     OpCase c;
@@ -202,7 +210,7 @@ std::vector<OpCase> ShapeCases() {
     cases.push_back(std::move(c));
   }
   const std::vector<std::tuple<const char*, std::optional<int64_t>, Shape>> flattens = {
-      {"Axis0", 0, {1, 24}}, {"Axis1", 1, {2, 12}}, {"Axis2", 2, {6, 4}},
+      {"Axis0", 0, {1, 24}}, {"Axis1", 1, {2, 12}},  {"Axis2", 2, {6, 4}},
       {"Axis3", 3, {24, 1}}, {"AxisM1", -1, {6, 4}}, {"DefaultAxis", std::nullopt, {2, 12}},
   };
   for (const auto& [name, axis, expected] : flattens) {
@@ -216,8 +224,12 @@ std::vector<OpCase> ShapeCases() {
     cases.push_back(std::move(c));
   }
   const std::vector<std::tuple<const char*, Shape, std::vector<int64_t>>> transposes = {
-      {"Perm201", x3, {2, 0, 1}}, {"Perm120", x3, {1, 2, 0}}, {"Perm021", x3, {0, 2, 1}},
-      {"Perm102", x3, {1, 0, 2}}, {"Rank3Default", x3, {}},  {"Rank2Default", {3, 5}, {}},
+      {"Perm201", x3, {2, 0, 1}},
+      {"Perm120", x3, {1, 2, 0}},
+      {"Perm021", x3, {0, 2, 1}},
+      {"Perm102", x3, {1, 0, 2}},
+      {"Rank3Default", x3, {}},
+      {"Rank2Default", {3, 5}, {}},
       {"Rank4Perm3120", {2, 3, 4, 5}, {3, 1, 2, 0}},
   };
   for (const auto& [name, shape, perm] : transposes) {
@@ -264,11 +276,15 @@ std::vector<OpCase> ShapeCases() {
   // f64 the kernel must round once (no double rounding through f32). Forward only:
   // the Cast gradient is covered above, and a finite difference cannot resolve the
   // 16-bit rounding.
-  for (auto [name, from, to] : std::vector<std::tuple<const char*, DType, DType>>{
-           {"F32ToBf16", DType::kF32, DType::kBF16}, {"F32ToF16", DType::kF32, DType::kF16},
-           {"F64ToBf16", DType::kF64, DType::kBF16}, {"F64ToF16", DType::kF64, DType::kF16},
-           {"Bf16ToF32", DType::kBF16, DType::kF32}, {"F16ToF32", DType::kF16, DType::kF32},
-           {"Bf16ToF64", DType::kBF16, DType::kF64}, {"F16ToF64", DType::kF16, DType::kF64}}) {
+  for (auto [name, from, to] :
+       std::vector<std::tuple<const char*, DType, DType>>{{"F32ToBf16", DType::kF32, DType::kBF16},
+                                                          {"F32ToF16", DType::kF32, DType::kF16},
+                                                          {"F64ToBf16", DType::kF64, DType::kBF16},
+                                                          {"F64ToF16", DType::kF64, DType::kF16},
+                                                          {"Bf16ToF32", DType::kBF16, DType::kF32},
+                                                          {"F16ToF32", DType::kF16, DType::kF32},
+                                                          {"Bf16ToF64", DType::kBF16, DType::kF64},
+                                                          {"F16ToF64", DType::kF16, DType::kF64}}) {
     OpCase c;
     c.name = absl::StrCat("Cast_", name);
     c.op = "Cast";
@@ -293,7 +309,7 @@ std::vector<OpCase> ShapeCases() {
                                                                      {"F64ToF16_NearTies", DType::kF16}}) {
     const double half_ulp = std::ldexp(1.0, to == DType::kBF16 ? -8 : -11);  // at 1.0
     const double tiny = std::ldexp(1.0, -40);
-    const std::vector<double> values = {1 + half_ulp + tiny, -(1 + half_ulp + tiny), 1 + 3 * half_ulp - tiny,
+    const std::vector<double> values = {1 + half_ulp + tiny, -(1 + half_ulp + tiny),    1 + 3 * half_ulp - tiny,
                                         1 + half_ulp - tiny, 0.5 + half_ulp / 2 + tiny, 1 + half_ulp};
     OpCase c;
     c.name = absl::StrCat("Cast_", name);
@@ -377,8 +393,9 @@ std::vector<OpCase> DropoutCases() {
   // Training mode: the mask is a function of (seed, node, step, element), fixed for a
   // run, so the output is linear in x and finite differences apply. Gradient only; the
   // forward semantics have their own tests (OpForwardDropout).
-  for (auto [name, ratio, by_attr] : std::vector<std::tuple<const char*, double, bool>>{
-           {"Dropout_Train_MpcTraining_Ratio0p3", 0.3, true}, {"Dropout_Train_TrainingModeInput_Ratio0p5", 0.5, false}}) {
+  for (auto [name, ratio, by_attr] :
+       std::vector<std::tuple<const char*, double, bool>>{{"Dropout_Train_MpcTraining_Ratio0p3", 0.3, true},
+                                                          {"Dropout_Train_TrainingModeInput_Ratio0p5", 0.5, false}}) {
     OpCase c;
     c.name = name;
     c.op = "Dropout";
@@ -493,8 +510,8 @@ std::vector<OpCase> BackwardOpCases() {
     c.attrs.Set("reduction", std::string(mean ? "mean" : "sum"));
     if (ignore) c.attrs.Set("ignore_index", *ignore);
     c.inputs = {X("dloss", {}, 0.5, 1.5), X("scores", {6, 5}, -2, 2),
-                Labels("labels", ignore ? std::vector<int64_t>{0, -100, 4, 1, -100, 3}
-                                        : std::vector<int64_t>{0, 3, 4, 1, 2, 3})};
+                Labels("labels",
+                       ignore ? std::vector<int64_t>{0, -100, 4, 1, -100, 3} : std::vector<int64_t>{0, 3, 4, 1, 2, 3})};
     c.ref = [mean = mean, ignore = ignore](const std::vector<Tensor>& in) {
       return std::vector<Tensor>{RefSceGrad(in[0], in[1], in[2], mean, ignore)};
     };
@@ -519,13 +536,16 @@ std::vector<OpCase> BackwardOpCases() {
     c.inputs = {X("dy", s), Mask("mask", s)};
     c.ref = [](const std::vector<Tensor>& in) {
       const double scale = 1.0 / (1.0 - static_cast<double>(0.3f));  // the attribute is f32
-      return std::vector<Tensor>{RefBinary(in[0], in[1], [scale](double dy, double m) { return m != 0 ? dy * scale : 0.0; })};
+      return std::vector<Tensor>{
+          RefBinary(in[0], in[1], [scale](double dy, double m) { return m != 0 ? dy * scale : 0.0; })};
     };
     add(std::move(c));
   }
-  for (const auto& [name, from, to] : std::vector<std::tuple<const char*, Shape, Shape>>{
-           {"RowsToRow", {4, 5}, {5}}, {"ToColumn", {2, 3, 4}, {3, 1}}, {"ToScalar", {3, 4}, {}},
-           {"Rank3To1N", {2, 3, 4}, {1, 4}}}) {
+  for (const auto& [name, from, to] :
+       std::vector<std::tuple<const char*, Shape, Shape>>{{"RowsToRow", {4, 5}, {5}},
+                                                          {"ToColumn", {2, 3, 4}, {3, 1}},
+                                                          {"ToScalar", {3, 4}, {}},
+                                                          {"Rank3To1N", {2, 3, 4}, {1, 4}}}) {
     OpCase c;
     c.name = absl::StrCat("ReduceSumTo_", name);
     c.op = "ReduceSumTo";

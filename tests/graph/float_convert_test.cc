@@ -7,6 +7,8 @@
 // encoding is compared on a stride over all f32 patterns and on every code value, every
 // midpoint between neighbouring codes and their f32 neighbours; the named rounding
 // boundaries are also spelled out with hand-written expected bits.
+#include "graph/float_convert.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,7 +21,6 @@
 #include <vector>
 
 #include "graph/float8.h"
-#include "graph/float_convert.h"
 #include "graph/tensor.h"
 
 namespace mpc {
@@ -46,16 +47,40 @@ struct Format {
   float (*decode)(uint32_t);
 };
 
-const Format kF16 = {"f16", 16, 5, 10, 15, true, false,
+const Format kF16 = {"f16",
+                     16,
+                     5,
+                     10,
+                     15,
+                     true,
+                     false,
                      [](float f) -> uint32_t { return FloatToHalf(f); },
                      [](uint32_t c) { return HalfToFloat(static_cast<uint16_t>(c)); }};
-const Format kBf16 = {"bf16", 16, 8, 7, 127, true, false,
+const Format kBf16 = {"bf16",
+                      16,
+                      8,
+                      7,
+                      127,
+                      true,
+                      false,
                       [](float f) -> uint32_t { return FloatToBf16(f); },
                       [](uint32_t c) { return Bf16ToFloat(static_cast<uint16_t>(c)); }};
-const Format kE4M3 = {"f8e4m3", 8, 4, 3, 7, false, true,
+const Format kE4M3 = {"f8e4m3",
+                      8,
+                      4,
+                      3,
+                      7,
+                      false,
+                      true,
                       [](float f) -> uint32_t { return FloatToF8E4M3(f); },
                       [](uint32_t c) { return F8E4M3ToFloat(static_cast<uint8_t>(c)); }};
-const Format kE5M2 = {"f8e5m2", 8, 5, 2, 15, true, true,
+const Format kE5M2 = {"f8e5m2",
+                      8,
+                      5,
+                      2,
+                      15,
+                      true,
+                      true,
                       [](float f) -> uint32_t { return FloatToF8E5M2(f); },
                       [](uint32_t c) { return F8E5M2ToFloat(static_cast<uint8_t>(c)); }};
 const Format* const kFormats[] = {&kF16, &kBf16, &kE4M3, &kE5M2};
@@ -106,8 +131,7 @@ RefTable MakeRefTable(const Format& f) {
 }
 
 const RefTable& Table(const Format& f) {
-  static const RefTable tables[] = {MakeRefTable(kF16), MakeRefTable(kBf16), MakeRefTable(kE4M3),
-                                    MakeRefTable(kE5M2)};
+  static const RefTable tables[] = {MakeRefTable(kF16), MakeRefTable(kBf16), MakeRefTable(kE4M3), MakeRefTable(kE5M2)};
   for (const RefTable& t : tables) {
     if (t.format == &f) return t;
   }
@@ -271,9 +295,8 @@ std::vector<float> NearRepresentable(const Format& f) {
   };
   for (size_t i = 0; i < finite.size(); ++i) {
     add(finite[i].first);
-    const double next = i + 1 < finite.size()
-                            ? finite[i + 1].first
-                            : finite[i].first + (finite[i].first - finite[i - 1].first);
+    const double next =
+        i + 1 < finite.size() ? finite[i + 1].first : finite[i].first + (finite[i].first - finite[i - 1].first);
     add((finite[i].first + next) / 2);
   }
   return out;
@@ -287,9 +310,9 @@ TEST(FloatConvert, EncodeMatchesReferenceOnF32Stride) {
     const float x = BitsToFloat(static_cast<uint32_t>(b));
     for (const Format* f : kFormats) CheckEncode(*f, x, bad);
   }
-  for (float x : {0.0f, -0.0f, kInf, -kInf, kNaN, -kNaN, std::numeric_limits<float>::max(),
-                  -std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
-                  std::numeric_limits<float>::min()}) {
+  for (float x :
+       {0.0f, -0.0f, kInf, -kInf, kNaN, -kNaN, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+        std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()}) {
     for (const Format* f : kFormats) CheckEncode(*f, x, bad);
   }
   EXPECT_TRUE(bad.Result());
@@ -382,7 +405,7 @@ TEST(Float8, F8E4M3Boundaries) {
   // Largest finite; everything above saturates, inf included (the format has none).
   EXPECT_EQ(FloatToF8E4M3(448.0f), 0x7e);
   EXPECT_EQ(FloatToF8E4M3(Below(448.0f)), 0x7e);
-  EXPECT_EQ(FloatToF8E4M3(432.0f), 0x7e);       // 416 | 448 tie: 448 has the even mantissa
+  EXPECT_EQ(FloatToF8E4M3(432.0f), 0x7e);  // 416 | 448 tie: 448 has the even mantissa
   EXPECT_EQ(FloatToF8E4M3(Below(432.0f)), 0x7d);
   for (float x : {Above(448.0f), 464.0f, 480.0f, 1e6f, std::numeric_limits<float>::max(), kInf}) {
     EXPECT_EQ(FloatToF8E4M3(x), 0x7e) << x;
@@ -424,8 +447,7 @@ TEST(Float8, F8E5M2Boundaries) {
   // while ±inf stays ±inf.
   EXPECT_EQ(FloatToF8E5M2(57344.0f), 0x7b);
   EXPECT_EQ(FloatToF8E5M2(Below(57344.0f)), 0x7b);
-  for (float x : {Above(57344.0f), Below(61440.0f), 61440.0f, 65536.0f, 1e30f,
-                  std::numeric_limits<float>::max()}) {
+  for (float x : {Above(57344.0f), Below(61440.0f), 61440.0f, 65536.0f, 1e30f, std::numeric_limits<float>::max()}) {
     EXPECT_EQ(FloatToF8E5M2(x), 0x7b) << x;
     EXPECT_EQ(FloatToF8E5M2(-x), 0xfb) << x;
   }
@@ -480,8 +502,8 @@ TEST(Float8, BulkFormsMatchElementwise) {
 // Tensor casts and element access.
 
 TEST(Float8, TensorCastF32ToF8AndBack) {
-  const std::vector<float> values = {0.0f, -0.0f, 1.0f, 1.0625f, -3.3f, 500.0f, -1e9f, kInf,
-                                     -kInf, kNaN, Pow2(-10), 3e-3f, 60000.0f, 1e-6f};
+  const std::vector<float> values = {0.0f, -0.0f, 1.0f, 1.0625f,   -3.3f, 500.0f,   -1e9f,
+                                     kInf, -kInf, kNaN, Pow2(-10), 3e-3f, 60000.0f, 1e-6f};
   const Tensor x = Tensor::FromVector<float>({2, 7}, values);
   for (DType dt : {DType::kF8E4M3, DType::kF8E5M2}) {
     const Format& f = dt == DType::kF8E4M3 ? kE4M3 : kE5M2;
@@ -538,10 +560,9 @@ TEST(FloatConvert, TensorCastFromF64RoundsOnce) {
   // Each value sits just above a halfway point of the target by less than an f32 ulp:
   // rounding to f32 first would land exactly on the tie and round to even (down).
   const Tensor x = Tensor::FromVector<double>(
-      {5}, {1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40),
-            1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40),
-            1.0 + std::ldexp(1.0, -4) + std::ldexp(1.0, -40),
-            -(1.0 + std::ldexp(1.0, -3) + std::ldexp(1.0, -40)), 1e300});
+      {5},
+      {1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40),
+       1.0 + std::ldexp(1.0, -4) + std::ldexp(1.0, -40), -(1.0 + std::ldexp(1.0, -3) + std::ldexp(1.0, -40)), 1e300});
   EXPECT_EQ(x.CastTo(DType::kF16).data<uint16_t>()[0], 0x3c01);
   EXPECT_EQ(x.CastTo(DType::kBF16).data<uint16_t>()[1], 0x3f81);
   EXPECT_EQ(x.CastTo(DType::kF8E4M3).data<uint8_t>()[2], 0x39);

@@ -90,8 +90,9 @@ std::vector<OpCase> MathCases() {
   }
   // Pow: positive bases (the exponent's gradient takes ln x), broadcasting either side.
   const std::vector<std::tuple<const char*, Shape, Shape>> pows = {
-      {"Same", {3, 4}, {3, 4}},          {"ScalarExponent", {3, 4}, {}}, {"RowExponent", {3, 4}, {4}},
-      {"ColumnExponent", {2, 3, 4}, {3, 1}}, {"BroadcastBase", {4}, {3, 4}},
+      {"Same", {3, 4}, {3, 4}},       {"ScalarExponent", {3, 4}, {}},
+      {"RowExponent", {3, 4}, {4}},   {"ColumnExponent", {2, 3, 4}, {3, 1}},
+      {"BroadcastBase", {4}, {3, 4}},
   };
   for (const auto& [name, xs, es] : pows) {
     OpCase c;
@@ -170,7 +171,8 @@ Tensor RefReduce(const Tensor& x, std::vector<int64_t> axes, bool keep, bool mea
   int64_t count = 1;
   for (int i = 0; i < rank; ++i) {
     kept.push_back(reduced[i] ? 1 : s[i]);
-    if (!reduced[i]) out.push_back(s[i]);
+    if (!reduced[i])
+      out.push_back(s[i]);
     else {
       count *= s[i];
       if (keep) out.push_back(1);
@@ -293,7 +295,8 @@ std::vector<Tensor> RefLayerNormGrad(const Tensor& dy, const Tensor& x, const Te
   int64_t rows = 1, d = 1;
   Shape norm;
   for (int i = 0; i < rank; ++i) {
-    if (i < ax) rows *= s[i];
+    if (i < ax)
+      rows *= s[i];
     else {
       d *= s[i];
       norm.push_back(s[i]);
@@ -370,7 +373,9 @@ std::vector<OpCase> LayerNormCases() {
       c.inputs = {XTyped("x", x, dt), XTyped("scale", norm, dt), XTyped("bias", norm, dt)};
       c.out_dtypes = {dt, dt, dt};
       c.gradient = false;
-      c.ref = [axis = axis](const std::vector<Tensor>& in) { return RefLayerNorm(in[0], in[1], &in[2], axis, F(1e-5)); };
+      c.ref = [axis = axis](const std::vector<Tensor>& in) {
+        return RefLayerNorm(in[0], in[1], &in[2], axis, F(1e-5));
+      };
       cases.push_back(std::move(c));
     }
   }
@@ -396,8 +401,7 @@ std::vector<OpCase> LayerNormCases() {
 
 // {Y, running_mean_out, running_var_out, saved_mean, saved_inv_std} for X [N, C, ...].
 std::vector<Tensor> RefBatchNorm(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& rmean,
-                                 const Tensor& rvar, bool training, double eps, double momentum,
-                                 bool unbiased_update) {
+                                 const Tensor& rvar, bool training, double eps, double momentum, bool unbiased_update) {
   const Shape& s = x.shape();
   const int64_t n = s[0], c = s[1];
   int64_t sp = 1;

@@ -2,10 +2,11 @@
 // MLP with a dynamic batch), written in binary and text form, broken in the ways real
 // files break (garbage, truncation, unsupported ops and opsets, dynamic dims), and
 // round-tripped through export. The repo's torch-exported models are imported too.
+#include "graph/onnx_import.h"
+
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -17,7 +18,6 @@
 #include "absl/strings/string_view.h"
 #include "base/file_util.h"
 #include "graph/onnx_export.h"
-#include "graph/onnx_import.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -46,8 +46,8 @@ void AddFloatInitializer(onnx::GraphProto* g, const std::string& name, const Ten
 }
 
 // dims: a non-negative number is static, -1 means dim_param "N", -2 means dim_param "S".
-void AddTensorInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
-                   const std::string& name, int elem_type, const std::vector<int64_t>& dims) {
+void AddTensorInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
+                   int elem_type, const std::vector<int64_t>& dims) {
   onnx::ValueInfoProto* info = list->Add();
   info->set_name(name);
   auto* tt = info->mutable_type()->mutable_tensor_type();
@@ -55,8 +55,10 @@ void AddTensorInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* lis
   auto* shape = tt->mutable_shape();
   for (int64_t d : dims) {
     auto* dim = shape->add_dim();
-    if (d >= 0) dim->set_dim_value(d);
-    else dim->set_dim_param(d == -1 ? "N" : "S");
+    if (d >= 0)
+      dim->set_dim_value(d);
+    else
+      dim->set_dim_param(d == -1 ? "N" : "S");
   }
 }
 
@@ -148,8 +150,7 @@ TEST(OnnxImport, MlpValuesShapesAndParameters) {
 
   const auto params = g.ValuesOfKind(ValueKind::kParameter);
   ASSERT_EQ(params.size(), 4u);
-  const std::pair<const char*, const Tensor*> expected[] = {
-      {"w1", &w.w1}, {"b1", &w.b1}, {"w2", &w.w2}, {"b2", &w.b2}};
+  const std::pair<const char*, const Tensor*> expected[] = {{"w1", &w.w1}, {"b1", &w.b1}, {"w2", &w.w2}, {"b2", &w.b2}};
   for (const auto& [name, tensor] : expected) {
     const Value* v = g.FindValue(name);
     ASSERT_NE(v, nullptr) << name;
@@ -306,8 +307,8 @@ TEST(OnnxImport, ForeignDomainRejected) {
 
 TEST(OnnxImport, DynamicNonBatchDimRejected) {
   onnx::ModelProto m = MakeMlp(MlpWeights());
-  auto* dim = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()
-                  ->mutable_shape()->mutable_dim(1);
+  auto* dim =
+      m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1);
   dim->set_dim_param("features");
   auto g = ImportOnnxModel(m, Batch(8), "dyn.onnx");
   ASSERT_FALSE(g.ok());
@@ -319,8 +320,7 @@ TEST(OnnxImport, DynamicNonBatchDimRejected) {
 
 TEST(OnnxImport, UnsetLeadingDimIsBatch) {
   onnx::ModelProto m = MakeMlp(MlpWeights());
-  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()
-      ->mutable_dim(0)->Clear();
+  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->Clear();
   auto g = ImportOnnxModel(m, Batch(5), "mlp.onnx");
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ((*g)->inputs()[0]->shape, (Shape{5, 16}));

@@ -111,7 +111,7 @@ absl::StatusOr<OpGraph> BuildOpGraph(const OpCase& c, const std::vector<Tensor>&
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> CompileOn(const Graph& graph, Backend& backend) {
-  CompileInfo info;
+  MemoryPlanResult info;
   auto order = graph.TopologicalOrder();
   if (!order.ok()) return order.status();
   info.order = *order;
@@ -143,8 +143,7 @@ absl::StatusOr<std::vector<Tensor>> RunCase(const OpCase& c, Backend& backend, c
   return CompileRunFetch(g, c, backend, fetch);
 }
 
-absl::StatusOr<GradientGraph> BuildGradientGraph(const OpCase& c, const std::vector<Tensor>& inputs,
-                                                 DType loss_dtype) {
+absl::StatusOr<GradientGraph> BuildGradientGraph(const OpCase& c, const std::vector<Tensor>& inputs, DType loss_dtype) {
   auto built = BuildOpGraph(c, inputs);
   if (!built.ok()) return built.status();
   GradientGraph gg;
@@ -182,8 +181,8 @@ absl::StatusOr<GradientGraph> BuildGradientGraph(const OpCase& c, const std::vec
                                               "', but the loss depends on it"));
     }
     if ((*grads)[j]->dtype != wrt[j]->dtype || (*grads)[j]->shape != wrt[j]->shape) {
-      return absl::InternalError(absl::StrCat("gradient of '", wrt[j]->name, "' is ",
-                                              DTypeName((*grads)[j]->dtype), ShapeToString((*grads)[j]->shape)));
+      return absl::InternalError(absl::StrCat("gradient of '", wrt[j]->name, "' is ", DTypeName((*grads)[j]->dtype),
+                                              ShapeToString((*grads)[j]->shape)));
     }
     outputs.push_back((*grads)[j]);
   }

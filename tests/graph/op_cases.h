@@ -35,7 +35,7 @@ constexpr double kF64Tol = 1e-12;  // the f64 kernels are the gradient checks' r
 constexpr double kBf16Tol = 1e-2;  // docs/numerics.md: bf16 vs an f64 reference
 constexpr double kF16Tol = 2e-3;   // docs/numerics.md: f16 vs an f64 reference
 constexpr double kFdStep = 1e-6;
-constexpr double kFdTol = 1e-6;    // |analytic - numeric| <= kFdTol * max(1, |numeric|)
+constexpr double kFdTol = 1e-6;  // |analytic - numeric| <= kFdTol * max(1, |numeric|)
 constexpr int kFdMaxElements = 30;
 constexpr uint64_t kRunSeed = 20240611;
 constexpr int64_t kRunStep = 7;
@@ -139,11 +139,11 @@ struct OpCase {
   std::string op;
   AttrMap attrs;
   std::vector<In> inputs;
-  RefFn ref;                                 // null: gradient-only case
+  RefFn ref;                                     // null: gradient-only case
   std::vector<std::optional<DType>> out_dtypes;  // per checked output; unset: float dtype
-  bool exact = false;                        // data movement: must match bit for bit
+  bool exact = false;                            // data movement: must match bit for bit
   bool gradient = true;
-  std::vector<int> loss_outputs = {0};       // outputs that feed the loss in gradient cases
+  std::vector<int> loss_outputs = {0};  // outputs that feed the loss in gradient cases
   double fd_step = kFdStep;
 
   bool forward() const { return static_cast<bool>(ref); }
@@ -309,7 +309,8 @@ inline Tensor RefReshape(const Tensor& x, const Shape& shape) {
 }
 
 // ONNX SoftmaxCrossEntropyLoss without weights: {loss, log_prob}.
-inline std::vector<Tensor> RefSce(const Tensor& scores, const Tensor& labels, bool mean, std::optional<int64_t> ignore) {
+inline std::vector<Tensor> RefSce(const Tensor& scores, const Tensor& labels, bool mean,
+                                  std::optional<int64_t> ignore) {
   const int64_t n = scores.shape()[0], c = scores.shape()[1];
   Tensor log_prob = F64(scores.shape());
   double total = 0;
@@ -359,7 +360,7 @@ inline Tensor RefSoftmaxGrad(const Tensor& dy, const Tensor& y, int64_t axis, bo
 // d(SoftmaxCrossEntropyLoss)/dscores for an incoming dloss: scale * (softmax - onehot),
 // ignored rows zero, scale = dloss / counted rows (mean) or dloss (sum).
 inline Tensor RefSceGrad(const Tensor& dloss, const Tensor& scores, const Tensor& labels, bool mean,
-                  std::optional<int64_t> ignore) {
+                         std::optional<int64_t> ignore) {
   const int64_t n = scores.shape()[0], c = scores.shape()[1];
   int64_t counted = 0;
   for (int64_t i = 0; i < n; ++i) counted += !(ignore && static_cast<int64_t>(P(labels)[i]) == *ignore);
@@ -478,8 +479,7 @@ struct GradientGraph {
   std::vector<int> wrt_specs;  // the input spec each gradient belongs to
   std::vector<Value*> grads;   // dL/d input, same dtype and shape as the input
 };
-absl::StatusOr<GradientGraph> BuildGradientGraph(const OpCase& c, const std::vector<Tensor>& inputs,
-                                                 DType loss_dtype);
+absl::StatusOr<GradientGraph> BuildGradientGraph(const OpCase& c, const std::vector<Tensor>& inputs, DType loss_dtype);
 
 // Runs BuildGradientGraph's program once on `backend`: {loss, gradients...} on the host.
 absl::StatusOr<std::vector<Tensor>> RunGradientCase(const OpCase& c, Backend& backend,

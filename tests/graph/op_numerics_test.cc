@@ -100,8 +100,8 @@ absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
   }
   for (size_t i = 0; i < ref.size(); ++i) {
     if (got[i].dtype() != dtypes[i]) {
-      return ::testing::AssertionFailure() << "output " << i << " has dtype " << DTypeName(got[i].dtype())
-                                           << ", expected " << DTypeName(dtypes[i]);
+      return ::testing::AssertionFailure()
+             << "output " << i << " has dtype " << DTypeName(got[i].dtype()) << ", expected " << DTypeName(dtypes[i]);
     }
     if (got[i].shape() != ref[i].shape()) {
       return ::testing::AssertionFailure() << "output " << i << " has shape " << ShapeToString(got[i].shape())
@@ -109,8 +109,7 @@ absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
     }
     for (int64_t k = 0; k < got[i].num_elements(); ++k) {
       if (!std::isfinite(got[i].GetAsDouble(k))) {
-        return ::testing::AssertionFailure() << "output " << i << " element " << k << " is "
-                                             << got[i].GetAsDouble(k);
+        return ::testing::AssertionFailure() << "output " << i << " element " << k << " is " << got[i].GetAsDouble(k);
       }
     }
     const double err = RelativeError(got[i], ref[i]);
@@ -125,8 +124,8 @@ absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
           worst << "element " << k << ": got " << got[i].GetAsDouble(k) << ", reference " << ref[i].GetAsDouble(k);
         }
       }
-      return ::testing::AssertionFailure() << "output " << i << ": relative error " << err << " > " << tol
-                                           << "; worst " << worst.str();
+      return ::testing::AssertionFailure()
+             << "output " << i << ": relative error " << err << " > " << tol << "; worst " << worst.str();
     }
   }
   return ::testing::AssertionSuccess();
@@ -146,9 +145,9 @@ absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
       const Tensor want_t = Tensor::FromVector<double>({}, {want}).CastTo(dtype);  // exact: want is in the format
       const int64_t ulps = std::abs(ordered(got[i].data<uint16_t>()[k]) - ordered(want_t.data<uint16_t>()[0]));
       if (ulps > 1) {
-        return ::testing::AssertionFailure() << "output " << i << " element " << k << ": got " << got[i].GetAsDouble(k)
-                                             << ", the reference " << ref[i].GetAsDouble(k) << " rounds to " << want
-                                             << " (" << ulps << " ulp apart)";
+        return ::testing::AssertionFailure()
+               << "output " << i << " element " << k << ": got " << got[i].GetAsDouble(k) << ", the reference "
+               << ref[i].GetAsDouble(k) << " rounds to " << want << " (" << ulps << " ulp apart)";
       }
     }
   }
@@ -158,10 +157,14 @@ absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
 // docs/numerics.md's tolerance for a run in `float_dtype` (f64: the reference dtype itself).
 double Tolerance(DType float_dtype) {
   switch (float_dtype) {
-    case DType::kF64: return kF64Tol;
-    case DType::kBF16: return kBf16Tol;
-    case DType::kF16: return kF16Tol;
-    default: return kF32Tol;
+    case DType::kF64:
+      return kF64Tol;
+    case DType::kBF16:
+      return kBf16Tol;
+    case DType::kF16:
+      return kF16Tol;
+    default:
+      return kF32Tol;
   }
 }
 
@@ -451,8 +454,7 @@ TEST(OpCoverage, EveryRegisteredOpHasForwardAndGradientCases) {
   const std::vector<std::string> ops = RequiredOps();
   ASSERT_GE(ops.size(), 15u) << "the registry lists suspiciously few ops: " << absl::StrJoin(ops, " ");
   const std::vector<std::string> missing = MissingCoverage(ops, AllCases());
-  EXPECT_TRUE(missing.empty()) << "ops without numerics cases in op_numerics_test.cc: "
-                               << absl::StrJoin(missing, ", ");
+  EXPECT_TRUE(missing.empty()) << "ops without numerics cases in op_numerics_test.cc: " << absl::StrJoin(missing, ", ");
 }
 
 TEST(OpCoverage, CasesNameRegisteredOpsAndUniqueNames) {

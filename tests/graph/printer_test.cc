@@ -1,13 +1,14 @@
 // Tests for the graph printers: the text listing has the declared header lines and one
 // line per node in the documented form; DOT output is a digraph with one box per node
 // and escapes names.
+#include "graph/printer.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "absl/strings/string_view.h"
 #include "graph/graph.h"
-#include "graph/printer.h"
 #include "tests/test_util.h"
 
 namespace mpc {

@@ -94,8 +94,9 @@ Tensor RefWhere(const Tensor& c, const Tensor& x, const Tensor& y) {
   Tensor out = F64(shape);
   for (int64_t i = 0; i < out.num_elements(); ++i) {
     const auto idx = Unravel(i, shape);
-    P(out)[i] = P(c)[BroadcastOffset(idx, c.shape())] != 0 ? P(x)[BroadcastOffset(idx, x.shape())]
-                                                              : P(y)[BroadcastOffset(idx, y.shape())];
+    P(out)
+    [i] = P(c)[BroadcastOffset(idx, c.shape())] != 0 ? P(x)[BroadcastOffset(idx, x.shape())]
+                                                     : P(y)[BroadcastOffset(idx, y.shape())];
   }
   return out;
 }
@@ -238,19 +239,18 @@ std::vector<OpCase> GatherCases() {
       {"Axis2_I32Rank2Indices", {2, 3, 4}, {2, 2}, {0, 3, -1, 0}, 2, true, DType::kI32},
   };
   for (const G& g : gathers) {
-    OpCase c = Case(absl::StrCat("Gather_", g.name), "Gather",
-                    {X("data", g.data), Ints("indices", g.idx_shape, g.idx, g.idx_dtype)},
-                    [axis = g.axis](const std::vector<Tensor>& in) {
-                      return std::vector<Tensor>{RefGather(in[0], in[1], axis)};
-                    });
+    OpCase c = Case(
+        absl::StrCat("Gather_", g.name), "Gather",
+        {X("data", g.data), Ints("indices", g.idx_shape, g.idx, g.idx_dtype)},
+        [axis = g.axis](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefGather(in[0], in[1], axis)}; });
     if (g.set_axis) c.attrs.Set("axis", g.axis);
     cases.push_back(std::move(c));
   }
   // Index tensors gathered from index tensors (shape arithmetic in exported graphs).
   {
-    OpCase c = Case("Gather_I64Data", "Gather",
-                    {Ints("data", {2, 3}, {7, -8, 9, 10, 11, -12}), Ints("indices", {2}, {1, -3})},
-                    [](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefGather(in[0], in[1], 1)}; });
+    OpCase c =
+        Case("Gather_I64Data", "Gather", {Ints("data", {2, 3}, {7, -8, 9, 10, 11, -12}), Ints("indices", {2}, {1, -3})},
+             [](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefGather(in[0], in[1], 1)}; });
     c.attrs.Set("axis", int64_t{1});
     cases.push_back(ForwardOnly(std::move(c), {DType::kI64}));
   }
@@ -260,11 +260,12 @@ std::vector<OpCase> GatherCases() {
            {"Axis0_Repeats", {2, 3, 4}, {2, 3}, {0, 4, 2, 2, -1, 1}, 0, {5, 4}, DType::kI64},
            {"Axis1_I32_Repeats", {3, 4, 2}, {4}, {4, 0, -2, 0}, 1, {3, 5, 2}, DType::kI32},
            {"AllSameIndex", {6, 3}, {6}, {1, 1, 1, 1, 1, 1}, 0, {2, 3}, DType::kI64}}) {
-    OpCase c = Case(absl::StrCat("GatherGrad_", name), "GatherGrad", {X("dy", dy), Ints("indices", idx_shape, idx, dtype)},
-                    [axis = axis, shape = shape](const std::vector<Tensor>& in) {
-                      return std::vector<Tensor>{RefGatherGrad(in[0], in[1], axis, shape)};
-                    },
-                    /*exact=*/false);
+    OpCase c = Case(
+        absl::StrCat("GatherGrad_", name), "GatherGrad", {X("dy", dy), Ints("indices", idx_shape, idx, dtype)},
+        [axis = axis, shape = shape](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{RefGatherGrad(in[0], in[1], axis, shape)};
+        },
+        /*exact=*/false);
     c.attrs.Set("axis", axis);
     c.attrs.Set("shape", std::vector<int64_t>(shape.begin(), shape.end()));
     cases.push_back(ForwardOnly(std::move(c)));
@@ -275,11 +276,11 @@ std::vector<OpCase> GatherCases() {
 std::vector<OpCase> WhereCases() {
   std::vector<OpCase> cases;
   auto ref = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefWhere(in[0], in[1], in[2])}; };
-  for (auto [name, c, x, y] : std::vector<std::tuple<const char*, Shape, Shape, Shape>>{
-           {"Same", {3, 4}, {3, 4}, {3, 4}},
-           {"BroadcastAllThree", {2, 3, 1}, {3, 4}, {4}},
-           {"ScalarY_MaskedFill", {2, 1, 4}, {2, 3, 4}, {}},
-           {"CondRow", {4}, {3, 4}, {3, 1}}}) {
+  for (auto [name, c, x, y] :
+       std::vector<std::tuple<const char*, Shape, Shape, Shape>>{{"Same", {3, 4}, {3, 4}, {3, 4}},
+                                                                 {"BroadcastAllThree", {2, 3, 1}, {3, 4}, {4}},
+                                                                 {"ScalarY_MaskedFill", {2, 1, 4}, {2, 3, 4}, {}},
+                                                                 {"CondRow", {4}, {3, 4}, {3, 1}}}) {
     cases.push_back(Case(absl::StrCat("Where_", name), "Where", {Mask("cond", c), X("x", x), X("y", y)}, ref));
   }
   {
@@ -296,16 +297,15 @@ std::vector<OpCase> WhereCases() {
 
 std::vector<OpCase> ConcatSplitCases() {
   std::vector<OpCase> cases;
-  for (auto [name, shapes, axis] : std::vector<std::tuple<const char*, std::vector<Shape>, int64_t>>{
-           {"Axis0_Three", {{2, 3}, {1, 3}, {3, 3}}, 0},
-           {"Axis1_Rank3", {{2, 1, 3}, {2, 4, 3}}, 1},
-           {"AxisM1", {{2, 3}, {2, 2}, {2, 1}}, -1},
-           {"Single", {{2, 3}}, 0}}) {
+  for (auto [name, shapes, axis] :
+       std::vector<std::tuple<const char*, std::vector<Shape>, int64_t>>{{"Axis0_Three", {{2, 3}, {1, 3}, {3, 3}}, 0},
+                                                                         {"Axis1_Rank3", {{2, 1, 3}, {2, 4, 3}}, 1},
+                                                                         {"AxisM1", {{2, 3}, {2, 2}, {2, 1}}, -1},
+                                                                         {"Single", {{2, 3}}, 0}}) {
     std::vector<In> inputs;
     for (size_t i = 0; i < shapes.size(); ++i) inputs.push_back(X(absl::StrCat("x", i), shapes[i]));
-    OpCase c = Case(absl::StrCat("Concat_", name), "Concat", inputs, [axis = axis](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{RefConcat(in, axis)};
-    });
+    OpCase c = Case(absl::StrCat("Concat_", name), "Concat", inputs,
+                    [axis = axis](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefConcat(in, axis)}; });
     c.attrs.Set("axis", axis);
     cases.push_back(std::move(c));
   }
@@ -342,8 +342,9 @@ std::vector<OpCase> ConcatSplitCases() {
   for (const S& s : splits) {
     std::vector<In> inputs = {X("x", s.shape)};
     if (s.how == S::kInput) inputs.push_back(ConstInts("split", s.sizes));
-    OpCase c = Case(absl::StrCat("Split_", s.name), "Split", inputs,
-                    [axis = s.axis, sizes = s.sizes](const std::vector<Tensor>& in) { return RefSplit(in[0], axis, sizes); });
+    OpCase c =
+        Case(absl::StrCat("Split_", s.name), "Split", inputs,
+             [axis = s.axis, sizes = s.sizes](const std::vector<Tensor>& in) { return RefSplit(in[0], axis, sizes); });
     c.attrs.Set("axis", s.axis);
     if (s.how == S::kAttr) c.attrs.Set("split", s.sizes);
     if (s.how == S::kNumOutputs) c.attrs.Set("num_outputs", static_cast<int64_t>(s.sizes.size()));
@@ -352,7 +353,9 @@ std::vector<OpCase> ConcatSplitCases() {
   }
   {
     OpCase c = Case("Split_I64", "Split", {Ints("x", {5}, {1, 2, 3, 4, 5}), ConstInts("split", {2, 3})},
-                    [](const std::vector<Tensor>& in) { return RefSplit(in[0], 0, {2, 3}); });
+                    [](const std::vector<Tensor>& in) {
+                      return RefSplit(in[0], 0, {2, 3});
+                    });
     cases.push_back(ForwardOnly(std::move(c), {DType::kI64, DType::kI64}));
   }
   return cases;
@@ -423,9 +426,9 @@ std::vector<OpCase> SqueezeExpandCases() {
     attr.attrs.Set("axes", std::vector<int64_t>{1});
     cases.push_back(std::move(attr));
     cases.push_back(Case("Squeeze_NoAxesRemovesAllOnes", "Squeeze", {X("x", {1, 3, 1, 4})}, Same({3, 4})));
-    cases.push_back(ForwardOnly(
-        Case("Squeeze_I64", "Squeeze", {Ints("x", {1, 3}, {5, 6, 7}), ConstInts("axes", {0})}, Same({3})),
-        {DType::kI64}));
+    cases.push_back(
+        ForwardOnly(Case("Squeeze_I64", "Squeeze", {Ints("x", {1, 3}, {5, 6, 7}), ConstInts("axes", {0})}, Same({3})),
+                    {DType::kI64}));
   }
   {
     cases.push_back(
@@ -435,9 +438,9 @@ std::vector<OpCase> SqueezeExpandCases() {
     OpCase attr = Case("Unsqueeze_AxesAttr_Opset11", "Unsqueeze", {X("x", {3, 4})}, Same({3, 1, 4}));
     attr.attrs.Set("axes", std::vector<int64_t>{1});
     cases.push_back(std::move(attr));
-    cases.push_back(ForwardOnly(
-        Case("Unsqueeze_I64Scalar", "Unsqueeze", {Ints("x", {}, {9}), ConstInts("axes", {0})}, Same({1})),
-        {DType::kI64}));
+    cases.push_back(
+        ForwardOnly(Case("Unsqueeze_I64Scalar", "Unsqueeze", {Ints("x", {}, {9}), ConstInts("axes", {0})}, Same({1})),
+                    {DType::kI64}));
   }
   for (auto [name, in, target, out] : std::vector<std::tuple<const char*, Shape, std::vector<int64_t>, Shape>>{
            {"RowToMatrix", {4}, {3, 4}, {3, 4}},
@@ -445,8 +448,9 @@ std::vector<OpCase> SqueezeExpandCases() {
            {"TargetSmallerRank", {2, 3}, {1}, {2, 3}},
            {"Scalar", {}, {2, 3}, {2, 3}},
            {"MiddleAxis", {2, 1, 3}, {2, 4, 3}, {2, 4, 3}}}) {
-    cases.push_back(Case(absl::StrCat("Expand_", name), "Expand", {X("x", in), ConstInts("shape", target)},
-                         [out = out](const std::vector<Tensor>& t) { return std::vector<Tensor>{RefBroadcastTo(t[0], out)}; }));
+    cases.push_back(
+        Case(absl::StrCat("Expand_", name), "Expand", {X("x", in), ConstInts("shape", target)},
+             [out = out](const std::vector<Tensor>& t) { return std::vector<Tensor>{RefBroadcastTo(t[0], out)}; }));
   }
   cases.push_back(ForwardOnly(Case("Expand_I64", "Expand", {Ints("x", {2, 1}, {3, -4}), ConstInts("shape", {2, 3})},
                                    [](const std::vector<Tensor>& t) {
@@ -475,33 +479,34 @@ std::vector<OpCase> LogicCases() {
     cases.push_back(ForwardOnly(
         Case(absl::StrCat(op, "_Float_Broadcast"), op, {FedFloats("a", {2, 3}, a), FedFloats("b", {3}, b)}, cmp(f)),
         bool_out));
+    cases.push_back(
+        ForwardOnly(Case(absl::StrCat(op, "_Float_Random"), op, {X("a", {3, 4}), X("b", {3, 1})}, cmp(f)), bool_out));
     cases.push_back(ForwardOnly(
-        Case(absl::StrCat(op, "_Float_Random"), op, {X("a", {3, 4}), X("b", {3, 1})}, cmp(f)), bool_out));
-    cases.push_back(ForwardOnly(Case(absl::StrCat(op, "_I64"), op,
-                                     {Ints("a", {2, 3}, {1, -5, 7, 0, 3, 3}), Ints("b", {2, 1}, {3, 0})}, cmp(f)),
-                                bool_out));
-    cases.push_back(ForwardOnly(Case(absl::StrCat(op, "_I32_Scalar"), op,
-                                     {Ints("a", {4}, {1, 2, 3, 4}, DType::kI32), Ints("b", {}, {2}, DType::kI32)},
-                                     cmp(f)),
-                                bool_out));
+        Case(absl::StrCat(op, "_I64"), op, {Ints("a", {2, 3}, {1, -5, 7, 0, 3, 3}), Ints("b", {2, 1}, {3, 0})}, cmp(f)),
+        bool_out));
+    cases.push_back(
+        ForwardOnly(Case(absl::StrCat(op, "_I32_Scalar"), op,
+                         {Ints("a", {4}, {1, 2, 3, 4}, DType::kI32), Ints("b", {}, {2}, DType::kI32)}, cmp(f)),
+                    bool_out));
   }
   cases.push_back(ForwardOnly(
       Case("Equal_Bool", "Equal", {Bools("a", {4}, {0, 1, 0, 1}), Bools("b", {4}, {0, 0, 1, 1})}, cmp(eq)), bool_out));
-  cases.push_back(ForwardOnly(
-      Case("And_Broadcast", "And", {Bools("a", {2, 3}, {0, 1, 1, 1, 0, 1}), Bools("b", {3}, {1, 1, 0})},
-           cmp([](double x, double y) { return x != 0 && y != 0 ? 1.0 : 0.0; })),
-      bool_out));
-  cases.push_back(ForwardOnly(
-      Case("Or_Broadcast", "Or", {Bools("a", {2, 3}, {0, 1, 0, 0, 0, 1}), Bools("b", {3}, {1, 0, 0})},
-           cmp([](double x, double y) { return x != 0 || y != 0 ? 1.0 : 0.0; })),
-      bool_out));
-  cases.push_back(ForwardOnly(
-      Case("Xor_Broadcast", "Xor", {Bools("a", {2, 3}, {0, 1, 0, 1, 0, 1}), Bools("b", {2, 1}, {1, 0})},
-           cmp([](double x, double y) { return (x != 0) != (y != 0) ? 1.0 : 0.0; })),
-      bool_out));
+  cases.push_back(
+      ForwardOnly(Case("And_Broadcast", "And", {Bools("a", {2, 3}, {0, 1, 1, 1, 0, 1}), Bools("b", {3}, {1, 1, 0})},
+                       cmp([](double x, double y) { return x != 0 && y != 0 ? 1.0 : 0.0; })),
+                  bool_out));
+  cases.push_back(
+      ForwardOnly(Case("Or_Broadcast", "Or", {Bools("a", {2, 3}, {0, 1, 0, 0, 0, 1}), Bools("b", {3}, {1, 0, 0})},
+                       cmp([](double x, double y) { return x != 0 || y != 0 ? 1.0 : 0.0; })),
+                  bool_out));
+  cases.push_back(
+      ForwardOnly(Case("Xor_Broadcast", "Xor", {Bools("a", {2, 3}, {0, 1, 0, 1, 0, 1}), Bools("b", {2, 1}, {1, 0})},
+                       cmp([](double x, double y) { return (x != 0) != (y != 0) ? 1.0 : 0.0; })),
+                  bool_out));
   cases.push_back(ForwardOnly(Case("Not_Rank2", "Not", {Bools("x", {2, 3}, {0, 1, 1, 0, 0, 1})},
                                    [](const std::vector<Tensor>& in) {
-                                     return std::vector<Tensor>{RefUnary(in[0], [](double v) { return v != 0 ? 0.0 : 1.0; })};
+                                     return std::vector<Tensor>{
+                                         RefUnary(in[0], [](double v) { return v != 0 ? 0.0 : 1.0; })};
                                    }),
                               bool_out));
   return cases;
@@ -521,8 +526,9 @@ std::vector<OpCase> GeneratorCases() {
     c.attrs.Set("value", 1.5f);
     cases.push_back(ForwardOnly(std::move(c), {DType::kF32}));
   }
-  cases.push_back(ForwardOnly(
-      Case("ConstantOfShape_DefaultZeroF32", "ConstantOfShape", {ConstInts("shape", {4})}, fill({4}, 0)), {DType::kF32}));
+  cases.push_back(
+      ForwardOnly(Case("ConstantOfShape_DefaultZeroF32", "ConstantOfShape", {ConstInts("shape", {4})}, fill({4}, 0)),
+                  {DType::kF32}));
   {
     OpCase c = Case("ConstantOfShape_I64", "ConstantOfShape", {ConstInts("shape", {3, 1})}, fill({3, 1}, -7));
     c.attrs.Set("dtype", int64_t{7});
@@ -570,8 +576,8 @@ std::vector<OpCase> GeneratorCases() {
 
 std::vector<OpCase> TensorCases() {
   std::vector<OpCase> all;
-  for (auto family : {GatherCases, WhereCases, ConcatSplitCases, SliceCases, SqueezeExpandCases, LogicCases,
-                      GeneratorCases}) {
+  for (auto family :
+       {GatherCases, WhereCases, ConcatSplitCases, SliceCases, SqueezeExpandCases, LogicCases, GeneratorCases}) {
     for (OpCase& c : family()) all.push_back(std::move(c));
   }
   return all;

@@ -42,9 +42,10 @@ class BadInputTest : public ::testing::Test {
   // A spec like the golden SGD one with `replace` substitutions applied.
   std::string Spec(const std::string& extra_or_replacement = "", const std::string& model = "") {
     std::string text = ReadFile(golden_ + "/sgd.spec");
-    text = absl::StrReplaceAll(text, {{"\"model.onnx\"", "\"" + (model.empty() ? golden_ + "/model.onnx" : model) + "\""},
-                                      {"\"features.npy\"", "\"" + golden_ + "/features.npy\""},
-                                      {"\"labels.npy\"", "\"" + golden_ + "/labels.npy\""}});
+    text =
+        absl::StrReplaceAll(text, {{"\"model.onnx\"", "\"" + (model.empty() ? golden_ + "/model.onnx" : model) + "\""},
+                                   {"\"features.npy\"", "\"" + golden_ + "/features.npy\""},
+                                   {"\"labels.npy\"", "\"" + golden_ + "/labels.npy\""}});
     text += "\n" + extra_or_replacement + "\n";
     const std::string path = dir_ + "/train.spec";
     WriteFile(path, text);
@@ -53,8 +54,8 @@ class BadInputTest : public ::testing::Test {
 
   // Runs mpc-train and checks the contract; returns the error line.
   std::string ExpectCleanFailure(const std::string& spec_path, const std::string& extra_flags = "") {
-    const auto r = testing::RunCommand(absl::StrCat(MPC_TRAIN_BIN, " --spec ", spec_path, " --checkpoint_dir ", ckpt_,
-                                                    " ", extra_flags));
+    const auto r = testing::RunCommand(
+        absl::StrCat(MPC_TRAIN_BIN, " --spec ", spec_path, " --checkpoint_dir ", ckpt_, " ", extra_flags));
     EXPECT_EQ(r.exit_code, 1) << r.output;
     std::vector<std::string> lines = absl::StrSplit(r.output, '\n', absl::SkipEmpty());
     EXPECT_EQ(lines.size(), 1u) << "expected a one-line error, got:\n" << r.output;
@@ -160,9 +161,12 @@ graph {
   node { input: "e" output: "m" name: "pool" op_type: "ReduceMean"
          attribute { name: "axes" ints: 1 type: INTS } attribute { name: "keepdims" i: 0 type: INT } }
   node { input: "m" input: "w" input: "b" output: "logits" name: "head" op_type: "Gemm" }
-  initializer { name: "emb" dims: 10 dims: 8 data_type: 1)", emb, R"( }
-  initializer { name: "w" dims: 8 dims: 3 data_type: 1)", w, R"( }
-  initializer { name: "b" dims: 3 data_type: 1)", b, R"( }
+  initializer { name: "emb" dims: 10 dims: 8 data_type: 1)",
+                                         emb, R"( }
+  initializer { name: "w" dims: 8 dims: 3 data_type: 1)",
+                                         w, R"( }
+  initializer { name: "b" dims: 3 data_type: 1)",
+                                         b, R"( }
   input { name: "tokens" type { tensor_type { elem_type: 7 shape { dim { dim_param: "batch" } dim { dim_value: 4 } } } } }
   output { name: "logits" type { tensor_type { elem_type: 1 shape { dim { dim_param: "batch" } dim { dim_value: 3 } } } } }
 })");
@@ -179,12 +183,14 @@ graph {
                                "train_data { npy { features: \"", dir_, "/tokens.npy\" labels: \"", dir_,
                                "/labels.npy\" } }\nbatch_size: 4\nsteps: 2\noptimizer { sgd { lr: 0.1 } }\n"));
   const std::string line = ExpectCleanFailure(spec);
-  for (const char* part : {"training data features", "example 9", "is 10", "'tokens'", "'emb'", "10 entries", "'lookup'"}) {
+  for (const char* part :
+       {"training data features", "example 9", "is 10", "'tokens'", "'emb'", "10 entries", "'lookup'"}) {
     EXPECT_NE(line.find(part), std::string::npos) << part << " missing from: " << line;
   }
   // `mpc run` checks what it is fed the same way.
-  const auto run = testing::RunCommand(absl::StrCat(MPC_TOOL_BIN, " run --model ", dir_, "/embed.onnxtxt --input tokens=",
-                                                    dir_, "/tokens.npy --output-dir ", dir_, "/out"));
+  const auto run =
+      testing::RunCommand(absl::StrCat(MPC_TOOL_BIN, " run --model ", dir_, "/embed.onnxtxt --input tokens=", dir_,
+                                       "/tokens.npy --output-dir ", dir_, "/out"));
   EXPECT_EQ(run.exit_code, 1) << run.output;
   for (const char* part : {"input 'tokens'", "example 9", "is 10", "'emb'"}) {
     EXPECT_NE(run.output.find(part), std::string::npos) << part << " missing from: " << run.output;

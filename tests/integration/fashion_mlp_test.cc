@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "graph/onnx_import.h"
+#include "gtest/gtest.h"
 #include "tests/integration/cli_test_util.h"
 #include "tests/test_util.h"
 

@@ -78,9 +78,9 @@ Result TrainOnCpu(const TrainSetup& setup, bool lower, int steps) {
   r.fp8_quantize_nodes = Count(*train->graph, "Fp8Quantize") + Count(*eval->graph, "Fp8Quantize");
   r.emulated_fp8_gemms = CountEmulatedFp8Gemms(*train->graph) + CountEmulatedFp8Gemms(*eval->graph);
 
-  auto ex = Executor::Create(*train->graph, train->info, *cpu);
+  auto ex = Executor::Create(*train->graph, train->results.memory_plan, *cpu);
   EXPECT_TRUE(ex.ok()) << ex.status();
-  auto eval_ex = Executor::Create(*eval->graph, eval->info, *cpu, ex->get());
+  auto eval_ex = Executor::Create(*eval->graph, eval->results.memory_plan, *cpu, ex->get());
   EXPECT_TRUE(eval_ex.ok()) << eval_ex.status();
   const Dataset* data = &setup.data;
   const int64_t batch = spec.batch_size(), n = data->size(), row = data->features.num_elements() / n;
@@ -102,7 +102,7 @@ Result TrainOnCpu(const TrainSetup& setup, bool lower, int steps) {
     EXPECT_TRUE((*ex)->Run(spec.seed(), step).ok());
     r.losses.push_back((*ex)->Fetch(train->loss_output)->GetAsDouble(0));
   }
-  for (const std::string& t : train->info.fp8_tensors) {
+  for (const std::string& t : train->results.fp8.tensors) {
     for (const char* suffix : {".fp8_scale", ".fp8_scale_inv", ".fp8_amax_history", ".fp8_last_amax"}) {
       const Tensor v = *(*ex)->ReadPersistent(t + suffix);
       r.meta[t + suffix] = std::vector<float>(v.data<float>(), v.data<float>() + v.num_elements());

@@ -28,8 +28,9 @@ std::string ReadFile(const std::string& path) {
 std::string FashionSpec(const std::string& dir, const std::string& name, const std::string& extra) {
   std::string text = ReadFile(testing::SourcePath("models/fashion_mlp/fashion_mlp.spec"));
   text = absl::StrReplaceAll(
-      text, {{"\"fashion_mlp.onnx\"", absl::StrCat("\"", testing::SourcePath("models/fashion_mlp/fashion_mlp.onnx"), "\"")},
-             {"epochs: 10", "epochs: 3"}});
+      text,
+      {{"\"fashion_mlp.onnx\"", absl::StrCat("\"", testing::SourcePath("models/fashion_mlp/fashion_mlp.onnx"), "\"")},
+       {"epochs: 10", "epochs: 3"}});
   const std::string path = absl::StrCat(dir, "/", name, ".spec");
   std::ofstream(path) << text << "\n" << extra << "\n";
   return path;
@@ -56,8 +57,8 @@ TEST(Fp8TrainingTest, CompileReportListsFp8Gemms) {
   const std::string dir = testing::MakeTempDir("fp8_report");
   const std::string spec = FashionSpec(dir, "report", "");
   const std::string report = dir + "/report.json";
-  const auto r = testing::RunCommand(absl::StrCat(MPC_TOOL_BIN, " compile --spec ", spec,
-                                                  " --precision fp8 --pad-multiple 16 --report ", report));
+  const auto r = testing::RunCommand(
+      absl::StrCat(MPC_TOOL_BIN, " compile --spec ", spec, " --precision fp8 --pad-multiple 16 --report ", report));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("fp8: 1 of 3 forward GEMMs in FP8"), std::string::npos) << r.output;
   const std::string json = ReadFile(report);

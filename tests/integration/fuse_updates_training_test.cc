@@ -46,7 +46,7 @@ TrainResult Train(const TrainSpec& spec, const std::string& model_path, const Da
     ++r.update_ops[n->op];
     if (n->op.rfind("Multi", 0) == 0) r.updated_parameters += n->attrs.GetInts("lowp_copies", {}).size();
   }
-  auto ex = Executor::Create(*program->graph, program->info, *cpu);
+  auto ex = Executor::Create(*program->graph, program->results.memory_plan, *cpu);
   EXPECT_TRUE(ex.ok()) << ex.status();
   if (!ex.ok()) return r;
   const int64_t batch = spec.batch_size(), n = data.size(), row = data.features.num_elements() / n;
@@ -77,7 +77,7 @@ struct Config {
   const char* golden_run;  // tests/golden/mlp/<run>.spec
   const char* extra;       // appended spec text
   const char* multi_op;
-  bool copies;             // every update writes its parameter's bf16/f16 copy
+  bool copies;  // every update writes its parameter's bf16/f16 copy
 };
 
 class FuseUpdatesTrainingTest : public ::testing::TestWithParam<Config> {};
@@ -127,17 +127,17 @@ TEST_P(FuseUpdatesTrainingTest, FusedUpdatesTrainBitForBitLikeSingleUpdates) {
 }
 
 // fp16 starts from a loss scale that overflows, so the gated updates skip the first steps.
-INSTANTIATE_TEST_SUITE_P(
-    , FuseUpdatesTrainingTest,
-    ::testing::Values(Config{"F32Sgd", "sgd", "", "MultiSgdUpdate", false},
-                      Config{"F32AdamW", "adamw", "", "MultiAdamWUpdate", false},
-                      Config{"Bf16Sgd", "bf16_sgd", "", "MultiSgdUpdate", true},
-                      Config{"Bf16AdamW", "bf16_adamw", "", "MultiAdamWUpdate", true},
-                      Config{"Fp16AdamWGated", "adamw",
-                             "precision { compute: FP16 }\n"
-                             "loss_scaling { mode: DYNAMIC init_scale: 1e9 growth_interval: 100 }\n",
-                             "MultiAdamWUpdate", true}),
-    [](const ::testing::TestParamInfo<Config>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(, FuseUpdatesTrainingTest,
+                         ::testing::Values(Config{"F32Sgd", "sgd", "", "MultiSgdUpdate", false},
+                                           Config{"F32AdamW", "adamw", "", "MultiAdamWUpdate", false},
+                                           Config{"Bf16Sgd", "bf16_sgd", "", "MultiSgdUpdate", true},
+                                           Config{"Bf16AdamW", "bf16_adamw", "", "MultiAdamWUpdate", true},
+                                           Config{
+                                               "Fp16AdamWGated", "adamw",
+                                               "precision { compute: FP16 }\n"
+                                               "loss_scaling { mode: DYNAMIC init_scale: 1e9 growth_interval: 100 }\n",
+                                               "MultiAdamWUpdate", true}),
+                         [](const ::testing::TestParamInfo<Config>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace mpc

@@ -20,10 +20,11 @@ double Scale(const Engine& e) { return (*e.GetParameter("loss_scale"))[0]; }
 TEST(LossScalingTest, InjectedOverflowSkipsTheStepBitwiseAndBacksOffThenGrows) {
   const std::string dir = testing::MakeTempDir("ls_fault");
   EngineOptions options;
-  options.spec_path = testing::WriteGoldenSpec("adamw",
-                                 "loss_scaling { mode: DYNAMIC init_scale: 1024 growth_interval: 3 }\n"
-                                 "debug { inject_nonfinite { step: 4 parameter: \"2.weight\" value: \"nan\" } }",
-                                 dir, "train.spec");
+  options.spec_path =
+      testing::WriteGoldenSpec("adamw",
+                               "loss_scaling { mode: DYNAMIC init_scale: 1024 growth_interval: 3 }\n"
+                               "debug { inject_nonfinite { step: 4 parameter: \"2.weight\" value: \"nan\" } }",
+                               dir, "train.spec");
   auto engine = Engine::Create(options);
   ASSERT_TRUE(engine.ok()) << engine.status();
   Engine& e = **engine;
@@ -92,9 +93,9 @@ TEST(LossScalingTest, ScalerStateResumesExactly) {
   const std::string dir = testing::MakeTempDir("ls_resume");
   EngineOptions options;
   options.spec_path = testing::WriteGoldenSpec("adamw",
-                                 "loss_scaling { mode: DYNAMIC init_scale: 256 growth_interval: 4 }\n"
-                                 "debug { inject_nonfinite { step: 2 parameter: \"0.bias\" } }",
-                                 dir, "train.spec");
+                                               "loss_scaling { mode: DYNAMIC init_scale: 256 growth_interval: 4 }\n"
+                                               "debug { inject_nonfinite { step: 2 parameter: \"0.bias\" } }",
+                                               dir, "train.spec");
   auto straight = Engine::Create(options);
   ASSERT_TRUE(straight.ok()) << straight.status();
   std::vector<StepMetrics> all;

@@ -46,11 +46,11 @@ std::vector<double> ReadLosses(const std::string& path) {
 
 std::string GenerateGolden(const ZooRun& z) {
   const std::string dir = testing::MakeTempDir(absl::StrCat("zoo_", z.model, "_", z.run));
-  const std::string script = z.model == "char_gpt"
-                                 ? absl::StrCat(testing::SourcePath("tests/golden/make_char_gpt_golden.py"), " --out ",
-                                                dir, " --runs ", z.run)
-                                 : absl::StrCat(testing::SourcePath("tests/golden/make_convnet_golden.py"), " --arch ",
-                                                z.model, " --out ", dir, " --runs ", z.run);
+  const std::string script =
+      z.model == "char_gpt"
+          ? absl::StrCat(testing::SourcePath("tests/golden/make_char_gpt_golden.py"), " --out ", dir, " --runs ", z.run)
+          : absl::StrCat(testing::SourcePath("tests/golden/make_convnet_golden.py"), " --arch ", z.model, " --out ",
+                         dir, " --runs ", z.run);
   const auto r = testing::RunCommand(absl::StrCat(testing::Python(), " ", script));
   EXPECT_EQ(r.exit_code, 0) << "golden generation failed (scripts/install-deps.sh installs python3-torch and "
                                "python3-torchvision):\n"
@@ -101,8 +101,8 @@ TEST(ModelZooReportTest, ResNetConvolutionsInBf16BatchNormInF32) {
   const ZooRun z{"resnet18", "f32"};
   const std::string dir = GenerateGolden(z);
   const std::string report = dir + "/report.json";
-  const auto r = testing::RunCommand(absl::StrCat(MPC_TOOL_BIN, " compile --spec ", dir, "/f32.spec --precision bf16 --report ",
-                                                  report));
+  const auto r = testing::RunCommand(
+      absl::StrCat(MPC_TOOL_BIN, " compile --spec ", dir, "/f32.spec --precision bf16 --report ", report));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(report);
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

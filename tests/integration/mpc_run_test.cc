@@ -247,8 +247,8 @@ TEST_F(MpcRunTest, MissingInput) {
 }
 
 TEST_F(MpcRunTest, UnknownInputName) {
-  const std::string line = ExpectCleanFailure(
-      absl::StrCat("--model ", model_, " --input x=", dir_, "/x.npy --input y=", dir_, "/x.npy --output-dir ", out_dir_));
+  const std::string line = ExpectCleanFailure(absl::StrCat(
+      "--model ", model_, " --input x=", dir_, "/x.npy --input y=", dir_, "/x.npy --output-dir ", out_dir_));
   EXPECT_NE(line.find("no input named 'y'"), std::string::npos) << line;
   EXPECT_NE(line.find("'x' f32[batch,3]"), std::string::npos) << line;
 }
@@ -282,8 +282,8 @@ TEST_F(MpcRunTest, DtypeMismatch) {
 }
 
 TEST_F(MpcRunTest, MissingModelFile) {
-  const std::string line =
-      ExpectCleanFailure(absl::StrCat("--model ", dir_, "/absent.onnx --input x=", dir_, "/x.npy --output-dir ", out_dir_));
+  const std::string line = ExpectCleanFailure(
+      absl::StrCat("--model ", dir_, "/absent.onnx --input x=", dir_, "/x.npy --output-dir ", out_dir_));
   EXPECT_NE(line.find("absent.onnx"), std::string::npos) << line;
 }
 
@@ -299,8 +299,8 @@ TEST_F(MpcRunTest, BadFlags) {
                                             "/x.npy --output-dir ", out_dir_))
                 .find("given twice"),
             std::string::npos);
-  EXPECT_NE(ExpectCleanFailure(absl::StrCat("--model ", model_, " --precision f12 --input x=", dir_,
-                                            "/x.npy --output-dir ", out_dir_))
+  EXPECT_NE(ExpectCleanFailure(
+                absl::StrCat("--model ", model_, " --precision f12 --input x=", dir_, "/x.npy --output-dir ", out_dir_))
                 .find("f12"),
             std::string::npos);
 }

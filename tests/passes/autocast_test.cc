@@ -1,8 +1,9 @@
 // Autocast pass tests on small graphs with golden expectations: which dtype each node
 // gets and why, where casts go, and the user controls (levels, list edits, overrides).
-#include "gtest/gtest.h"
-#include "graph/graph_builder.h"
 #include "passes/autocast.h"
+
+#include "graph/graph_builder.h"
+#include "gtest/gtest.h"
 #include "passes/simplify.h"
 #include "tests/test_util.h"
 
@@ -11,7 +12,7 @@ namespace {
 
 class AutocastTest : public ::testing::Test {
  protected:
-  AutocastTest() : b_(&g_) { spec_.mutable_precision()->set_compute(PrecisionSpec::BF16); }
+  AutocastTest() : b_(&g_) { options_.precision = Precision::kBF16; }
 
   Value* Param(const std::string& name, Shape shape) {
     return g_.AddParameter(name, testing::RandomTensor(DType::kF32, shape, std::hash<std::string>()(name)));
@@ -29,12 +30,11 @@ class AutocastTest : public ::testing::Test {
   void Run() {
     ASSERT_TRUE(b_.status().ok()) << b_.status();
     Capabilities caps;
-    PassContext ctx{&spec_, &caps, &info_};
-    auto changed = AutocastPass().Run(g_, ctx);
+    auto changed = AutocastPass(options_, caps, &result_).Run(g_);
     ASSERT_TRUE(changed.ok()) << changed.status();
   }
   const PaintDecision& Decision(const std::string& node) {
-    for (const PaintDecision& d : info_.paint) {
+    for (const PaintDecision& d : result_.paint) {
       if (d.node == node) return d;
     }
     static PaintDecision none;
@@ -50,8 +50,8 @@ class AutocastTest : public ::testing::Test {
 
   Graph g_;
   GraphBuilder b_;
-  TrainSpec spec_;
-  CompileInfo info_;
+  AutocastOptions options_;
+  AutocastResult result_;
 };
 
 TEST_F(AutocastTest, AllowOpsRunInLowPrecisionWithF32Outputs) {
@@ -64,7 +64,7 @@ TEST_F(AutocastTest, AllowOpsRunInLowPrecisionWithF32Outputs) {
   EXPECT_EQ(DTypeOfNode("gemm"), DType::kBF16);
   EXPECT_EQ(Decision("softmax").dtype, DType::kF32);
   EXPECT_EQ(DTypeOfNode("softmax"), DType::kF32);
-  EXPECT_EQ(info_.casts_inserted, 3);  // x and w to bf16, gemm's output back to f32
+  EXPECT_EQ(result_.casts_inserted, 3);  // x and w to bf16, gemm's output back to f32
 }
 
 TEST_F(AutocastTest, DenyUpstreamOfInferOpsKeepsThemF32) {
@@ -114,9 +114,7 @@ TEST_F(AutocastTest, ClearOpsFollowTheirNeighbours) {
 }
 
 TEST_F(AutocastTest, UserOverrideWinsAndTheReportSaysSo) {
-  auto* o = spec_.mutable_precision()->add_node_override();
-  o->set_pattern("gemm2|tan.*");
-  o->set_dtype("f32");
+  options_.node_overrides.push_back({"gemm2|tan.*", "f32"});
   Value* x = g_.AddInput("x", DType::kF32, {4, 8});
   Value* t = Named("Tanh", {Gemm(x, Param("w1", {8, 8}), "gemm1")}, "tanh");
   g_.SetOutputs({Gemm(t, Param("w2", {8, 3}), "gemm2")});
@@ -128,7 +126,7 @@ TEST_F(AutocastTest, UserOverrideWinsAndTheReportSaysSo) {
 }
 
 TEST_F(AutocastTest, TensorCoresOnlyConvertsOnlyAllowOps) {
-  spec_.mutable_precision()->set_level(PrecisionSpec::TENSOR_CORES_ONLY);
+  options_.tensor_cores_only = true;
   Value* x = g_.AddInput("x", DType::kF32, {4, 8});
   Value* t = Named("Tanh", {Gemm(x, Param("w1", {8, 8}), "gemm1")}, "tanh");
   g_.SetOutputs({Gemm(t, Param("w2", {8, 3}), "gemm2")});
@@ -139,7 +137,7 @@ TEST_F(AutocastTest, TensorCoresOnlyConvertsOnlyAllowOps) {
 }
 
 TEST_F(AutocastTest, ListEditsMoveOpsAndOverlapIsRejected) {
-  spec_.mutable_precision()->add_add_deny("Tanh");
+  options_.add_deny.push_back("Tanh");
   Value* x = g_.AddInput("x", DType::kF32, {4, 8});
   Value* t = Named("Tanh", {Gemm(x, Param("w1", {8, 8}), "gemm1")}, "tanh");
   g_.SetOutputs({Gemm(t, Param("w2", {8, 3}), "gemm2")});
@@ -147,12 +145,11 @@ TEST_F(AutocastTest, ListEditsMoveOpsAndOverlapIsRejected) {
   EXPECT_EQ(DTypeOfNode("tanh"), DType::kF32);
   EXPECT_NE(Decision("tanh").reason.find("deny list"), std::string::npos);
 
-  TrainSpec bad = spec_;
-  bad.mutable_precision()->add_add_allow("Tanh");
-  CompileInfo info;
+  AutocastOptions bad = options_;
+  bad.add_allow.push_back("Tanh");
+  AutocastResult result;
   Capabilities caps;
-  PassContext ctx{&bad, &caps, &info};
-  auto r = AutocastPass().Run(g_, ctx);
+  auto r = AutocastPass(bad, caps, &result).Run(g_);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("must not overlap"), std::string::npos) << r.status();
 }
@@ -171,7 +168,7 @@ TEST_F(AutocastTest, ParametersAreCastOncePerStepAndNoCastChainsRemain) {
   int weight_casts = 0;
   for (const auto& n : g_.nodes()) weight_casts += n->op == "Cast" && n->inputs[0] == w;
   EXPECT_EQ(weight_casts, 1);
-  ASSERT_TRUE(SimplifyPass().Run(g_, PassContext{}).ok());
+  ASSERT_TRUE(SimplifyPass().Run(g_).ok());
   for (const auto& n : g_.nodes()) {
     if (n->op != "Cast") continue;
     const Node* producer = n->inputs[0]->producer;
@@ -185,14 +182,13 @@ TEST_F(AutocastTest, BackendWithoutKernelKeepsNodeF32) {
   Capabilities caps;
   caps.device = "fake";
   caps.has_kernel = [](const std::string& op, DType d) { return d != DType::kBF16; };
-  PassContext ctx{&spec_, &caps, &info_};
-  ASSERT_TRUE(AutocastPass().Run(g_, ctx).ok());
+  ASSERT_TRUE(AutocastPass(options_, caps, &result_).Run(g_).ok());
   EXPECT_EQ(DTypeOfNode("gemm"), DType::kF32);
   EXPECT_EQ(Decision("gemm").reason, "the fake backend has no bf16 kernel");
 }
 
 TEST_F(AutocastTest, F32PrecisionChangesNothingButExplainsEveryNode) {
-  spec_.mutable_precision()->set_compute(PrecisionSpec::F32);
+  options_.precision = Precision::kF32;
   Value* x = g_.AddInput("x", DType::kF32, {4, 8});
   g_.SetOutputs({Gemm(x, Param("w", {8, 3}), "gemm")});
   Run();

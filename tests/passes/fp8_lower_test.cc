@@ -14,6 +14,7 @@
 #include <set>
 
 #include "backends/cpu/cpu_backend.h"
+#include "base/status_macros.h"
 #include "engine/executor.h"
 #include "graph/float8.h"
 #include "graph/graph_builder.h"
@@ -273,13 +274,32 @@ Model Mlp(const std::vector<int64_t>& widths, int64_t batch, bool with_loss = tr
   return m;
 }
 
+// One MLP through the passes by hand, as the training pipeline runs them (the evaluation
+// pipeline when the model has no loss).
 struct Compiled {
   Model m;
-  TrainSpec spec;
-  CompileInfo info;
+  Precision precision = Precision::kFP8;
+  Fp8Options fp8;
+  CompileResults r;
   Capabilities caps;
   std::vector<Fp8LowerDecision> decisions;
-  PassContext ctx() { return PassContext{&spec, &caps, &info}; }
+
+  // The passes up to the emulation: autocast, pad-dims, (autodiff), fp8.
+  absl::Status Emulate() {
+    AutocastOptions autocast;
+    autocast.precision = precision;
+    fp8.enabled = precision == Precision::kFP8;
+    r.loss.loss = m.loss;
+    MPC_RETURN_IF_ERROR(AutocastPass(autocast, caps, &r.autocast).Run(*m.g).status());
+    MPC_RETURN_IF_ERROR(PadDimsPass(PadDimsOptions{}, caps, &r.pad_dims).Run(*m.g).status());
+    if (m.loss) MPC_RETURN_IF_ERROR(AutodiffPass(&r.loss, &r.autodiff).Run(*m.g).status());
+    return Fp8Pass(fp8, caps, &r.autocast, m.loss ? &r.autodiff : nullptr, &r.fp8).Run(*m.g).status();
+  }
+  absl::StatusOr<bool> Lower() {
+    auto changed = Fp8LowerPass(precision == Precision::kFP8, caps, &r.fp8_lower).Run(*m.g);
+    decisions = r.fp8_lower.decisions;
+    return changed;
+  }
 };
 
 // The CPU's capabilities claiming FP8 tensor cores: what forces the lowering on the CPU.
@@ -289,32 +309,13 @@ Capabilities CpuWithFp8(bool fp8) {
   return caps;
 }
 
-// The passes up to the emulation: autocast, pad-dims, autodiff, fp8.
-std::vector<std::unique_ptr<Pass>> EmulationPasses() {
-  std::vector<std::unique_ptr<Pass>> passes;
-  passes.push_back(std::make_unique<AutocastPass>());
-  passes.push_back(std::make_unique<PadDimsPass>());
-  passes.push_back(std::make_unique<AutodiffPass>());
-  passes.push_back(std::make_unique<Fp8Pass>());
-  return passes;
-}
-
 // autocast, pad-dims, (autodiff), fp8, then fp8-lower (which acts only when `lower`).
 absl::Status CompileMlp(Compiled& c, bool lower, bool include_first_last = true) {
-  c.spec.mutable_precision()->set_compute(PrecisionSpec::FP8);
-  c.spec.mutable_fp8()->set_include_first_last(include_first_last);
-  c.spec.mutable_fp8()->set_amax_history_len(4);
+  c.fp8.include_first_last = include_first_last;
+  c.fp8.amax_history_len = 4;
   c.caps = CpuWithFp8(lower);
-  c.info.loss = c.m.loss;
-  for (const auto& p : EmulationPasses()) {
-    if (!c.m.loss && p->name() == "autodiff") continue;
-    auto r = p->Run(*c.m.g, c.ctx());
-    if (!r.ok()) return r.status();
-  }
-  Fp8LowerPass lowering;
-  auto r = lowering.Run(*c.m.g, c.ctx());
-  if (!r.ok()) return r.status();
-  c.decisions = lowering.decisions();
+  MPC_RETURN_IF_ERROR(c.Emulate());
+  MPC_RETURN_IF_ERROR(c.Lower().status());
   return VerifyGraph(*c.m.g);
 }
 
@@ -341,7 +342,7 @@ TEST(Fp8LowerPassTest, EveryFp8GemmBecomesOneTnFp8GemmAndEachAmaxIsRecordedOnce)
   const Graph& g = *lowered.m.g;
   // gemm0, gemm1, gemm2 with their backward GEMMs; gemm0's dX is dead (x needs no
   // gradient), so it is removed instead of lowered.
-  ASSERT_EQ(lowered.info.fp8_gemms.size(), 9u);
+  ASSERT_EQ(lowered.r.fp8.gemms.size(), 9u);
   ASSERT_EQ(lowered.decisions.size(), 9u);
   int removed = 0;
   for (const auto& d : lowered.decisions) {
@@ -356,12 +357,12 @@ TEST(Fp8LowerPassTest, EveryFp8GemmBecomesOneTnFp8GemmAndEachAmaxIsRecordedOnce)
   EXPECT_EQ(Count(g, "Fp8Quantize"), 0);
   EXPECT_EQ(Count(g, "Fp8Gemm"), 8);
   // What the compile report shows: 8 lowered, none emulated (the dead dX is removed).
-  EXPECT_EQ(lowered.info.fp8_lowered.size(), 8u);
-  EXPECT_TRUE(lowered.info.fp8_emulated.empty());
+  EXPECT_EQ(lowered.r.fp8_lower.lowered.size(), 8u);
+  EXPECT_TRUE(lowered.r.fp8_lower.emulated.empty());
   for (const auto& n : g.nodes()) {
     EXPECT_FALSE((n->op == "Gemm" || n->op == "MatMul") && n->attrs.Has("mpc_fp8")) << n->name << " left emulated";
   }
-  for (const auto& d : lowered.info.fp8_gemms) {
+  for (const auto& d : lowered.r.fp8.gemms) {
     const Node* n = g.FindNode(d.node);
     if (!n) continue;  // the dead one
     ASSERT_EQ(n->op, "Fp8Gemm") << d.node;
@@ -427,10 +428,10 @@ TEST(Fp8LowerPassTest, OffWithoutFp8TensorCoresAndNotFp8Precision) {
   EXPECT_EQ(Count(*c.m.g, "Fp8Quantize"), 9);
 
   Compiled bf16{Mlp({32, 64, 48, 16}, 16)};
-  bf16.spec.mutable_precision()->set_compute(PrecisionSpec::BF16);
+  bf16.precision = Precision::kBF16;
   bf16.caps = CpuWithFp8(true);
-  Fp8LowerPass pass;
-  auto changed = pass.Run(*bf16.m.g, bf16.ctx());
+  ASSERT_TRUE(bf16.Emulate().ok());
+  auto changed = bf16.Lower();
   ASSERT_TRUE(changed.ok());
   EXPECT_FALSE(*changed);
 }
@@ -447,28 +448,25 @@ TEST(Fp8LowerPassTest, BatchNotAMultipleOf16AndMissingKernelsStayEmulated) {
     dims += d.reason.find("multiples of 16") != std::string::npos;
   }
   EXPECT_EQ(dims, 8);  // and gemm0's dead dX
-  EXPECT_EQ(c.info.fp8_emulated.size(), 8u);
-  EXPECT_TRUE(c.info.fp8_lowered.empty());
+  EXPECT_EQ(c.r.fp8_lower.emulated.size(), 8u);
+  EXPECT_TRUE(c.r.fp8_lower.lowered.empty());
   EXPECT_EQ(Count(*c.m.g, "Fp8Gemm"), 0);
   EXPECT_EQ(Count(*c.m.g, "Fp8Cast"), 0);
 
   // A device with FP8 but no Fp8Gemm kernel (yet): everything stays emulated, and says why.
   Compiled k{Mlp({32, 64, 48, 16}, 16)};
-  k.spec.mutable_precision()->set_compute(PrecisionSpec::FP8);
-  k.spec.mutable_fp8()->set_include_first_last(true);
+  k.fp8.include_first_last = true;
   k.caps = CpuWithFp8(false);
-  k.info.loss = k.m.loss;
-  for (const auto& p : EmulationPasses()) ASSERT_TRUE(p->Run(*k.m.g, k.ctx()).ok());
+  ASSERT_TRUE(k.Emulate().ok());
   k.caps.fp8 = true;
   k.caps.device = "cuda:0 (test)";
   k.caps.has_kernel = [](const std::string& op, DType) { return op != "Fp8Gemm"; };
-  Fp8LowerPass pass;
-  auto changed = pass.Run(*k.m.g, k.ctx());
+  auto changed = k.Lower();
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
-  ASSERT_EQ(pass.decisions().size(), 9u);
+  ASSERT_EQ(k.decisions.size(), 9u);
   int no_kernel = 0;
-  for (const auto& d : pass.decisions()) no_kernel += d.reason.find("no Fp8Gemm kernel") != std::string::npos;
+  for (const auto& d : k.decisions) no_kernel += d.reason.find("no Fp8Gemm kernel") != std::string::npos;
   EXPECT_EQ(no_kernel, 8);
   EXPECT_EQ(Count(*k.m.g, "Fp8Quantize"), 9);
 }
@@ -501,10 +499,10 @@ TrainRun Train(bool lower) {
   EXPECT_TRUE(CompileMlp(c, lower).ok());
   Graph& g = *c.m.g;
   EXPECT_EQ(Count(g, "Fp8Gemm"), lower ? 8 : 0);
-  for (const auto& [param, grad] : c.info.param_grads) g.AddOutput(grad);
-  EXPECT_TRUE(SimplifyPass().Run(g, c.ctx()).ok());
-  EXPECT_TRUE(MemoryPlanPass().Run(g, c.ctx()).ok());
-  auto ex = Executor::Create(g, c.info, Cpu());
+  for (const auto& [param, grad] : c.r.autodiff.param_grads) g.AddOutput(grad);
+  EXPECT_TRUE(SimplifyPass().Run(g).ok());
+  EXPECT_TRUE(MemoryPlanPass(&c.r.memory_plan).Run(g).ok());
+  auto ex = Executor::Create(g, c.r.memory_plan, Cpu());
   EXPECT_TRUE(ex.ok()) << ex.status();
   TrainRun r;
   for (int step = 0; step < 6; ++step) {
@@ -515,11 +513,11 @@ TrainRun Train(bool lower) {
     EXPECT_TRUE((*ex)->Run(0, step).ok());
     r.losses.push_back((*ex)->Fetch(c.m.loss->name)->GetAsDouble(0));
   }
-  for (const auto& [param, grad] : c.info.param_grads) {
+  for (const auto& [param, grad] : c.r.autodiff.param_grads) {
     const Tensor t = (*ex)->Fetch(grad->name)->CastTo(DType::kF32);
     r.grads[param->name] = std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements());
   }
-  for (const std::string& tensor : c.info.fp8_tensors) {
+  for (const std::string& tensor : c.r.fp8.tensors) {
     for (const char* suffix : {".fp8_scale", ".fp8_scale_inv", ".fp8_amax_history", ".fp8_last_amax"}) {
       const Tensor t = *(*ex)->ReadPersistent(tensor + suffix);
       r.meta[tensor + suffix] = std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements());

@@ -2,21 +2,23 @@
 // (written here, independent of graph/float8.h), the delayed-scaling update on hand-made
 // histories, which GEMMs the pass converts and with which formats, the evaluation
 // variant, and the device check.
+#include "passes/fp8.h"
+
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include "backends/cpu/cpu_backend.h"
+#include "engine/executor.h"
+#include "graph/float8_scaling.h"
 #include "graph/float_convert.h"
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
-#include "passes/fp8.h"
 #include "passes/memory_plan.h"
 #include "passes/pad_dims.h"
 #include "passes/simplify.h"
-#include "engine/executor.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -141,7 +143,8 @@ TEST(Fp8QuantizeTest, Bf16InputsAndAmaxAccumulation) {
   for (int64_t i = 0; i < x.num_elements(); ++i) {
     const float v = static_cast<float>(x.GetAsDouble(i));
     want_amax = std::max(want_amax, static_cast<double>(std::fabs(v)));
-    ASSERT_EQ(q[i], static_cast<float>(RefRound(v * (448.0f / 5.0f), true) * static_cast<double>(1.0f / (448.0f / 5.0f))));
+    ASSERT_EQ(q[i],
+              static_cast<float>(RefRound(v * (448.0f / 5.0f), true) * static_cast<double>(1.0f / (448.0f / 5.0f))));
   }
   EXPECT_EQ(amax, static_cast<float>(want_amax));
 }
@@ -266,8 +269,9 @@ TEST(Fp8ScaleUpdateTest, KernelUpdatesEveryTensorWithItsFormat) {
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   std::vector<float> s{1, 1}, si{1, 1}, h0{2, 1}, h1{16, 0}, a{0, 0};
   KernelContext ctx;
-  ctx.inputs = {{&s[0], DType::kF32, {}}, {&si[0], DType::kF32, {}}, {h0.data(), DType::kF32, {2}}, {&a[0], DType::kF32, {}},
-                {&s[1], DType::kF32, {}}, {&si[1], DType::kF32, {}}, {h1.data(), DType::kF32, {2}}, {&a[1], DType::kF32, {}}};
+  ctx.inputs = {{&s[0], DType::kF32, {}},      {&si[0], DType::kF32, {}}, {h0.data(), DType::kF32, {2}},
+                {&a[0], DType::kF32, {}},      {&s[1], DType::kF32, {}},  {&si[1], DType::kF32, {}},
+                {h1.data(), DType::kF32, {2}}, {&a[1], DType::kF32, {}}};
   ASSERT_TRUE((*kernel)->Run(ctx).ok());
   EXPECT_EQ(s[0], 224.0f);
   EXPECT_EQ(si[0], 1.0f / 224.0f);
@@ -292,7 +296,8 @@ Model Mlp(const std::vector<int64_t>& widths, bool with_loss = true, int64_t bat
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
     Value* w = m.g->AddParameter("w" + std::to_string(i),
                                  testing::RandomTensor(DType::kF32, {widths[i + 1], widths[i]}, 10 + i, -0.3, 0.3));
-    Value* bias = m.g->AddParameter("b" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1]}, 20 + i));
+    Value* bias =
+        m.g->AddParameter("b" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1]}, 20 + i));
     AttrMap attrs;
     attrs.Set("transB", int64_t{1});
     h = b.Op("Gemm", {h, w, bias}, attrs);
@@ -310,31 +315,38 @@ Model Mlp(const std::vector<int64_t>& widths, bool with_loss = true, int64_t bat
   return m;
 }
 
+// The passes up to fp8 run by hand with their options, as the training pipeline would
+// (the evaluation pipeline when the model has no loss).
 struct PassRun {
-  TrainSpec spec;
-  CompileInfo info;
+  AutocastOptions autocast;
+  PadDimsOptions pad;
+  Fp8Options fp8;
+  CompileResults results;
   Capabilities caps;
-  PassRun() { spec.mutable_precision()->set_compute(PrecisionSpec::FP8); }
-  PassContext ctx() { return PassContext{&spec, &caps, &info}; }
+  PassRun() {
+    autocast.precision = Precision::kFP8;
+    fp8.enabled = true;
+  }
   // autocast, pad-dims, (autodiff), fp8.
   absl::StatusOr<bool> Compile(Model& m) {
-    info.loss = m.loss;
-    if (auto s = AutocastPass().Run(*m.g, ctx()); !s.ok()) return s.status();
-    if (auto s = PadDimsPass().Run(*m.g, ctx()); !s.ok()) return s.status();
+    CompileResults& r = results;
+    r.loss.loss = m.loss;
+    if (auto s = AutocastPass(autocast, caps, &r.autocast).Run(*m.g); !s.ok()) return s.status();
+    if (auto s = PadDimsPass(pad, caps, &r.pad_dims).Run(*m.g); !s.ok()) return s.status();
     if (m.loss) {
-      if (auto s = AutodiffPass().Run(*m.g, ctx()); !s.ok()) return s.status();
+      if (auto s = AutodiffPass(&r.loss, &r.autodiff).Run(*m.g); !s.ok()) return s.status();
     }
-    return Fp8Pass().Run(*m.g, ctx());
+    return Fp8Pass(fp8, caps, &r.autocast, m.loss ? &r.autodiff : nullptr, &r.fp8).Run(*m.g);
   }
   std::vector<std::string> Fp8Nodes(bool forward_only) const {
     std::vector<std::string> out;
-    for (const auto& d : info.fp8_gemms) {
+    for (const auto& d : results.fp8.gemms) {
       if (!forward_only || d.node == d.forward_node) out.push_back(d.node);
     }
     return out;
   }
   std::string SkipReason(const std::string& node) const {
-    for (const auto& [n, why] : info.fp8_skipped) {
+    for (const auto& [n, why] : results.fp8.skipped) {
       if (n == node) return why;
     }
     return "";
@@ -356,8 +368,8 @@ TEST(Fp8PassTest, FirstAndLastGemmStayBf16ByDefault) {
   EXPECT_NE(r.SkipReason("gemm0").find("first GEMM"), std::string::npos);
   EXPECT_NE(r.SkipReason("gemm2").find("last GEMM"), std::string::npos);
   // gemm1 and its two backward GEMMs (dX, dW): the gradient operand is E5M2 (HYBRID).
-  ASSERT_EQ(r.info.fp8_gemms.size(), 3u);
-  for (const auto& d : r.info.fp8_gemms) {
+  ASSERT_EQ(r.results.fp8.gemms.size(), 3u);
+  for (const auto& d : r.results.fp8.gemms) {
     EXPECT_EQ(d.forward_node, "gemm1");
     const Node* n = m.g->FindNode(d.node);
     ASSERT_NE(n, nullptr);
@@ -371,7 +383,7 @@ TEST(Fp8PassTest, FirstAndLastGemmStayBf16ByDefault) {
     }
   }
   // input, weight, grad_output; each quantized once (backward reuses the forward ones).
-  EXPECT_EQ(r.info.fp8_tensors, (std::vector<std::string>{"gemm1/input", "gemm1/weight", "gemm1/grad_output"}));
+  EXPECT_EQ(r.results.fp8.tensors, (std::vector<std::string>{"gemm1/input", "gemm1/weight", "gemm1/grad_output"}));
   EXPECT_EQ(Count(*m.g, "Fp8Quantize"), 3);
   EXPECT_EQ(Count(*m.g, "Fp8UpdateScales"), 1);
   const Node* update = nullptr;
@@ -397,13 +409,13 @@ TEST(Fp8PassTest, FirstAndLastGemmStayBf16ByDefault) {
 TEST(Fp8PassTest, IncludeFirstLastExcludeRegexAndE4M3Format) {
   Model m = Mlp({32, 64, 48, 16});
   PassRun r;
-  r.spec.mutable_fp8()->set_include_first_last(true);
-  r.spec.mutable_fp8()->add_exclude("gemm[1]");
-  r.spec.mutable_fp8()->set_format(Fp8Spec::E4M3);
+  r.fp8.include_first_last = true;
+  r.fp8.exclude.push_back("gemm[1]");
+  r.fp8.e4m3_gradients = true;
   ASSERT_TRUE(r.Compile(m).ok());
   EXPECT_EQ(r.Fp8Nodes(true), (std::vector<std::string>{"gemm0", "gemm2"}));
   EXPECT_NE(r.SkipReason("gemm1").find("fp8.exclude 'gemm[1]'"), std::string::npos);
-  for (const auto& d : r.info.fp8_gemms) {
+  for (const auto& d : r.results.fp8.gemms) {
     EXPECT_EQ(d.format_a, "e4m3");
     EXPECT_EQ(d.format_b, "e4m3");
   }
@@ -412,7 +424,7 @@ TEST(Fp8PassTest, IncludeFirstLastExcludeRegexAndE4M3Format) {
 TEST(Fp8PassTest, DimsNotMultiplesOf16AreSkippedUnlessPadded) {
   Model m = Mlp({32, 40, 48, 16});
   PassRun r;
-  r.spec.mutable_fp8()->set_include_first_last(true);
+  r.fp8.include_first_last = true;
   ASSERT_TRUE(r.Compile(m).ok());
   EXPECT_EQ(r.Fp8Nodes(true), (std::vector<std::string>{"gemm2"}));
   EXPECT_NE(r.SkipReason("gemm0").find("N=40"), std::string::npos);
@@ -420,8 +432,8 @@ TEST(Fp8PassTest, DimsNotMultiplesOf16AreSkippedUnlessPadded) {
 
   Model padded = Mlp({32, 40, 48, 10});
   PassRun p;
-  p.spec.mutable_fp8()->set_include_first_last(true);
-  p.spec.mutable_padding()->set_multiple(16);
+  p.fp8.include_first_last = true;
+  p.pad.multiple = 16;
   ASSERT_TRUE(p.Compile(padded).ok());
   EXPECT_EQ(p.Fp8Nodes(true), (std::vector<std::string>{"gemm0", "gemm1", "gemm2"}));
 }
@@ -455,12 +467,12 @@ TEST(Fp8PassTest, DeviceWithoutFp8FailsOrFallsBackToBf16) {
   Model m2 = Mlp({32, 64, 48, 16});
   PassRun f;
   f.caps = r.caps;
-  f.spec.mutable_fp8()->set_fallback_to_bf16(true);
+  f.fp8.fallback_to_bf16 = true;
   auto changed = f.Compile(m2);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
-  EXPECT_TRUE(f.info.fp8_gemms.empty());
-  EXPECT_NE(f.info.fp8_fallback.find("left in bf16"), std::string::npos);
+  EXPECT_TRUE(f.results.fp8.gemms.empty());
+  EXPECT_NE(f.results.fp8.fallback.find("left in bf16"), std::string::npos);
   EXPECT_EQ(Count(*m2.g, "Fp8Quantize"), 0);
 
   // The CPU emulates FP8 exactly: no error although caps.fp8 is false.
@@ -475,9 +487,9 @@ TEST(Fp8PassTest, BadRecipeFieldsAreErrorsWithTheFieldPath) {
   for (int which = 0; which < 3; ++which) {
     Model m = Mlp({32, 64, 48, 16});
     PassRun r;
-    if (which == 0) r.spec.mutable_fp8()->set_amax_history_len(0);
-    if (which == 1) r.spec.mutable_fp8()->set_margin(-1);
-    if (which == 2) r.spec.mutable_fp8()->add_exclude("gemm[");
+    if (which == 0) r.fp8.amax_history_len = 0;
+    if (which == 1) r.fp8.margin = -1;
+    if (which == 2) r.fp8.exclude.push_back("gemm[");
     auto s = r.Compile(m);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.status().message().find("spec field fp8."), std::string::npos) << s.status();
@@ -500,14 +512,14 @@ TEST(Fp8PassTest, ConvertedGemmComputesTheFp8Product) {
   b.last_node()->name = "gemm";
   m.g->SetOutputs({y});
   PassRun r;
-  r.spec.mutable_fp8()->set_include_first_last(true);
+  r.fp8.include_first_last = true;
   r.caps = CreateCpuBackend()->capabilities();
   ASSERT_TRUE(r.Compile(m).ok());
   ASSERT_EQ(r.Fp8Nodes(true), (std::vector<std::string>{"gemm"}));
-  ASSERT_TRUE(SimplifyPass().Run(*m.g, r.ctx()).ok());
-  ASSERT_TRUE(MemoryPlanPass().Run(*m.g, r.ctx()).ok());
+  ASSERT_TRUE(SimplifyPass().Run(*m.g).ok());
+  ASSERT_TRUE(MemoryPlanPass(&r.results.memory_plan).Run(*m.g).ok());
   auto backend = CreateCpuBackend();
-  auto ex = Executor::Create(*m.g, r.info, *backend);
+  auto ex = Executor::Create(*m.g, r.results.memory_plan, *backend);
   ASSERT_TRUE(ex.ok()) << ex.status();
   const Tensor xt = testing::RandomTensor(DType::kF32, {16, 64}, 7, -3.0, 3.0);
   ASSERT_TRUE((*ex)->SetInput("x", xt).ok());

@@ -18,7 +18,7 @@ namespace {
 
 // y = x W with small x and W (|.| < 0.01), loss = mean((y - t)^2) over 64x64 values:
 // dL/dy ~ 1e-7 and dL/dW ~ 5e-9, below f16's smallest subnormal (6e-8).
-Tensor WeightGradient(PrecisionSpec::Compute compute, LossScalingSpec::Mode mode) {
+Tensor WeightGradient(Precision compute, LossScalingOptions::Mode mode) {
   Graph g;
   GraphBuilder b(&g);
   Value* x = g.AddInput("x", DType::kF32, {64, 32});
@@ -29,23 +29,24 @@ Tensor WeightGradient(PrecisionSpec::Compute compute, LossScalingSpec::Mode mode
   g.SetOutputs({loss});
   EXPECT_TRUE(b.status().ok()) << b.status();
 
-  TrainSpec spec;
-  spec.mutable_precision()->set_compute(compute);
-  spec.mutable_loss_scaling()->set_mode(mode);
-  CompileInfo info;
-  info.loss = loss;
+  AutocastOptions autocast;
+  autocast.precision = compute;
+  LossScalingOptions scaling;
+  scaling.mode = mode;
+  CompileResults r;
+  r.loss.loss = loss;
   auto backend = CreateCpuBackend();
   Capabilities caps = backend->capabilities();
-  PassContext ctx{&spec, &caps, &info};
-  EXPECT_TRUE(AutocastPass().Run(g, ctx).ok());
-  EXPECT_TRUE(AutodiffPass().Run(g, ctx).ok());
-  auto ls = LossScalingPass().Run(g, ctx);
+  EXPECT_TRUE(AutocastPass(autocast, caps, &r.autocast).Run(g).ok());
+  EXPECT_TRUE(AutodiffPass(&r.loss, &r.autodiff).Run(g).ok());
+  auto ls = LossScalingPass(scaling, &r.autocast, &r.autodiff, &r.loss_scaling).Run(g);
   EXPECT_TRUE(ls.ok()) << ls.status();
-  Value* grad = info.param_grads.at(0).second;
+  const ParamGrads& applied = r.loss_scaling.param_grads.empty() ? r.autodiff.param_grads : r.loss_scaling.param_grads;
+  Value* grad = applied.at(0).second;
   g.AddOutput(grad);
-  EXPECT_TRUE(SimplifyPass().Run(g, ctx).ok());
-  EXPECT_TRUE(MemoryPlanPass().Run(g, ctx).ok());
-  auto ex = Executor::Create(g, info, *backend);
+  EXPECT_TRUE(SimplifyPass().Run(g).ok());
+  EXPECT_TRUE(MemoryPlanPass(&r.memory_plan).Run(g).ok());
+  auto ex = Executor::Create(g, r.memory_plan, *backend);
   EXPECT_TRUE(ex.ok()) << ex.status();
   EXPECT_TRUE((*ex)->SetInput("x", testing::RandomTensor(DType::kF32, {64, 32}, 8, -0.01, 0.01)).ok());
   EXPECT_TRUE((*ex)->SetInput("t", testing::RandomTensor(DType::kF32, {64, 64}, 9, -1e-4, 1e-4)).ok());
@@ -61,9 +62,9 @@ double ZeroFraction(const Tensor& t) {
 }
 
 TEST(LossScalingUnderflowTest, Fp16GradientsVanishWithoutScalingAndSurviveWithIt) {
-  const Tensor f32 = WeightGradient(PrecisionSpec::F32, LossScalingSpec::OFF);
-  const Tensor unscaled = WeightGradient(PrecisionSpec::FP16, LossScalingSpec::OFF);
-  const Tensor scaled = WeightGradient(PrecisionSpec::FP16, LossScalingSpec::DYNAMIC);
+  const Tensor f32 = WeightGradient(Precision::kF32, LossScalingOptions::Mode::kOff);
+  const Tensor unscaled = WeightGradient(Precision::kFP16, LossScalingOptions::Mode::kOff);
+  const Tensor scaled = WeightGradient(Precision::kFP16, LossScalingOptions::Mode::kDynamic);
   double max_abs = 0;
   for (int64_t i = 0; i < f32.num_elements(); ++i) max_abs = std::max(max_abs, std::abs(f32.GetAsDouble(i)));
   EXPECT_LT(max_abs, 6e-8) << "the reference gradients must lie below f16's smallest subnormal";

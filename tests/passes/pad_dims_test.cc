@@ -1,14 +1,15 @@
 // pad-dims pass tests: where padding goes, where slices go, what stays untouched, and
 // that padded parameter regions stay exactly zero through AdamW with weight decay.
-#include "engine/executor.h"
+#include "passes/pad_dims.h"
+
 #include "backends/cpu/cpu_backend.h"
-#include "gtest/gtest.h"
+#include "engine/executor.h"
 #include "graph/graph_builder.h"
+#include "gtest/gtest.h"
 #include "passes/autodiff.h"
 #include "passes/loss_scaling.h"
 #include "passes/memory_plan.h"
 #include "passes/optimizer.h"
-#include "passes/pad_dims.h"
 #include "passes/simplify.h"
 #include "tests/test_util.h"
 
@@ -29,7 +30,8 @@ Model Mlp(const std::vector<int64_t>& widths, int64_t batch = 4) {
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
     Value* w = m.g->AddParameter("w" + std::to_string(i),
                                  testing::RandomTensor(DType::kF32, {widths[i + 1], widths[i]}, 10 + i, -0.3, 0.3));
-    Value* bias = m.g->AddParameter("b" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1]}, 20 + i));
+    Value* bias =
+        m.g->AddParameter("b" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1]}, 20 + i));
     AttrMap attrs;
     attrs.Set("transB", int64_t{1});
     h = b.Op("Gemm", {h, w, bias}, attrs);
@@ -45,11 +47,13 @@ Model Mlp(const std::vector<int64_t>& widths, int64_t batch = 4) {
   return m;
 }
 
+// Options and results for running single passes by hand, as the training pipeline would.
 struct PassRun {
-  TrainSpec spec;
-  CompileInfo info;
+  PadDimsOptions pad;
+  OptimizerOptions optimizer;
+  CompileResults results;
   Capabilities caps;
-  PassContext ctx() { return PassContext{&spec, &caps, &info}; }
+  PadDimsPass PadDims() { return PadDimsPass(pad, caps, &results.pad_dims); }
 };
 
 int Count(const Graph& g, const std::string& op) {
@@ -61,9 +65,9 @@ int Count(const Graph& g, const std::string& op) {
 TEST(PadDimsTest, HiddenAndClassDimsArePaddedWithOneSliceBeforeTheLoss) {
   Model m = Mlp({784, 700, 300, 10});
   PassRun r;
-  r.spec.mutable_padding()->set_multiple(8);
-  r.info.loss = m.loss;
-  auto changed = PadDimsPass().Run(*m.g, r.ctx());
+  r.pad.multiple = 8;
+  r.results.loss.loss = m.loss;
+  auto changed = r.PadDims().Run(*m.g);
   ASSERT_TRUE(changed.ok() && *changed) << changed.status();
   EXPECT_EQ(m.g->FindValue("w0")->shape, (Shape{704, 784}));  // 784 is already a multiple
   EXPECT_EQ(m.g->FindValue("w0")->logical_shape, (Shape{700, 784}));
@@ -89,16 +93,16 @@ TEST(PadDimsTest, HiddenAndClassDimsArePaddedWithOneSliceBeforeTheLoss) {
 TEST(PadDimsTest, AlignedDimsAreUntouchedAndThePassIsIdempotent) {
   Model m = Mlp({64, 32, 16});
   PassRun r;
-  r.spec.mutable_padding()->set_multiple(8);
-  auto changed = PadDimsPass().Run(*m.g, r.ctx());
+  r.pad.multiple = 8;
+  auto changed = r.PadDims().Run(*m.g);
   ASSERT_TRUE(changed.ok());
   EXPECT_FALSE(*changed);
   EXPECT_EQ(Count(*m.g, "SliceTo"), 0);
 
   Model p = Mlp({20, 30, 5});
-  ASSERT_TRUE(*PadDimsPass().Run(*p.g, r.ctx()));
+  ASSERT_TRUE(*r.PadDims().Run(*p.g));
   const size_t nodes = p.g->nodes().size();
-  auto again = PadDimsPass().Run(*p.g, r.ctx());
+  auto again = r.PadDims().Run(*p.g);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(*again);
   EXPECT_EQ(p.g->nodes().size(), nodes);
@@ -114,8 +118,8 @@ TEST(PadDimsTest, SliceBeforeSoftmaxButNotBetweenTransparentOps) {
   Value* s = b.Op("Softmax", {t});
   g.SetOutputs({s});
   PassRun r;
-  r.spec.mutable_padding()->set_multiple(8);
-  ASSERT_TRUE(*PadDimsPass().Run(g, r.ctx()));
+  r.pad.multiple = 8;
+  ASSERT_TRUE(*r.PadDims().Run(g));
   EXPECT_EQ(y->shape, (Shape{4, 16}));
   EXPECT_EQ(t->shape, (Shape{4, 16}));  // Relu and Tanh keep zeros: no slice between them
   EXPECT_EQ(Count(g, "SliceTo"), 1);
@@ -126,19 +130,19 @@ TEST(PadDimsTest, SliceBeforeSoftmaxButNotBetweenTransparentOps) {
 TEST(PadDimsTest, PaddedRegionsStayZeroAfterAdamWStepsWithWeightDecay) {
   Model m = Mlp({24, 30, 5}, 8);
   PassRun r;
-  r.spec.mutable_padding()->set_multiple(8);
-  auto* adamw = r.spec.mutable_optimizer()->mutable_adamw();
-  adamw->set_lr(0.05f);
-  adamw->set_weight_decay(0.1f);
-  r.info.loss = m.loss;
+  r.pad.multiple = 8;
+  r.optimizer.kind = OptimizerOptions::Kind::kAdamW;  // lr 0.05, fed below
+  r.optimizer.weight_decay = 0.1f;
+  CompileResults& res = r.results;
+  res.loss.loss = m.loss;
   r.caps = CreateCpuBackend()->capabilities();
-  ASSERT_TRUE(PadDimsPass().Run(*m.g, r.ctx()).ok());
-  ASSERT_TRUE(AutodiffPass().Run(*m.g, r.ctx()).ok());
-  ASSERT_TRUE(OptimizerPass().Run(*m.g, r.ctx()).ok());
-  ASSERT_TRUE(SimplifyPass().Run(*m.g, r.ctx()).ok());
-  ASSERT_TRUE(MemoryPlanPass().Run(*m.g, r.ctx()).ok());
+  ASSERT_TRUE(r.PadDims().Run(*m.g).ok());
+  ASSERT_TRUE(AutodiffPass(&res.loss, &res.autodiff).Run(*m.g).ok());
+  ASSERT_TRUE(OptimizerPass(r.optimizer, &res.autodiff, &res.loss_scaling, &res.optimizer).Run(*m.g).ok());
+  ASSERT_TRUE(SimplifyPass().Run(*m.g).ok());
+  ASSERT_TRUE(MemoryPlanPass(&res.memory_plan).Run(*m.g).ok());
   auto backend = CreateCpuBackend();
-  auto ex = Executor::Create(*m.g, r.info, *backend);
+  auto ex = Executor::Create(*m.g, res.memory_plan, *backend);
   ASSERT_TRUE(ex.ok()) << ex.status();
   for (int step = 0; step < 6; ++step) {
     ASSERT_TRUE((*ex)->SetInput("x", testing::RandomTensor(DType::kF32, {8, 24}, 100 + step)).ok());
@@ -158,8 +162,10 @@ TEST(PadDimsTest, PaddedRegionsStayZeroAfterAdamWStepsWithWeightDecay) {
     for (int64_t i = 0; i < t.num_elements(); ++i) {
       bool outside = false;
       for (size_t d = 0; d < logical.size(); ++d) outside |= (i / strides[d]) % t.shape()[d] >= logical[d];
-      if (outside) ASSERT_EQ(t.data<float>()[i], 0.0f) << v->name << "[" << i << "]";
-      else moved |= t.data<float>()[i] != 0.0f;
+      if (outside)
+        ASSERT_EQ(t.data<float>()[i], 0.0f) << v->name << "[" << i << "]";
+      else
+        moved |= t.data<float>()[i] != 0.0f;
     }
     EXPECT_TRUE(moved) << v->name;  // the real region did train
     ++checked;

@@ -5,13 +5,13 @@
 #include <cstring>
 #include <filesystem>
 
-#include "gtest/gtest.h"
 #include "graph/graph_builder.h"
+#include "graph/multi_tensor_update.h"
+#include "gtest/gtest.h"
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/fuse_epilogues.h"
 #include "passes/fuse_updates.h"
-#include "graph/multi_tensor_update.h"
 #include "passes/memory_plan.h"
 #include "passes/optimizer.h"
 #include "passes/pass_pipeline.h"
@@ -36,8 +36,8 @@ Mlp ThreeLayerMlp(int64_t batch = 32) {
   Value* h = x;
   const int64_t widths[] = {64, 128, 96, 10};
   for (int i = 0; i < 3; ++i) {
-    Value* w = g.AddParameter("w" + std::to_string(i),
-                              testing::RandomTensor(DType::kF32, {widths[i + 1], widths[i]}, i + 1));
+    Value* w =
+        g.AddParameter("w" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1], widths[i]}, i + 1));
     Value* bias = g.AddParameter("b" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1]}, i + 11));
     AttrMap attrs;
     attrs.Set("transB", int64_t{1});
@@ -52,22 +52,25 @@ Mlp ThreeLayerMlp(int64_t batch = 32) {
 
 TEST(MemoryPlanTest, PeakIsBelowTheSumOfBuffersOnAThreeLayerMlp) {
   Mlp m = ThreeLayerMlp();
-  TrainSpec spec;
-  spec.mutable_optimizer()->mutable_adamw();
-  CompileInfo info;
-  info.loss = m.loss;
-  Capabilities caps;
-  PassContext ctx{&spec, &caps, &info};
-  ASSERT_TRUE(AutodiffPass().Run(*m.graph, ctx).ok());
-  ASSERT_TRUE(OptimizerPass().Run(*m.graph, ctx).ok());
-  ASSERT_TRUE(MemoryPlanPass().Run(*m.graph, ctx).ok());
+  CompileResults r;
+  r.loss.loss = m.loss;
+  OptimizerOptions adamw;
+  adamw.kind = OptimizerOptions::Kind::kAdamW;
+  ASSERT_TRUE(AutodiffPass(&r.loss, &r.autodiff).Run(*m.graph).ok());
+  ASSERT_TRUE(OptimizerPass(adamw, &r.autodiff, &r.loss_scaling, &r.optimizer).Run(*m.graph).ok());
+  ASSERT_TRUE(MemoryPlanPass(&r.memory_plan).Run(*m.graph).ok());
+  const MemoryPlanResult& info = r.memory_plan;
   const MemoryPlan& plan = info.plan;
   EXPECT_GT(plan.peak_bytes, 0);
   EXPECT_LT(plan.peak_bytes, plan.total_activation_bytes);
   // Validity: two activations alive at the same time never share bytes.
   std::map<const Node*, int> pos;
   for (size_t i = 0; i < info.order.size(); ++i) pos[info.order[i]] = static_cast<int>(i);
-  struct Span { int first, last; int64_t lo, hi; std::string name; };
+  struct Span {
+    int first, last;
+    int64_t lo, hi;
+    std::string name;
+  };
   std::vector<Span> spans;
   for (const auto& [v, offset] : plan.offsets) {
     int last = pos[v->producer];
@@ -134,7 +137,7 @@ TEST(SimplifyTest, IdentityAndNoOpCastAreFolded) {
 
 TEST(FuseEpiloguesTest, GemmFollowedBySoleReluIsFused) {
   Mlp m = ThreeLayerMlp();
-  auto changed = FuseEpiloguesPass().Run(*m.graph, PassContext{});
+  auto changed = FuseEpiloguesPass().Run(*m.graph);
   ASSERT_TRUE(changed.ok() && *changed);
   int relus = 0, fused = 0;
   for (const auto& n : m.graph->nodes()) {
@@ -148,13 +151,13 @@ TEST(FuseEpiloguesTest, GemmFollowedBySoleReluIsFused) {
 class FailingPass : public Pass {
  public:
   std::string_view name() const override { return "always-fails"; }
-  absl::StatusOr<bool> Run(Graph&, const PassContext&) override { return absl::InvalidArgumentError("boom"); }
+  absl::StatusOr<bool> Run(Graph&) override { return absl::InvalidArgumentError("boom"); }
 };
 
 class BreakingPass : public Pass {
  public:
   std::string_view name() const override { return "breaks-graph"; }
-  absl::StatusOr<bool> Run(Graph& g, const PassContext&) override {
+  absl::StatusOr<bool> Run(Graph& g) override {
     g.nodes()[0]->outputs[0]->shape = {999};  // lie about a shape
     return true;
   }
@@ -164,7 +167,7 @@ TEST(PassPipelineTest, ErrorsArePrefixedWithThePassName) {
   Mlp m = ThreeLayerMlp();
   PassPipeline p;
   p.Add(std::make_unique<FailingPass>());
-  auto r = p.Run(*m.graph, PassContext{});
+  auto r = p.Run(*m.graph);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "pass 'always-fails': boom");
 }
@@ -173,7 +176,7 @@ TEST(PassPipelineTest, VerifierRunsAfterAChangingPass) {
   Mlp m = ThreeLayerMlp();
   PassPipeline p;
   p.Add(std::make_unique<BreakingPass>());
-  auto r = p.Run(*m.graph, PassContext{});
+  auto r = p.Run(*m.graph);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("'breaks-graph' left an invalid graph"), std::string::npos) << r.status();
 }
@@ -185,7 +188,7 @@ TEST(PassPipelineTest, DisabledPassesAreSkippedAndReported) {
   PassPipeline p(options);
   p.Add(std::make_unique<FailingPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
-  auto r = p.Run(*m.graph, PassContext{});
+  auto r = p.Run(*m.graph);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->size(), 2u);
   EXPECT_TRUE((*r)[0].skipped);
@@ -198,7 +201,7 @@ TEST(PassPipelineTest, UnknownDisabledPassIsAnError) {
   options.disabled = {"no-such-pass"};
   PassPipeline p(options);
   p.Add(std::make_unique<FuseEpiloguesPass>());
-  EXPECT_FALSE(p.Run(*m.graph, PassContext{}).ok());
+  EXPECT_FALSE(p.Run(*m.graph).ok());
 }
 
 TEST(PassPipelineTest, DumpsGraphsAfterMatchingPasses) {
@@ -209,7 +212,7 @@ TEST(PassPipelineTest, DumpsGraphsAfterMatchingPasses) {
   PassPipeline p(options);
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
-  ASSERT_TRUE(p.Run(*m.graph, PassContext{}).ok());
+  ASSERT_TRUE(p.Run(*m.graph).ok());
   EXPECT_FALSE(std::filesystem::exists(options.dump_dir + "/01-simplify.txt"));
   EXPECT_TRUE(std::filesystem::exists(options.dump_dir + "/02-fuse-epilogues.txt"));
   EXPECT_TRUE(std::filesystem::exists(options.dump_dir + "/02-fuse-epilogues.dot"));
@@ -217,14 +220,13 @@ TEST(PassPipelineTest, DumpsGraphsAfterMatchingPasses) {
 
 TEST(AutodiffTest, UpdatesAreOrderedAfterEveryReaderOfTheirParameter) {
   Mlp m = ThreeLayerMlp();
-  TrainSpec spec;
-  spec.mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
-  CompileInfo info;
-  info.loss = m.loss;
-  PassContext ctx{&spec, nullptr, &info};
-  ASSERT_TRUE(AutodiffPass().Run(*m.graph, ctx).ok());
-  ASSERT_EQ(info.param_grads.size(), 6u);
-  ASSERT_TRUE(OptimizerPass().Run(*m.graph, ctx).ok());
+  CompileResults r;
+  r.loss.loss = m.loss;
+  OptimizerOptions sgd;
+  sgd.momentum = 0.9f;
+  ASSERT_TRUE(AutodiffPass(&r.loss, &r.autodiff).Run(*m.graph).ok());
+  ASSERT_EQ(r.autodiff.param_grads.size(), 6u);
+  ASSERT_TRUE(OptimizerPass(sgd, &r.autodiff, &r.loss_scaling, &r.optimizer).Run(*m.graph).ok());
   auto order = m.graph->TopologicalOrder();
   ASSERT_TRUE(order.ok());
   std::map<const Node*, size_t> pos;
@@ -243,23 +245,25 @@ TEST(AutodiffTest, UpdatesAreOrderedAfterEveryReaderOfTheirParameter) {
 // momentum 0.9, or AdamW with weight decay 0.05.
 struct Bf16Training {
   Mlp m = ThreeLayerMlp();
-  TrainSpec spec;
-  CompileInfo info;
+  CompileResults r;
   Capabilities caps;
-  PassContext ctx{&spec, &caps, &info};
 };
 
 void CompileBf16Training(Bf16Training& t, bool sgd) {
-  t.spec.mutable_precision()->set_compute(PrecisionSpec::BF16);
+  AutocastOptions bf16;
+  bf16.precision = Precision::kBF16;
+  OptimizerOptions opt;
   if (sgd) {
-    t.spec.mutable_optimizer()->mutable_sgd()->set_momentum(0.9f);
+    opt.momentum = 0.9f;
   } else {
-    t.spec.mutable_optimizer()->mutable_adamw()->set_weight_decay(0.05f);
+    opt.kind = OptimizerOptions::Kind::kAdamW;
+    opt.weight_decay = 0.05f;
   }
-  t.info.loss = t.m.loss;
-  ASSERT_TRUE(AutocastPass().Run(*t.m.graph, t.ctx).ok());
-  ASSERT_TRUE(AutodiffPass().Run(*t.m.graph, t.ctx).ok());
-  ASSERT_TRUE(OptimizerPass().Run(*t.m.graph, t.ctx).ok());
+  CompileResults& r = t.r;
+  r.loss.loss = t.m.loss;
+  ASSERT_TRUE(AutocastPass(bf16, t.caps, &r.autocast).Run(*t.m.graph).ok());
+  ASSERT_TRUE(AutodiffPass(&r.loss, &r.autodiff).Run(*t.m.graph).ok());
+  ASSERT_TRUE(OptimizerPass(opt, &r.autodiff, &r.loss_scaling, &r.optimizer).Run(*t.m.graph).ok());
 }
 
 TEST(OptimizerTest, UpdatesWriteTheLowPrecisionCopyInsteadOfACastPerStep) {
@@ -304,8 +308,8 @@ TEST(FuseUpdatesTest, OneMultiTensorUpdateForAllParametersAfterEveryReader) {
     Bf16Training t;
     CompileBf16Training(t, sgd);
     Mlp& m = t.m;
-    const CompileInfo& info = t.info;
-    auto changed = FuseUpdatesPass().Run(*m.graph, t.ctx);
+    const CompileResults& r = t.r;
+    auto changed = FuseUpdatesPass().Run(*m.graph);
     ASSERT_TRUE(changed.ok()) << changed.status();
     EXPECT_TRUE(*changed);
     std::vector<const Node*> multi;
@@ -322,15 +326,15 @@ TEST(FuseUpdatesTest, OneMultiTensorUpdateForAllParametersAfterEveryReader) {
     EXPECT_EQ(fused.attrs.GetInts("lowp_copies", {}), std::vector<int64_t>(6, 1));
     auto layout = MultiUpdateLayoutOf(fused);
     ASSERT_TRUE(layout.ok()) << layout.status();
-    EXPECT_EQ(fused.inputs[layout->lr], info.learning_rate);
-    ASSERT_EQ(layout->tensors.size(), info.param_grads.size());
+    EXPECT_EQ(fused.inputs[layout->lr], r.optimizer.learning_rate);
+    ASSERT_EQ(layout->tensors.size(), r.autodiff.param_grads.size());
     auto order = m.graph->TopologicalOrder();
     ASSERT_TRUE(order.ok()) << order.status();
     std::map<const Node*, size_t> pos;
     for (size_t i = 0; i < order->size(); ++i) pos[(*order)[i]] = i;
     for (size_t t = 0; t < layout->tensors.size(); ++t) {
       const UpdateTensorInputs& in = layout->tensors[t];
-      const auto& [param, grad] = info.param_grads[t];
+      const auto& [param, grad] = r.autodiff.param_grads[t];
       EXPECT_EQ(fused.inputs[in.param], param);  // parameters in graph order
       EXPECT_EQ(fused.inputs[in.grad], grad);
       const Value* copy = fused.inputs[in.lowp_copy];
@@ -369,8 +373,7 @@ TEST(FuseUpdatesTest, GroupsByAttributesAndLeavesALoneUpdateAlone) {
   add_update("a", 0.9f);
   add_update("b", 0.8f);
   add_update("c", 0.9f);
-  PassContext ctx;
-  auto changed = FuseUpdatesPass().Run(g, ctx);
+  auto changed = FuseUpdatesPass().Run(g);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
   std::map<std::string, int> ops;
@@ -421,8 +424,7 @@ TEST(FuseUpdatesTest, MultiUpdateWithTheWrongInputCountIsAnError) {
   attrs.Set("lowp_copies", std::vector<int64_t>{0, 0});  // two parameters, inputs for one
   auto node = g.AddNode("MultiSgdUpdate", {lr, p, grad}, attrs, "update/bad");
   ASSERT_FALSE(node.ok());
-  EXPECT_NE(std::string(node.status().message()).find("'update/bad' has 3 inputs"), std::string::npos)
-      << node.status();
+  EXPECT_NE(std::string(node.status().message()).find("'update/bad' has 3 inputs"), std::string::npos) << node.status();
 }
 
 }  // namespace

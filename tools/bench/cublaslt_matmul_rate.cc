@@ -52,17 +52,19 @@ struct Failure {
 };
 
 void Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Failure{std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
+  if (e != cudaSuccess)
+    throw Failure{std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
 }
 
 void Check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw Failure{std::string(what) + ": cublasStatus " + std::to_string(static_cast<int>(s))};
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Failure{std::string(what) + ": cublasStatus " + std::to_string(static_cast<int>(s))};
 }
 
 struct DtypeConfig {
   const char* name;
-  cudaDataType_t ab_type;   // A and B
-  cudaDataType_t d_type;    // C and D
+  cudaDataType_t ab_type;  // A and B
+  cudaDataType_t d_type;   // C and D
   cublasComputeType_t compute;
   size_t ab_bytes, d_bytes;  // bytes per element
   bool fp8;
@@ -167,8 +169,8 @@ struct Rate {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
 
-Rate Measure(cublasLtHandle_t lt, cudaStream_t stream, const DtypeConfig& c, int64_t m, int64_t n, int64_t k,
-             int reps, int max_algos, void* workspace) {
+Rate Measure(cublasLtHandle_t lt, cudaStream_t stream, const DtypeConfig& c, int64_t m, int64_t n, int64_t k, int reps,
+             int max_algos, void* workspace) {
   Rate r;
   try {
     // TN, column-major: A is stored k x m (lda = k) and used transposed, B is k x n (ldb = k),
@@ -398,8 +400,8 @@ int main(int argc, char** argv) {
       std::snprintf(buf, sizeof(buf),
                     ",\"%s\":{\"median_gflops\":%.1f,\"best_gflops\":%.1f,\"median_ms\":%.4f,"
                     "\"first_heuristic_median_gflops\":%.1f,\"algos_tried\":%d,\"chosen_algo\":%d}",
-                    c.name, r.median_gflops, r.best_gflops, r.median_ms, r.first_heuristic_median_gflops,
-                    r.algos_tried, r.chosen_algo);
+                    c.name, r.median_gflops, r.best_gflops, r.median_ms, r.first_heuristic_median_gflops, r.algos_tried,
+                    r.chosen_algo);
       json += buf;
       if (std::string(c.name) == "f32") f32_ok = true;
     } else {

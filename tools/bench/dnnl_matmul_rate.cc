@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
   const Rate f32 = Measure(eng, strm, dnnl::memory::data_type::f32, n, reps);
   const Rate bf16 = Measure(eng, strm, dnnl::memory::data_type::bf16, n, reps);
   const dnnl_version_t* v = dnnl_version();
-  std::printf("{\n  \"n\": %lld, \"reps\": %d, \"threads\": %d, \"onednn\": \"%d.%d.%d\",\n",
-              static_cast<long long>(n), reps, omp_get_max_threads(), v->major, v->minor, v->patch);
+  std::printf("{\n  \"n\": %lld, \"reps\": %d, \"threads\": %d, \"onednn\": \"%d.%d.%d\",\n", static_cast<long long>(n),
+              reps, omp_get_max_threads(), v->major, v->minor, v->patch);
   Print("f32", f32, false);
   Print("bf16", bf16, true);
   std::printf("}\n");

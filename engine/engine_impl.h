@@ -1,0 +1,60 @@
+// Engine::Impl: the training state behind mpc.h, shared by the files that implement the
+// Engine: engine_setup.cc (from options to a ready run), engine.cc (steps, the schedule,
+// checkpoints, export) and evaluation.cc (evaluation passes over the data).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "engine/dataset.h"
+#include "engine/executor.h"
+#include "engine/metrics.h"
+#include "engine/mpc.h"
+#include "engine/program.h"
+#include "proto/train_spec.pb.h"
+
+namespace mpc {
+
+struct Engine::Impl {
+  EngineOptions options;
+  TrainSpec spec;
+  std::string spec_dir;
+  std::string model_path;
+  std::string checkpoint_dir;
+  std::unique_ptr<Backend> backend;
+  Program train_program, eval_program;
+  std::unique_ptr<Executor> train_exec, eval_exec;
+  Dataset train_data, eval_data;
+  bool has_eval_data = false;
+  std::unique_ptr<BatchIterator> batches;
+  Tensor feature_batch, label_batch;
+  int64_t step = 0;
+  int64_t last_epoch = 0;     // epoch of the most recent step (the iterator may have rolled over)
+  int64_t skipped_steps = 0;  // this process's count (not checkpointed)
+  int64_t total_steps = 0;
+  int64_t eval_batch_size = 0;
+  std::string fingerprint;
+  std::unique_ptr<MetricsWriter> metrics;
+  std::vector<std::string> fp8_reported;  // FP8 tensors matching fp8.report_tensor
+
+  // Setup, in the order Engine::Create runs it (engine_setup.cc).
+  absl::Status ResolveSpec(const EngineOptions& options);
+  absl::Status LoadData();
+  absl::Status CompilePrograms();
+  absl::Status CreateExecutors();
+  absl::Status PrepareBatches();
+  absl::Status SelectFp8Reports();
+  absl::Status ResumeAndOpenMetrics();
+
+  absl::Status CheckDataMatchesModel(const Dataset& data, const Program& program, const std::string& what) const;
+  absl::StatusOr<EvalMetrics> RunEval();  // evaluation.cc
+  // A parameter or state tensor as the model shapes it (padding removed).
+  absl::StatusOr<Tensor> ReadModelShaped(const std::string& name) const;
+};
+
+// One example's shape: the tensor's shape without the leading example axis.
+inline Shape RowShape(const Tensor& t) { return Shape(t.shape().begin() + 1, t.shape().end()); }
+
+}  // namespace mpc

@@ -1,0 +1,36 @@
+// What a device can run, as the compiler sees it: the dtypes its GEMMs run natively, FP8
+// and TF32 tensor cores, the GEMM dimension multiple it prefers per dtype, and which
+// (op, dtype) kernels exist. Backends describe themselves with it; passes read only it,
+// never a backend, so every pass is testable on the CPU with a made-up capability set.
+// It lives in graph/, the lowest layer both passes/ and backends/ build on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/dtype.h"
+
+namespace mpc {
+
+struct Capabilities {
+  std::string device;                 // "cpu", "cuda:0 (NVIDIA H100 ...)"
+  std::vector<DType> native_compute;  // dtypes whose GEMMs run natively
+  bool fp8 = false;
+  bool tf32 = false;
+  std::map<DType, int> pad_multiple;  // preferred GEMM dim multiple per compute dtype
+  // Whether the backend has a kernel for (op, dtype); null means "assume yes" (fake
+  // capability sets in pass tests).
+  std::function<bool(const std::string& op, DType dtype)> has_kernel;
+  bool HasKernel(const std::string& op, DType dtype) const { return !has_kernel || has_kernel(op, dtype); }
+  bool Native(DType d) const;
+  int PadMultiple(DType d) const;
+};
+
+// The alignment of every activation's offset in the arena, which the memory planner
+// guarantees and kernels may rely on (vector loads, cuBLASLt's 16-byte rule).
+constexpr int64_t kArenaAlignment = 64;
+
+}  // namespace mpc

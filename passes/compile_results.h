@@ -1,0 +1,135 @@
+// What the passes learn about a program, one typed struct per pass. A pass writes only its
+// own struct (given to it when it is made) and reads the structs of earlier passes it was
+// handed (const); the engine and `mpc compile --report` read them after the pipeline. So
+// "who decides X" has one answer: the writer named above each struct.
+//
+// Values are referred to by pointer. A rewrite that puts a new producer behind a value
+// keeps the Value itself (Graph::DetachOutput / AdoptOutput), so these stay valid to
+// the end of the pipeline.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace mpc {
+
+// (parameter, its gradient), in parameter order.
+using ParamGrads = std::vector<std::pair<Value*, Value*>>;
+
+// Writer: attach-loss. Readers: autodiff (where differentiation starts), the engine
+// (fetches the loss each step).
+struct LossResult {
+  Value* loss = nullptr;    // scalar training loss
+  Value* labels = nullptr;  // the labels input the engine feeds
+};
+
+// One autocast paint decision: every node gets one.
+struct PaintDecision {
+  std::string node;
+  std::string op;
+  DType dtype = DType::kF32;
+  std::string reason;
+};
+
+// Writer: autocast. Readers: fp8 (the GEMMs' low-precision dtype), the report.
+struct AutocastResult {
+  DType compute_dtype = DType::kF32;  // the low-precision dtype it targeted (f32: none)
+  std::vector<PaintDecision> paint;   // one per node, then one per inserted cast
+  int64_t casts_inserted = 0;
+};
+
+// Writer: pad-dims. Reader: the report.
+struct PadDimsResult {
+  struct Padding {
+    std::string value;
+    int dim = 0;
+    int64_t from = 0, to = 0;
+  };
+  std::vector<Padding> padding;
+  double extra_flops_pct = 0;  // GEMM FLOPs added by padding, % of unpadded
+  double extra_bytes_pct = 0;  // parameter bytes added by padding, %
+};
+
+// Writer: autodiff. Readers: fp8 (the backward GEMMs are downstream of the seed),
+// loss-scaling (scales the seed, unscales the gradients), optimizer (when loss-scaling
+// produced no gradients of its own).
+struct AutodiffResult {
+  ParamGrads param_grads;      // d(loss)/d(parameter), as the backward graph computes them
+  Value* loss_seed = nullptr;  // dL/dL, a constant 1 until loss-scaling replaces its uses
+};
+
+// Writer: fp8. Readers: the engine (fp8.report_tensor metrics), the report.
+struct Fp8Result {
+  struct Gemm {
+    std::string node;
+    std::string format_a, format_b;  // operand formats, "e4m3" | "e5m2"
+    std::string forward_node;        // the forward GEMM (itself for a forward GEMM)
+  };
+  std::vector<Gemm> gemms;                                   // forward and backward, in FP8
+  std::vector<std::pair<std::string, std::string>> skipped;  // forward GEMMs left alone: (node, reason)
+  std::vector<std::string> tensors;                          // "<gemm>/input" etc.; their states add ".fp8_scale"...
+  std::string fallback;                                      // FP8 requested but left in bf16: why
+};
+
+// Writer: fp8-lower. Reader: the report.
+struct Fp8LowerResult {
+  struct Decision {
+    std::string node;  // the GEMM (mpc_fp8 = 1) by name
+    bool lowered = false;
+    std::string reason;  // why it stayed emulated or went ("" when lowered)
+  };
+  std::vector<Decision> decisions;                            // every FP8 GEMM, in topological order
+  std::vector<std::string> lowered;                           // became Fp8Gemm
+  std::vector<std::pair<std::string, std::string>> emulated;  // stayed emulated: (node, reason)
+};
+
+// Writer: loss-scaling. Readers: optimizer (applies param_grads, gates on
+// found_nonfinite), the engine (reads the scale, the skip flag and the norm each step).
+struct LossScalingResult {
+  ParamGrads param_grads;            // unscaled (and clipped) gradients; empty if unchanged
+  Value* loss_scale = nullptr;       // state: the current scale (scaling on)
+  Value* found_nonfinite = nullptr;  // output: 1 when this step's gradients overflowed
+  Value* grad_norm = nullptr;        // output: the global gradient norm (clipping on)
+};
+
+// Writer: optimizer. Reader: the engine (feeds the scheduled rate every step).
+struct OptimizerResult {
+  Value* learning_rate = nullptr;  // scalar f32 input
+};
+
+// The buffer plan: every activation gets an offset in one arena.
+struct MemoryPlan {
+  std::map<const Value*, int64_t> offsets;  // activations only
+  int64_t peak_bytes = 0;                   // arena size
+  int64_t total_activation_bytes = 0;       // what one buffer per activation would take
+  int64_t persistent_bytes = 0;             // parameters + state, outside the arena
+  int64_t unplanned_bytes = 0;              // inputs + constants + persistent, outside the arena
+};
+
+// Writer: memory-plan. Readers: the executor (runs nodes in `order` over the arena), the
+// report, the engine (planned peak).
+struct MemoryPlanResult {
+  std::vector<Node*> order;  // execution order
+  MemoryPlan plan;
+};
+
+// Every pass's result for one program. The pipelines (passes/pipelines.cc) hand each
+// pass pointers into one of these.
+struct CompileResults {
+  LossResult loss;
+  AutocastResult autocast;
+  PadDimsResult pad_dims;
+  AutodiffResult autodiff;
+  Fp8Result fp8;
+  Fp8LowerResult fp8_lower;
+  LossScalingResult loss_scaling;
+  OptimizerResult optimizer;
+  MemoryPlanResult memory_plan;
+};
+
+}  // namespace mpc

@@ -1,0 +1,74 @@
+// The training and evaluation pipelines (see pipelines.h). Each line says why the pass
+// sits where it does; the passes' own headers say what they do.
+#include "passes/pipelines.h"
+
+#include <memory>
+
+#include "passes/attach_loss.h"
+#include "passes/autodiff.h"
+#include "passes/batch_norm_stats.h"
+#include "passes/fp8_lower.h"
+#include "passes/fuse_epilogues.h"
+#include "passes/fuse_updates.h"
+#include "passes/memory_plan.h"
+#include "passes/set_mode.h"
+#include "passes/simplify.h"
+
+namespace mpc {
+
+PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& caps, CompileResults* r,
+                                  PipelineOptions pipeline) {
+  PassPipeline p(std::move(pipeline));
+  // The model as imported, put in training mode: Dropout drops, BatchNorm uses batch
+  // statistics. First, so every later pass sees the ops as they will run.
+  p.Add(std::make_unique<SetModePass>(true));
+  // BatchNorm's running statistics written back each step; needs the training mode.
+  p.Add(std::make_unique<BatchNormStatsPass>());
+  // The loss on the logits: the program's only output from here on.
+  p.Add(std::make_unique<AttachLossPass>(o.loss, &r->loss));
+  // Precision of every forward op, before autodiff: the backward pass inherits it (the
+  // gradient of a Cast is a Cast).
+  p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
+  // Tensor-core padding: after autocast (the multiple depends on each GEMM's dtype),
+  // before autodiff (the backward graph is built on the padded weights).
+  p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));
+  // The backward graph, once the forward graph is final.
+  p.Add(std::make_unique<AutodiffPass>(&r->loss, &r->autodiff));
+  // FP8 GEMMs: after autodiff, because it converts the backward GEMMs with their forward.
+  p.Add(std::make_unique<Fp8Pass>(o.fp8, caps, &r->autocast, &r->autodiff, &r->fp8));
+  // Real FP8 GEMMs where the device has them: right after the emulation they replace.
+  p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, caps, &r->fp8_lower));
+  // Loss scaling: needs the gradients and the seed; before the updates it gates.
+  p.Add(std::make_unique<LossScalingPass>(o.loss_scaling, &r->autocast, &r->autodiff, &r->loss_scaling));
+  // The updates on the FP32 master weights, gated on the overflow flag.
+  p.Add(std::make_unique<OptimizerPass>(o.optimizer, &r->autodiff, &r->loss_scaling, &r->optimizer));
+  // Clean-up of the complete graph: CSE, folding, dead code.
+  p.Add(std::make_unique<SimplifyPass>());
+  // GEMM + ReLU epilogues: on the simplified graph, where the pattern is canonical.
+  p.Add(std::make_unique<FuseEpiloguesPass>());
+  // Multi-tensor updates: once every update exists and nothing rewrites them.
+  p.Add(std::make_unique<FuseUpdatesPass>());
+  // Order and arena offsets: last, for the graph that will run.
+  p.Add(std::make_unique<MemoryPlanPass>(&r->memory_plan));
+  return p;
+}
+
+PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities& caps, CompileResults* r,
+                                    PipelineOptions pipeline) {
+  PassPipeline p(std::move(pipeline));
+  // Evaluation mode: Dropout is the identity, BatchNorm uses its running statistics.
+  if (!o.keep_model_training_mode) p.Add(std::make_unique<SetModePass>(false));
+  // The logits are the program's output; loss and accuracy are computed from them.
+  if (!o.keep_all_outputs) p.Add(std::make_unique<SelectOutputsPass>(std::vector<std::string>{o.loss.logits}));
+  p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
+  p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));
+  // FP8 GEMMs with the scales training keeps (shared by name); no amax is recorded.
+  p.Add(std::make_unique<Fp8Pass>(o.fp8, caps, &r->autocast, nullptr, &r->fp8));
+  p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, caps, &r->fp8_lower));
+  p.Add(std::make_unique<SimplifyPass>());
+  p.Add(std::make_unique<FuseEpiloguesPass>());
+  p.Add(std::make_unique<MemoryPlanPass>(&r->memory_plan));
+  return p;
+}
+
+}  // namespace mpc

@@ -1,0 +1,48 @@
+// The compiler's two pipelines, in one place: which passes run, in what order and why
+// (passes/pipelines.cc, one line per pass), and how they are wired: each pass gets its
+// options from CompileOptions, the device's Capabilities, and pointers into one
+// CompileResults (passes/compile_results.h) for what it reads and writes.
+//
+//   training:   set-mode, batch-norm-stats, attach-loss, autocast, pad-dims, autodiff, fp8,
+//               fp8-lower, loss-scaling, optimizer, simplify, fuse-epilogues, fuse-updates,
+//               memory-plan
+//   evaluation: set-mode, select-outputs, autocast, pad-dims, fp8, fp8-lower, simplify,
+//               fuse-epilogues, memory-plan
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/capabilities.h"
+#include "passes/attach_loss.h"
+#include "passes/autocast.h"
+#include "passes/compile_results.h"
+#include "passes/fp8.h"
+#include "passes/loss_scaling.h"
+#include "passes/optimizer.h"
+#include "passes/pad_dims.h"
+#include "passes/pass_pipeline.h"
+
+namespace mpc {
+
+// Every pass's options (engine/compile_options.cc builds them from a TrainSpec).
+struct CompileOptions {
+  AttachLossOptions loss;  // training; its `logits` is also the output evaluation keeps
+  AutocastOptions autocast;
+  PadDimsOptions pad_dims;
+  Fp8Options fp8;
+  LossScalingOptions loss_scaling;
+  OptimizerOptions optimizer;
+  // Evaluation only: keep every model output instead of the logits (mpc run), and keep
+  // the model's own training_mode instead of evaluation mode.
+  bool keep_all_outputs = false;
+  bool keep_model_training_mode = false;
+};
+
+// `caps` and `results` must outlive the pipeline's Run.
+PassPipeline MakeTrainingPipeline(const CompileOptions& options, const Capabilities& caps, CompileResults* results,
+                                  PipelineOptions pipeline = {});
+PassPipeline MakeEvaluationPipeline(const CompileOptions& options, const Capabilities& caps, CompileResults* results,
+                                    PipelineOptions pipeline = {});
+
+}  // namespace mpc
