@@ -458,6 +458,8 @@ class Importer {
     return unique;
   }
 
+  // One node: its op checked against the registry, its inputs resolved, its attributes
+  // converted, then either folded into a constant (static shape arithmetic) or added.
   absl::Status ImportNode(const onnx::NodeProto& node, int index) {
     const std::string name = NodeName(node, index);
     const std::string& op = node.op_type();
@@ -479,7 +481,29 @@ class Importer {
         return Define(node.output(0), graph_->AddState(node.output(0), src->data), where);
       }
     }
+    MPC_RETURN_IF_ERROR(CheckOpSupported(name, op, mpc_domain, where));
+    MPC_ASSIGN_OR_RETURN(std::vector<Value*> inputs, ResolveInputs(node, where));
+    MPC_ASSIGN_OR_RETURN(AttrMap attrs, ConvertAttributes(node, where));
+    // graph/ops_tensor_fold.cc: static shape arithmetic (Shape -> Gather -> Unsqueeze ->
+    // Concat -> Reshape) becomes constants, which the ops needing constant inputs read.
+    if (!mpc_domain && node.output_size() == 1 && !node.output(0).empty()) {
+      Node probe;
+      probe.name = name;
+      probe.op = op;
+      probe.inputs = inputs;
+      probe.attrs = attrs;
+      while (!probe.inputs.empty() && probe.inputs.back() == nullptr) probe.inputs.pop_back();
+      std::vector<Tensor> folded = tensor_ops::FoldStatic(probe);
+      if (!folded.empty()) {
+        return Define(node.output(0), graph_->AddConstant(node.output(0), std::move(folded[0])), where);
+      }
+    }
+    return AddImportedNode(node, name, std::move(inputs), std::move(attrs), where);
+  }
 
+  // The op is registered, and in the domain the node names.
+  absl::Status CheckOpSupported(const std::string& name, const std::string& op, bool mpc_domain,
+                                const std::string& where) {
     const OpDef* def = OpRegistry::Global().Find(op);
     if (def == nullptr) {
       return absl::UnimplementedError(
@@ -492,7 +516,11 @@ class Importer {
                                 "' is an op of the 'mpc' domain; the node must "
                                 "set domain: \"mpc\" (and the model import that operator set)"));
     }
+    return absl::OkStatus();
+  }
 
+  // Each input by name (nullptr for an absent optional one); earlier nodes defined them.
+  absl::StatusOr<std::vector<Value*>> ResolveInputs(const onnx::NodeProto& node, const std::string& where) {
     std::vector<Value*> inputs;
     for (int i = 0; i < node.input_size(); ++i) {
       const std::string& in = node.input(i);
@@ -508,6 +536,13 @@ class Importer {
       }
       inputs.push_back(it->second);
     }
+    return inputs;
+  }
+
+  // The node's attributes as mpc's, with the ONNX forms mpc spells differently rewritten
+  // (ConstantOfShape's value tensor, Split's implicit equal parts).
+  absl::StatusOr<AttrMap> ConvertAttributes(const onnx::NodeProto& node, const std::string& where) {
+    const std::string& op = node.op_type();
     AttrMap attrs;
     for (const auto& a : node.attribute()) {
       if (op == "ConstantOfShape" && a.name() == "value" && a.type() == onnx::AttributeProto::TENSOR) {
@@ -534,20 +569,13 @@ class Importer {
         (node.input_size() < 2 || node.input(1).empty())) {
       attrs.Set("num_outputs", static_cast<int64_t>(node.output_size()));  // equal parts, one per output
     }
-    {
-      // graph/ops_tensor_fold.cc: static shape arithmetic (Shape -> Gather -> Unsqueeze ->
-      // Concat -> Reshape) becomes constants, which the ops needing constant inputs read.
-      Node probe;
-      probe.name = name;
-      probe.op = op;
-      probe.inputs = inputs;
-      probe.attrs = attrs;
-      while (!probe.inputs.empty() && probe.inputs.back() == nullptr) probe.inputs.pop_back();
-      std::vector<Tensor> folded = mpc_domain ? std::vector<Tensor>{} : tensor_ops::FoldStatic(probe);
-      if (!folded.empty() && node.output_size() == 1 && !node.output(0).empty()) {
-        return Define(node.output(0), graph_->AddConstant(node.output(0), std::move(folded[0])), where);
-      }
-    }
+    return attrs;
+  }
+
+  // The node in the graph, its outputs defined under their ONNX names.
+  absl::Status AddImportedNode(const onnx::NodeProto& node, const std::string& name, std::vector<Value*> inputs,
+                               AttrMap attrs, const std::string& where) {
+    const std::string& op = node.op_type();
     std::vector<std::string> output_names(node.output().begin(), node.output().end());
     if (op == "MaxPool" && output_names.size() > 1) {  // graph/ops_conv.cc: no Indices output
       if (!output_names[1].empty()) {

@@ -1,5 +1,5 @@
 // Resolution helpers shared by the indexing ops' inference (graph/ops_tensor.cc) and
-// their CPU kernels (backends/cpu/kernels_tensor.cc): a Slice node's starts/ends/axes/
+// their CPU kernels (backends/cpu/kernels_slice.cc): a Slice node's starts/ends/axes/
 // steps (attributes before opset 10, constant inputs from 10) resolved to one clamped
 // start and step per axis of the input.
 #pragma once

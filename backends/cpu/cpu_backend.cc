@@ -46,17 +46,28 @@ class CpuBackend : public Backend {
   const KernelRegistry& kernels() const override {
     static const KernelRegistry* registry = [] {
       auto* r = new KernelRegistry();
-      RegisterCpuMatmulKernels(*r);
-      RegisterCpuElementwiseKernels(*r);
-      RegisterCpuSoftmaxLossKernels(*r);
-      RegisterCpuShapeKernels(*r);
-      RegisterCpuOptimizerKernels(*r);
-      RegisterCpuLossScalingKernels(*r);
-      RegisterCpuPadKernels(*r);
-      RegisterCpuFp8Kernels(*r);
-      RegisterCpuConvKernels(*r);
-      RegisterCpuNormKernels(*r);
-      RegisterCpuTensorKernels(*r);
+      for (auto family : {RegisterCpuGemmKernels,
+                          RegisterCpuElementwiseKernels,
+                          RegisterCpuMathKernels,
+                          RegisterCpuCompareKernels,
+                          RegisterCpuCastKernels,
+                          RegisterCpuDropoutKernels,
+                          RegisterCpuSoftmaxLossKernels,
+                          RegisterCpuLayerNormKernels,
+                          RegisterCpuBatchNormKernels,
+                          RegisterCpuShapeKernels,
+                          RegisterCpuSliceKernels,
+                          RegisterCpuGatherKernels,
+                          RegisterCpuReduceKernels,
+                          RegisterCpuConvKernels,
+                          RegisterCpuPoolKernels,
+                          RegisterCpuOptimizerKernels,
+                          RegisterCpuMultiTensorUpdateKernels,
+                          RegisterCpuLossScalingKernels,
+                          RegisterCpuFp8Kernels,
+                          RegisterCpuFp8GemmKernels}) {
+        family(*r);
+      }
       RegisterCpuDnnlEltwiseKernels(*r);
       return r;
     }();

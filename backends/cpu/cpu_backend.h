@@ -20,20 +20,31 @@ std::unique_ptr<Backend> CreateCpuBackend();
 dnnl::engine& CpuDnnlEngine();
 dnnl::stream& CpuDnnlStream();
 
-// Kernel families (backends/cpu/kernels_*.cc) add themselves to the CPU registry.
-void RegisterCpuMatmulKernels(KernelRegistry& r);
+// The kernel families, one file each (backends/cpu/kernels_<family>.cc), with the same
+// names as the CUDA backend's (backends/cuda/kernels_<family>.{cu,cc}); each registers its
+// ops in the CPU registry.
+void RegisterCpuGemmKernels(KernelRegistry& r);  // + kernels_gemm_lowp.cc (bf16/f16/f8 operands)
 void RegisterCpuElementwiseKernels(KernelRegistry& r);
+void RegisterCpuMathKernels(KernelRegistry& r);
+void RegisterCpuCompareKernels(KernelRegistry& r);
+void RegisterCpuCastKernels(KernelRegistry& r);
+void RegisterCpuDropoutKernels(KernelRegistry& r);
 void RegisterCpuSoftmaxLossKernels(KernelRegistry& r);
+void RegisterCpuLayerNormKernels(KernelRegistry& r);
+void RegisterCpuBatchNormKernels(KernelRegistry& r);
 void RegisterCpuShapeKernels(KernelRegistry& r);
+void RegisterCpuSliceKernels(KernelRegistry& r);
+void RegisterCpuGatherKernels(KernelRegistry& r);
+void RegisterCpuReduceKernels(KernelRegistry& r);
+void RegisterCpuConvKernels(KernelRegistry& r);
+void RegisterCpuPoolKernels(KernelRegistry& r);
 void RegisterCpuOptimizerKernels(KernelRegistry& r);
+void RegisterCpuMultiTensorUpdateKernels(KernelRegistry& r);
 void RegisterCpuLossScalingKernels(KernelRegistry& r);
-void RegisterCpuPadKernels(KernelRegistry& r);
 void RegisterCpuFp8Kernels(KernelRegistry& r);
-void RegisterCpuFp8GemmKernels(KernelRegistry& r);  // kernels_fp8_gemm.cc, from RegisterCpuFp8Kernels
-void RegisterCpuConvKernels(KernelRegistry& r);     // kernels_conv*.cc, kernels_pool.cc
-void RegisterCpuNormKernels(KernelRegistry& r);     // kernels_norm*.cc, kernels_math.cc
-void RegisterCpuTensorKernels(KernelRegistry& r);   // kernels_tensor*.cc
-// Registered last: oneDNN's f32 eltwise/softmax replace the f32 loop kernels.
+void RegisterCpuFp8GemmKernels(KernelRegistry& r);
+// Registered last: oneDNN's f32 eltwise/softmax replace the f32 loop kernels
+// (kernels_dnnl_eltwise.cc, a CPU-only fast path, not a family).
 void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r);
 
 }  // namespace mpc

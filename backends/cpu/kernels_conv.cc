@@ -7,7 +7,7 @@
 //   bf16  oneDNN natively (bf16 operands, f32 accumulation, rounded once to bf16); where
 //         oneDNN cannot build that primitive, staged through f32 like f16.
 //   f16   staged: operands widened to f32 (exact) in scratch allocated at creation, the
-//         f32 primitive run, the result rounded once to f16 (kernels_matmul_lowp.cc).
+//         f32 primitive run, the result rounded once to f16 (kernels_gemm_lowp.cc).
 //   f64   plain loops (the reference), OpenMP-parallel over N x M (forward), N x C
 //         (backward data) or M x C/group (backward weights). The same loops over f32
 //         are the fallback when oneDNN rejects a configuration.
@@ -23,12 +23,10 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
-#include "backends/cpu/kernels_matmul.h"
+#include "backends/cpu/kernels_gemm.h"
 #include "graph/ops_conv_util.h"
 
 namespace mpc {
-
-void RegisterCpuPoolKernels(KernelRegistry& r);  // kernels_pool.cc
 
 namespace {
 
@@ -405,7 +403,6 @@ void RegisterCpuConvKernels(KernelRegistry& r) {
     r.Register("ConvGradInput", "cpu", d, ConvKernel::Create<ConvMode::kGradInput>);
     r.Register("ConvGradWeight", "cpu", d, ConvKernel::Create<ConvMode::kGradWeight>);
   }
-  RegisterCpuPoolKernels(r);
 }
 
 }  // namespace mpc

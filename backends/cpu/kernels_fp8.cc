@@ -83,7 +83,6 @@ void RegisterCpuFp8Kernels(KernelRegistry& r) {
   r.Register("Fp8Quantize", "cpu", DType::kBF16, QuantizeKernel<Bf16>::Create);
   r.Register("Fp8Quantize", "cpu", DType::kF16, QuantizeKernel<Half>::Create);
   r.Register("Fp8UpdateScales", "cpu", DType::kF32, CreateUpdateScales);
-  RegisterCpuFp8GemmKernels(r);
 }
 
 }  // namespace mpc

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/kernels_matmul.h"
+#include "backends/cpu/kernels_gemm.h"
 #include "graph/float8.h"
 
 namespace mpc {

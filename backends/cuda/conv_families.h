@@ -1,5 +1,4 @@
-// The convolution family's internal interface, between kernels_conv.cc (host code: the
-// cuDNN convolutions and the family's registry entry point RegisterCudaConvKernels) and
+// The interface between kernels_conv.cc (host code: the cuDNN convolutions) and
 // kernels_pool.cu (device code: the pooling kernels, and the small device helpers the
 // convolutions need around cuDNN). No device code here: kernels_conv.cc is compiled by
 // the host compiler.
@@ -15,11 +14,6 @@
 #include "backends/backend.h"
 
 namespace mpc {
-
-// kernels_pool.cu: MaxPool, MaxPoolGrad, AveragePool, AveragePoolGrad, GlobalAveragePool,
-// GlobalMaxPool for f32, bf16 and f16. Called from RegisterCudaConvKernels.
-void RegisterCudaPoolKernels(KernelRegistry& r);
-
 namespace cuda {
 
 // For planes p < `planes` of row-major [h, w] images (dtype f32, bf16 or f16):

@@ -1,18 +1,6 @@
-// CublasLtGemm (see cublaslt_gemm.h) and the Gemm kernels (f32, bf16, f16) on it.
-//
-// Gemm (ONNX, with mpc's attributes; backends/cpu/kernels_matmul.cc is the reference):
-//   Y = act(alpha * op(A) op(B) + beta * C), act = ReLU when mpc_activation = "Relu" (the
-//   fuse-epilogues pass emits only that), Y in the operands' dtype or f32
-//   (mpc_output_dtype), f32 accumulation, TF32 for f32 operands with mpc_tf32 = 1 on a
-//   device that has it. C (absent, or ignored when beta = 0) takes one of three routes:
-//   - a row [N] / [1,N] in Y's dtype with beta = 1: cuBLASLt's bias epilogue (free);
-//   - a full [M,N] in Y's dtype: cuBLASLt's C matrix with beta;
-//   - anything else the CPU accepts (scalar, [1], [1,1], a column [M,1], a row with
-//     beta != 1, a C whose dtype differs from an f32 Y): C is first broadcast into Y,
-//     converted to Y's dtype, by a second cuBLASLt product made for it at creation (a
-//     batch of M 1x1-by-1xN products against a device vector of ones: exact, since each
-//     output element is 1 * c), then the GEMM adds beta * Y in place. This mirrors the
-//     CPU's sum post-op and keeps this file free of device code.
+// CublasLtGemm (see cublaslt_gemm.h): descriptors, layouts and the algorithm chosen once
+// per shape, then one cublasLtMatmul per Run. The node kernels built on it are in
+// kernels_gemm.cc (Gemm, MatMul) and kernels_fp8_gemm.cu (Fp8Gemm).
 #include "backends/cuda/cublaslt_gemm.h"
 
 #include <cuda_runtime_api.h>
@@ -198,15 +186,23 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(CudaBackend& 
   g->backend_ = &backend;
   g->spec_ = s;
   g->what_ = Describe(s);
-  const std::string& what = g->what_;
+  MPC_RETURN_IF_ERROR(CheckSpec(backend, s, g->what_));
+  g->fp8_ = IsFp8(s.a_dtype()) || IsFp8(s.b_dtype());
+  MPC_ASSIGN_OR_RETURN(g->lt_, backend.CublasLt());
+  MPC_RETURN_IF_ERROR(g->CreateDescriptor());
+  MPC_RETURN_IF_ERROR(g->CreateLayouts());
+  MPC_RETURN_IF_ERROR(g->ChooseAlgorithm());
+  return g;
+}
+
+// The spec on its own: shapes, strides, and which dtype / epilogue combinations exist.
+absl::Status CublasLtGemm::CheckSpec(const CudaBackend& backend, const LtGemmSpec& s, const std::string& what) {
   auto invalid = [&what](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("cuBLASLt GEMM (", what, "): ", why));
   };
   auto unimplemented = [&what](const std::string& why) {
     return absl::UnimplementedError(absl::StrCat("cuBLASLt GEMM (", what, "): ", why));
   };
-
-  // ---- the spec on its own -------------------------------------------------------------
   if (s.m <= 0 || s.n <= 0 || s.k <= 0) return invalid("M, N and K must be positive (callers skip empty products)");
   if (s.batch <= 0 || s.batch > std::numeric_limits<int32_t>::max()) {
     return invalid("the batch count must be in [1, 2^31)");
@@ -220,9 +216,9 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(CudaBackend& 
     return unimplemented("bias gradients of a batched GEMM are not supported (every batch would write one vector)");
   }
   if (s.amax_d && !IsFp8(s.out)) return invalid("amax_d needs an FP8 (E4M3/E5M2) output");
-  g->fp8_ = IsFp8(s.a_dtype()) || IsFp8(s.b_dtype());
+  const bool fp8 = IsFp8(s.a_dtype()) || IsFp8(s.b_dtype());
   MPC_RETURN_IF_ERROR(CheckFp8GemmSpec(backend, s));
-  if (!g->fp8_) {
+  if (!fp8) {
     if (s.a_dtype() != s.b_dtype()) return invalid("A and B must have one dtype");
     if (s.operand != DType::kF32 && s.operand != DType::kBF16 && s.operand != DType::kF16) {
       return unimplemented("operands must be f32, bf16, f16, or FP8");
@@ -236,84 +232,89 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(CudaBackend& 
   } else if (IsFp8(s.out) && HasAux(s.epilogue)) {
     return unimplemented("aux epilogues with an FP8 output");
   }
+  return absl::OkStatus();
+}
 
-  // ---- descriptor ----------------------------------------------------------------------
-  MPC_ASSIGN_OR_RETURN(g->lt_, backend.CublasLt());
-  void* placeholder = backend.cublaslt_workspace();  // non-null, 256-byte aligned; see below
-  MPC_ASSIGN_OR_RETURN(cudaDataType_t a_type, CudaType(s.a_dtype()));
-  MPC_ASSIGN_OR_RETURN(cudaDataType_t b_type, CudaType(s.b_dtype()));
-  MPC_ASSIGN_OR_RETURN(cudaDataType_t d_type, CudaType(s.out));
+// The matmul descriptor: compute type, operations, epilogue, and the per-call pointers.
+absl::Status CublasLtGemm::CreateDescriptor() {
+  const LtGemmSpec& s = spec_;
+  void* placeholder = backend_->cublaslt_workspace();  // non-null, 256-byte aligned; see below
   // f32 accumulation and f32 alpha/beta/scales for every dtype (FP8 requires exactly this).
   const cublasComputeType_t compute =
       s.tf32 && s.operand == DType::kF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&g->desc_, compute, CUDA_R_32F));
+  MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
   // Swapped operands: cuBLASLt's A is our B (op = tb), its B is our A (op = ta).
   const cublasOperation_t op_a = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  MPC_RETURN_IF_ERROR(
-      SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_TRANSA, op_a, "cublasLtMatmulDescSetAttribute(TRANSA)"));
-  MPC_RETURN_IF_ERROR(
-      SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_TRANSB, op_b, "cublasLtMatmulDescSetAttribute(TRANSB)"));
+  MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_TRANSA, op_a, "cublasLtMatmulDescSetAttribute(TRANSA)"));
+  MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_TRANSB, op_b, "cublasLtMatmulDescSetAttribute(TRANSB)"));
   const cublasLtEpilogue_t epi = CublasEpilogue(s.epilogue, s.bias);
   MPC_RETURN_IF_ERROR(
-      SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, epi, "cublasLtMatmulDescSetAttribute(EPILOGUE)"));
+      SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, epi, "cublasLtMatmulDescSetAttribute(EPILOGUE)"));
   // The per-call pointers are set by Run. The heuristic does not dereference them, but it
   // does look at which are set (an amax or scale pointer selects different kernels) and
   // at their alignment, so it sees non-null, well-aligned placeholders here.
   if (s.bias || WritesBiasGrad(s.epilogue)) {
-    MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, placeholder,
+    MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, placeholder,
                                     "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
   }
-  if (s.bias && g->fp8_) {
+  if (s.bias && fp8_) {
     // FP8 kernels take a bias type of their own (bf16 for an f32 or FP8 output); other
     // GEMMs read the output's dtype (checked above), the default.
     MPC_ASSIGN_OR_RETURN(cudaDataType_t bias_type, CudaType(LtBiasDType(s)));
-    MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type,
+    MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type,
                                     "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)"));
   }
   if (HasAux(s.epilogue)) {
     const int64_t aux_ld = LtAuxLd(s);
-    MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, placeholder,
+    MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, placeholder,
                                     "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)"));
-    MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld,
+    MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld,
                                     "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)"));
     if (s.batch > 1) {
       const int64_t aux_stride = s.m * aux_ld;
-      MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, aux_stride,
+      MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, aux_stride,
                                       "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_BATCH_STRIDE)"));
     }
   }
-  if (g->fp8_) {
+  if (fp8_) {
     const int8_t fast_accum = s.fast_accum ? 1 : 0;
-    MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accum,
-                                    "cublasLtMatmulDescSetAttribute(FAST_ACCUM)"));
-    MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, placeholder,
+    MPC_RETURN_IF_ERROR(
+        SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accum, "cublasLtMatmulDescSetAttribute(FAST_ACCUM)"));
+    MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, placeholder,
                                     "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
-    MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, placeholder,
+    MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, placeholder,
                                     "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)"));
     if (IsFp8(s.out)) {
-      MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, placeholder,
+      MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, placeholder,
                                       "cublasLtMatmulDescSetAttribute(D_SCALE_POINTER)"));
     }
     if (s.amax_d) {
-      MPC_RETURN_IF_ERROR(SetDescAttr(g->desc_, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, placeholder,
+      MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, placeholder,
                                       "cublasLtMatmulDescSetAttribute(AMAX_D_POINTER)"));
     }
   }
+  return absl::OkStatus();
+}
 
-  // ---- layouts -------------------------------------------------------------------------
+// The matrix layouts, batched where the spec is.
+absl::Status CublasLtGemm::CreateLayouts() {
+  const LtGemmSpec& s = spec_;
+  MPC_ASSIGN_OR_RETURN(cudaDataType_t a_type, CudaType(s.a_dtype()));
+  MPC_ASSIGN_OR_RETURN(cudaDataType_t b_type, CudaType(s.b_dtype()));
+  MPC_ASSIGN_OR_RETURN(cudaDataType_t d_type, CudaType(s.out));
   // Stored matrices in column-major terms. Our row-major B: [K,N] (tb=0) is the
   // column-major N x K with ld N; [N,K] (tb=1) is K x N with ld K. Likewise A; Y [M,N]
   // is the column-major N x M with ld N.
   const uint64_t a_rows = s.tb ? s.k : s.n, a_cols = s.tb ? s.n : s.k;
   const uint64_t b_rows = s.ta ? s.m : s.k, b_cols = s.ta ? s.k : s.m;
-  MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&g->lt_a_, b_type, a_rows, a_cols, a_rows));
-  MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&g->lt_b_, a_type, b_rows, b_cols, b_rows));
-  MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&g->lt_d_, d_type, s.n, s.m, s.n));
+  MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&lt_a_, b_type, a_rows, a_cols, a_rows));
+  MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&lt_b_, a_type, b_rows, b_cols, b_rows));
+  MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&lt_d_, d_type, s.n, s.m, s.n));
   if (IsFp8(s.out)) {
     // An FP8 D takes a C of the bias type (bf16/f16); beta is 0, so C is never read.
     MPC_ASSIGN_OR_RETURN(cudaDataType_t c_type, CudaType(LtBiasDType(s)));
-    MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&g->lt_c_, c_type, s.n, s.m, s.n));
+    MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&lt_c_, c_type, s.n, s.m, s.n));
   }
   if (s.batch > 1) {
     const int32_t count = static_cast<int32_t>(s.batch);
@@ -321,8 +322,7 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(CudaBackend& 
     struct {
       cublasLtMatrixLayout_t layout;
       int64_t stride;
-    } batched[] = {
-        {g->lt_a_, s.b_batch_stride}, {g->lt_b_, s.a_batch_stride}, {g->lt_d_, y_stride}, {g->lt_c_, y_stride}};
+    } batched[] = {{lt_a_, s.b_batch_stride}, {lt_b_, s.a_batch_stride}, {lt_d_, y_stride}, {lt_c_, y_stride}};
     for (const auto& l : batched) {
       if (!l.layout) continue;
       MPC_RETURN_IF_ERROR(SetLayoutAttr(l.layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count,
@@ -331,12 +331,16 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(CudaBackend& 
                                         "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)"));
     }
   }
+  return absl::OkStatus();
+}
 
-  // ---- the algorithm, chosen once --------------------------------------------------------
+// The algorithm, chosen once by cuBLASLt's heuristic for our workspace and alignment.
+absl::Status CublasLtGemm::ChooseAlgorithm() {
+  const LtGemmSpec& s = spec_;
   PreferenceGuard pref;
   MPC_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref.pref));
-  g->workspace_bytes_ = CudaBackend::kCublasLtWorkspaceBytes;
-  const uint64_t workspace_bytes = g->workspace_bytes_;
+  workspace_bytes_ = CudaBackend::kCublasLtWorkspaceBytes;
+  const uint64_t workspace_bytes = workspace_bytes_;
   MPC_RETURN_IF_ERROR(SetPrefAttr(pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes,
                                   "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
   // The default assumes 256-byte aligned buffers; ours are only spec.alignment-aligned.
@@ -348,18 +352,18 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(CudaBackend& 
   }
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      g->lt_, g->desc_, g->lt_a_, g->lt_b_, g->lt_c_ ? g->lt_c_ : g->lt_d_, g->lt_d_, pref.pref, 1, &result, &returned);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, desc_, lt_a_, lt_b_, lt_c_ ? lt_c_ : lt_d_, lt_d_,
+                                                           pref.pref, 1, &result, &returned);
   if (st != CUBLAS_STATUS_SUCCESS) {
-    return CublasStatus(st, absl::StrCat("cublasLtMatmulAlgoGetHeuristic(", what, ")").c_str());
+    return CublasStatus(st, absl::StrCat("cublasLtMatmulAlgoGetHeuristic(", what_, ")").c_str());
   }
   if (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
     return absl::UnimplementedError(
-        absl::StrCat("cuBLASLt offers no algorithm for ", what,
-                     g->fp8_ ? " (FP8: check the type/bias combination against cublaslt_fp8.cc's table)" : ""));
+        absl::StrCat("cuBLASLt offers no algorithm for ", what_,
+                     fp8_ ? " (FP8: check the type/bias combination against cublaslt_fp8.cc's table)" : ""));
   }
-  g->algo_ = result.algo;
-  return g;
+  algo_ = result.algo;
+  return absl::OkStatus();
 }
 
 absl::Status CublasLtGemm::CheckArgs(const LtGemmArgs& args) const {
@@ -452,171 +456,4 @@ absl::Status CublasLtGemm::Run(const void* a, const void* b, const void* bias, v
   return Run(args);
 }
 
-namespace {
-
-// ---- the Gemm node kernel --------------------------------------------------------------
-
-class CudaGemmKernel : public Kernel {
- public:
-  enum class CRoute { kNone, kBiasEpilogue, kFullC, kBroadcastC };
-
-  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend);
-
-  ~CudaGemmKernel() override {
-    if (ones_) backend_->Free(ones_);
-  }
-
-  absl::Status Run(KernelContext& ctx) override {
-    if (!gemm_) return absl::OkStatus();  // an empty [M,N]
-    LtGemmArgs args;
-    args.a = ctx.inputs[0].data;
-    args.b = ctx.inputs[1].data;
-    args.y = ctx.outputs[0].data;
-    const void* c = route_ == CRoute::kNone ? nullptr : ctx.inputs[2].data;
-    switch (route_) {
-      case CRoute::kNone:
-        break;
-      case CRoute::kBiasEpilogue:
-        args.bias = c;
-        break;
-      case CRoute::kFullC:
-        args.c = c;
-        break;
-      case CRoute::kBroadcastC: {
-        // Y <- C broadcast and converted; the GEMM then adds into it with beta.
-        LtGemmArgs bc;
-        bc.a = c_is_left_factor_ ? c : ones_;
-        bc.b = c_is_left_factor_ ? ones_ : c;
-        bc.y = args.y;
-        MPC_RETURN_IF_ERROR(broadcast_->Run(bc));
-        args.c = args.y;
-        break;
-      }
-    }
-    return gemm_->Run(args);
-  }
-
- private:
-  CudaBackend* backend_ = nullptr;
-  std::unique_ptr<CublasLtGemm> gemm_;
-  CRoute route_ = CRoute::kNone;
-  std::unique_ptr<CublasLtGemm> broadcast_;  // kBroadcastC: Y <- C
-  bool c_is_left_factor_ = false;            // kBroadcastC: C is the 1x1 factor (C has one column)
-  void* ones_ = nullptr;                     // kBroadcastC: N ones in C's dtype
-};
-
-// A device vector of n ones in `dtype` (f32, bf16 or f16), filled once at creation.
-absl::StatusOr<void*> DeviceOnes(CudaBackend& backend, DType dtype, int64_t n) {
-  const size_t es = DTypeSize(dtype);
-  std::vector<unsigned char> host(static_cast<size_t>(n) * es);
-  const float one_f32 = 1.0f;
-  const uint16_t one_bf16 = FloatToBf16(1.0f), one_f16 = FloatToHalf(1.0f);
-  const void* one = dtype == DType::kF32    ? static_cast<const void*>(&one_f32)
-                    : dtype == DType::kBF16 ? static_cast<const void*>(&one_bf16)
-                                            : static_cast<const void*>(&one_f16);
-  for (int64_t i = 0; i < n; ++i) std::memcpy(host.data() + i * es, one, es);
-  MPC_ASSIGN_OR_RETURN(void* ones, backend.Allocate(host.size()));
-  if (absl::Status st = backend.CopyToDevice(ones, host.data(), host.size()); !st.ok()) {
-    backend.Free(ones);
-    return st;
-  }
-  return ones;
-}
-
-absl::StatusOr<std::unique_ptr<Kernel>> CudaGemmKernel::Create(const Node& node, Backend& backend) {
-  MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
-  const Shape& a = node.inputs[0]->shape;
-  const Shape& b = node.inputs[1]->shape;
-  const Shape& y = node.outputs[0]->shape;
-  if (a.size() != 2 || b.size() != 2 || y.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm needs 2-D A, B and Y, got ", ShapeToString(a), ", ",
-                                                   ShapeToString(b), " -> ", ShapeToString(y)));
-  }
-  LtGemmSpec s;
-  s.ta = node.attrs.GetInt("transA", 0) != 0;
-  s.tb = node.attrs.GetInt("transB", 0) != 0;
-  s.m = y[0];
-  s.n = y[1];
-  s.k = s.ta ? a[0] : a[1];
-  s.alpha = node.attrs.GetFloat("alpha", 1.0f);
-  const float beta = node.attrs.GetFloat("beta", 1.0f);
-  const std::string act = node.attrs.GetString("mpc_activation", "");
-  if (!act.empty() && act != "Relu") {
-    return absl::UnimplementedError(absl::StrCat("Gemm with mpc_activation=", act, " is not yet on CUDA (only Relu)"));
-  }
-  if (act == "Relu") s.epilogue = LtEpilogue::kRelu;
-  s.tf32 = node.attrs.GetInt("mpc_tf32", 0) != 0 && cuda->capabilities().tf32;
-  s.operand = node.inputs[0]->dtype;
-  s.out = node.outputs[0]->dtype;
-  // Every buffer is a cudaMalloc allocation or an arena offset, aligned to this.
-  s.alignment = static_cast<uint32_t>(kArenaAlignment);
-  if (node.inputs[1]->dtype != s.operand) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm operands differ in dtype: ", DTypeName(s.operand), " and ",
-                                                   DTypeName(node.inputs[1]->dtype)));
-  }
-  if (s.out != s.operand && s.out != DType::kF32) {
-    return absl::UnimplementedError(absl::StrCat("Gemm with ", DTypeName(s.operand), " operands and ", DTypeName(s.out),
-                                                 " output is not yet on CUDA"));
-  }
-
-  std::unique_ptr<CudaGemmKernel> kernel(new CudaGemmKernel());
-  kernel->backend_ = cuda;
-  if (s.m == 0 || s.n == 0) return std::unique_ptr<Kernel>(std::move(kernel));
-  if (s.k == 0) return absl::UnimplementedError("Gemm with K=0 (an empty contraction) is not yet on CUDA");
-
-  const Value* c = node.inputs.size() > 2 ? node.inputs[2] : nullptr;
-  if (c && beta != 0.0f) {
-    const Shape& cs = c->shape;
-    if (cs.size() > 2) {
-      return absl::InvalidArgumentError(absl::StrCat("Gemm C ", ShapeToString(cs), " has rank > 2"));
-    }
-    const bool row = cs == Shape{s.n} || cs == Shape{1, s.n};
-    if (row && beta == 1.0f && c->dtype == s.out) {
-      kernel->route_ = CRoute::kBiasEpilogue;
-      s.bias = true;
-      s.bias_dtype = c->dtype;
-    } else if (cs == Shape{s.m, s.n} && c->dtype == s.out) {
-      kernel->route_ = CRoute::kFullC;
-      s.beta = beta;
-    } else {
-      kernel->route_ = CRoute::kBroadcastC;
-      s.beta = beta;
-      // Element (i, j) of the broadcast C is c[i * row_stride + j * col_stride].
-      const int64_t c_cols = cs.empty() ? 1 : cs.back();
-      const int64_t c_rows = cs.size() == 2 ? cs[0] : 1;
-      const int64_t col_stride = c_cols == 1 ? 0 : 1;
-      const int64_t row_stride = c_rows == 1 ? 0 : c_cols;
-      // Row i of Y is one 1x1-by-1xN product: [1] * C's row i when C has N columns,
-      // else C[i] (or the scalar) * ones[1,N].
-      LtGemmSpec bs;
-      bs.m = 1;
-      bs.k = 1;
-      bs.n = s.n;
-      bs.batch = s.m;
-      bs.operand = c->dtype;
-      bs.out = s.out;
-      bs.alignment = s.alignment;
-      kernel->c_is_left_factor_ = col_stride == 0;
-      bs.a_batch_stride = kernel->c_is_left_factor_ ? row_stride : 0;
-      bs.b_batch_stride = kernel->c_is_left_factor_ ? 0 : row_stride;
-      MPC_ASSIGN_OR_RETURN(kernel->broadcast_, CublasLtGemm::Create(*cuda, bs));
-      MPC_ASSIGN_OR_RETURN(kernel->ones_, DeviceOnes(*cuda, c->dtype, s.n));
-    }
-  }
-  MPC_ASSIGN_OR_RETURN(kernel->gemm_, CublasLtGemm::Create(*cuda, s));
-  return std::unique_ptr<Kernel>(std::move(kernel));
-}
-
-}  // namespace
 }  // namespace mpc::cuda
-
-namespace mpc {
-
-void RegisterCudaGemmKernels(KernelRegistry& r) {
-  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
-    r.Register("Gemm", "cuda", d, cuda::CudaGemmKernel::Create);
-  }
-  cuda::RegisterCudaMatMulKernels(r);
-}
-
-}  // namespace mpc

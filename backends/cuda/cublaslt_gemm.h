@@ -5,7 +5,7 @@
 // backend's stream (no allocation, no synchronisation, capturable). The handle and the
 // 32 MiB workspace belong to the backend (CudaBackend::CublasLt) and are shared by every
 // GEMM. Every GEMM of the CUDA backend goes through this class: Gemm and MatMul nodes
-// (cublaslt_gemm.cc, cublaslt_matmul.cc) and, later, the FP8 lowering.
+// (kernels_gemm.cc) and Fp8Gemm nodes (kernels_fp8_gemm.cu).
 //
 // Semantics, row-major, for each batch i:
 //   Y[M,N] = epilogue(alpha * op(A)[M,K] op(B)[K,N] + beta * C[M,N] (+ bias[N]))
@@ -137,6 +137,11 @@ class CublasLtGemm {
 
  private:
   CublasLtGemm() = default;
+  // Create's steps, in order.
+  static absl::Status CheckSpec(const CudaBackend& backend, const LtGemmSpec& spec, const std::string& what);
+  absl::Status CreateDescriptor();
+  absl::Status CreateLayouts();
+  absl::Status ChooseAlgorithm();
   absl::Status CheckArgs(const LtGemmArgs& args) const;
 
   CudaBackend* backend_ = nullptr;
@@ -157,8 +162,5 @@ class CublasLtGemm {
 absl::Status CheckFp8GemmSpec(const CudaBackend& backend, const LtGemmSpec& spec);
 // The bias vector dtype the spec resolves to (see LtGemmSpec::bias_dtype).
 DType LtBiasDType(const LtGemmSpec& spec);
-
-// MatMul kernels (cublaslt_matmul.cc), registered by mpc::RegisterCudaGemmKernels.
-void RegisterCudaMatMulKernels(KernelRegistry& r);
 
 }  // namespace mpc::cuda

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_status.h"
-#include "backends/cuda/fp8_gemm_families.h"
 #include "base/status_macros.h"
 
 namespace mpc {
@@ -163,13 +162,29 @@ absl::StatusOr<CudaBackend*> AsCuda(Backend& backend) {
 const KernelRegistry& CudaKernelRegistry() {
   static const KernelRegistry* registry = [] {
     auto* r = new KernelRegistry();
-    RegisterCudaGemmKernels(*r);
-    RegisterCudaElementwiseKernels(*r);
-    RegisterCudaTensorKernels(*r);
-    RegisterCudaSoftmaxNormKernels(*r);
-    RegisterCudaTrainingKernels(*r);
-    RegisterCudaFp8GemmKernels(*r);
-    RegisterCudaConvKernels(*r);
+    using namespace cuda;  // NOLINT: the family list below
+    for (auto family : {RegisterCudaGemmKernels,
+                        RegisterCudaElementwiseKernels,
+                        RegisterCudaMathKernels,
+                        RegisterCudaCompareKernels,
+                        RegisterCudaCastKernels,
+                        RegisterCudaDropoutKernels,
+                        RegisterCudaSoftmaxLossKernels,
+                        RegisterCudaLayerNormKernels,
+                        RegisterCudaBatchNormKernels,
+                        RegisterCudaShapeKernels,
+                        RegisterCudaSliceKernels,
+                        RegisterCudaGatherKernels,
+                        RegisterCudaReduceKernels,
+                        RegisterCudaConvKernels,
+                        RegisterCudaPoolKernels,
+                        RegisterCudaOptimizerKernels,
+                        RegisterCudaMultiTensorUpdateKernels,
+                        RegisterCudaLossScalingKernels,
+                        RegisterCudaFp8Kernels,
+                        RegisterCudaFp8GemmKernels}) {
+      family(*r);
+    }
     return r;
   }();
   return *registry;

@@ -1,5 +1,5 @@
-// The CUDA backend's public entry point. Deliberately free of CUDA headers: backends/
-// backend.cc (compiled without the toolkit's include path) includes it under
+// The CUDA backend's public entry point. Deliberately free of CUDA headers: engine/
+// device.cc (compiled without the toolkit's include path) includes it under
 // MPC_WITH_CUDA. The class itself and what kernels need from it are in cuda_device.h.
 #pragma once
 
@@ -18,12 +18,33 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
 // The "cuda" kernel registry. Needs no device: tests check its coverage everywhere.
 const KernelRegistry& CudaKernelRegistry();
 
-// Kernel families (backends/cuda/*.cc, *.cu) add themselves to the "cuda" registry.
-void RegisterCudaGemmKernels(KernelRegistry& r);         // cublaslt_gemm.cc: Gemm, MatMul
-void RegisterCudaElementwiseKernels(KernelRegistry& r);  // kernels_elementwise.cu and friends
-void RegisterCudaTensorKernels(KernelRegistry& r);       // kernels_tensor.cu: shapes, slicing, gather, reductions
-void RegisterCudaSoftmaxNormKernels(KernelRegistry& r);  // kernels_softmax_loss.cu, kernels_norm.cu
-void RegisterCudaTrainingKernels(KernelRegistry& r);     // kernels_optimizer.cu, loss scaling, FP8 meta
-void RegisterCudaConvKernels(KernelRegistry& r);         // kernels_conv.cc (cuDNN), kernels_pool.cu
+namespace cuda {
 
+// The kernel families, one file each (backends/cuda/kernels_<family>.{cu,cc}), with the
+// same names as the CPU backend's (backends/cpu/kernels_<family>.cc); each registers its
+// ops in the "cuda" registry. Besides them: cublaslt_gemm.cc (the cuBLASLt wrapper the
+// GEMM families use), cublaslt_fp8.cc (its FP8 rules), strided_copy.cu (the copy the
+// data-movement families are planned as), cuda_backend*.cc (device, memory, cuDNN).
+void RegisterCudaGemmKernels(KernelRegistry& r);
+void RegisterCudaElementwiseKernels(KernelRegistry& r);
+void RegisterCudaMathKernels(KernelRegistry& r);
+void RegisterCudaCompareKernels(KernelRegistry& r);
+void RegisterCudaCastKernels(KernelRegistry& r);
+void RegisterCudaDropoutKernels(KernelRegistry& r);
+void RegisterCudaSoftmaxLossKernels(KernelRegistry& r);
+void RegisterCudaLayerNormKernels(KernelRegistry& r);
+void RegisterCudaBatchNormKernels(KernelRegistry& r);
+void RegisterCudaShapeKernels(KernelRegistry& r);
+void RegisterCudaSliceKernels(KernelRegistry& r);
+void RegisterCudaGatherKernels(KernelRegistry& r);
+void RegisterCudaReduceKernels(KernelRegistry& r);
+void RegisterCudaConvKernels(KernelRegistry& r);
+void RegisterCudaPoolKernels(KernelRegistry& r);
+void RegisterCudaOptimizerKernels(KernelRegistry& r);
+void RegisterCudaMultiTensorUpdateKernels(KernelRegistry& r);
+void RegisterCudaLossScalingKernels(KernelRegistry& r);
+void RegisterCudaFp8Kernels(KernelRegistry& r);
+void RegisterCudaFp8GemmKernels(KernelRegistry& r);
+
+}  // namespace cuda
 }  // namespace mpc

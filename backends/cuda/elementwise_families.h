@@ -1,7 +1,6 @@
-// The CUDA elementwise kernel family, one concern per file:
+// The CUDA elementwise families, one file each:
 //   kernels_elementwise.cu  Add Sub Mul Div (broadcasting), Neg Relu Sigmoid Tanh and their
-//                           output-based gradients; RegisterCudaElementwiseKernels, the
-//                           family's single entry point, calls the Register functions below
+//                           output-based gradients
 //   kernels_math.cu         Erf Sqrt SqrtGrad Exp Log Reciprocal Pow Gelu GeluGrad
 //   kernels_compare.cu      Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Not Where
 //   kernels_cast.cu         Cast
@@ -29,12 +28,6 @@
 #include "backends/cuda/cuda_kernel_util.cuh"
 
 namespace mpc::cuda {
-
-void RegisterCudaArithmeticKernels(KernelRegistry& r);  // kernels_elementwise.cu
-void RegisterCudaMathKernels(KernelRegistry& r);        // kernels_math.cu
-void RegisterCudaCompareKernels(KernelRegistry& r);     // kernels_compare.cu
-void RegisterCudaCastKernels(KernelRegistry& r);        // kernels_cast.cu
-void RegisterCudaDropoutKernels(KernelRegistry& r);     // kernels_dropout.cu
 
 // ---- operand loads -----------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-// CUDA comparison, logic and selection ops (CPU reference: backends/cpu/kernels_tensor.cc;
+// CUDA comparison, logic and selection ops (CPU reference: backends/cpu/kernels_compare.cc;
 // op definitions in graph/ops_tensor.cc). Bool tensors are one byte per element, 0 or 1.
 //   Equal Less Greater LessOrEqual GreaterOrEqual  bool output, numpy broadcasting. Operands
 //       f32, bf16, f16 (compared as the exact f32 values), int64, int32, uint8, and bool

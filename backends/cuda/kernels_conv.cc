@@ -526,15 +526,15 @@ class CudnnConvKernel : public Kernel {
 
 namespace mpc {
 
+namespace cuda {
+
 void RegisterCudaConvKernels(KernelRegistry& r) {
-  using cuda::ConvMode;
-  using cuda::CudnnConvKernel;
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
     r.Register("Conv", "cuda", d, CudnnConvKernel::Create<ConvMode::kForward>);
     r.Register("ConvGradInput", "cuda", d, CudnnConvKernel::Create<ConvMode::kGradInput>);
     r.Register("ConvGradWeight", "cuda", d, CudnnConvKernel::Create<ConvMode::kGradWeight>);
   }
-  RegisterCudaPoolKernels(r);
 }
 
+}  // namespace cuda
 }  // namespace mpc

@@ -83,7 +83,7 @@ struct TanhGradOp {
 
 }  // namespace
 
-void RegisterCudaArithmeticKernels(KernelRegistry& r) {
+void RegisterCudaElementwiseKernels(KernelRegistry& r) {
   RegisterCudaFloatKernels<BinaryFactory<AddOp>::For>(r, "Add");
   RegisterCudaFloatKernels<BinaryFactory<SubOp>::For>(r, "Sub");
   RegisterCudaFloatKernels<BinaryFactory<MulOp>::For>(r, "Mul");
@@ -98,13 +98,4 @@ void RegisterCudaArithmeticKernels(KernelRegistry& r) {
 }
 
 }  // namespace cuda
-
-void RegisterCudaElementwiseKernels(KernelRegistry& r) {
-  cuda::RegisterCudaArithmeticKernels(r);
-  cuda::RegisterCudaMathKernels(r);
-  cuda::RegisterCudaCompareKernels(r);
-  cuda::RegisterCudaCastKernels(r);
-  cuda::RegisterCudaDropoutKernels(r);
-}
-
 }  // namespace mpc

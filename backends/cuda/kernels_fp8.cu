@@ -30,7 +30,6 @@
 #include "backends/cuda/cuda_kernel_util.cuh"
 #include "backends/cuda/float8_device.cuh"
 #include "backends/cuda/fp8_amax.cuh"
-#include "backends/cuda/training_families.h"
 #include "base/status_macros.h"
 
 namespace mpc::cuda {

@@ -38,7 +38,6 @@
 #include "backends/cuda/cuda_kernel_util.cuh"
 #include "backends/cuda/float8_device.cuh"
 #include "backends/cuda/fp8_amax.cuh"
-#include "backends/cuda/fp8_gemm_families.h"
 #include "base/status_macros.h"
 #include "graph/capabilities.h"
 
@@ -289,11 +288,14 @@ class CudaFp8GemmKernel : public Kernel {
 
 namespace mpc {
 
+namespace cuda {
+
 void RegisterCudaFp8GemmKernels(KernelRegistry& r) {
-  cuda::RegisterCudaFloatKernels<cuda::Fp8CastFactory>(r, "Fp8Cast");
+  RegisterCudaFloatKernels<Fp8CastFactory>(r, "Fp8Cast");
   // Looked up by A's dtype: E4M3, or E5M2 where A is the HYBRID format's gradient.
-  r.Register("Fp8Gemm", "cuda", DType::kF8E4M3, cuda::CudaFp8GemmKernel::Create);
-  r.Register("Fp8Gemm", "cuda", DType::kF8E5M2, cuda::CudaFp8GemmKernel::Create);
+  r.Register("Fp8Gemm", "cuda", DType::kF8E4M3, CudaFp8GemmKernel::Create);
+  r.Register("Fp8Gemm", "cuda", DType::kF8E5M2, CudaFp8GemmKernel::Create);
 }
 
+}  // namespace cuda
 }  // namespace mpc

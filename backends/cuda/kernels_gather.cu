@@ -1,4 +1,4 @@
-// CUDA Gather and GatherGrad (graph/ops_tensor.cc), mirroring backends/cpu/kernels_tensor.cc.
+// CUDA Gather and GatherGrad (graph/ops_tensor.cc), mirroring backends/cpu/kernels_gather.cc.
 // Data is viewed as [outer, dim, inner] around the gathered axis, indices flat [count]
 // (int64 or int32; negative indices count from the end of the axis).
 //

@@ -28,7 +28,6 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_kernel_util.cuh"
-#include "backends/cuda/training_families.h"
 #include "base/status_macros.h"
 
 namespace mpc::cuda {

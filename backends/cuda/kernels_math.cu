@@ -1,5 +1,5 @@
 // CUDA elementwise math, f32/bf16/f16 (CPU reference: the "Elementwise" section of
-// backends/cpu/kernels_norm.cc; op definitions in graph/ops_norm.cc):
+// backends/cpu/kernels_math.cc; op definitions in graph/ops_norm.cc):
 //   Erf Sqrt Exp Log Reciprocal  y = f(x), flat
 //   SqrtGrad                     inputs (dy, y): dx = dy == 0 ? 0 : 0.5 * dy / y, so zero
 //                                padding (dy = 0, y = sqrt(0) = 0) gives 0, not NaN

@@ -21,7 +21,6 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_kernel_util.cuh"
 #include "backends/cuda/optimizer_math.cuh"
-#include "backends/cuda/training_families.h"
 #include "base/status_macros.h"
 #include "graph/multi_tensor_update.h"
 

@@ -1,6 +1,5 @@
 // CUDA optimizer updates on f32 master weights, in place, with the CPU backend's
-// torch.optim semantics (backends/cpu/kernels_optimizer.cc), and the training family's
-// registration entry point RegisterCudaTrainingKernels.
+// torch.optim semantics (backends/cpu/kernels_optimizer.cc, optimizer_math.h).
 //   SgdUpdate(param, grad, lr[, momentum_buf][, found_nonfinite]):
 //     g += wd*p; buf = momentum*buf + g; g = nesterov ? g + momentum*buf : buf; p -= lr*g
 //   AdamWUpdate(param, grad, lr, m, v, step[, found_nonfinite]):
@@ -27,7 +26,6 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_kernel_util.cuh"
 #include "backends/cuda/optimizer_math.cuh"
-#include "backends/cuda/training_families.h"
 #include "base/status_macros.h"
 
 namespace mpc::cuda {
@@ -271,15 +269,3 @@ void RegisterCudaOptimizerKernels(KernelRegistry& r) {
 }
 
 }  // namespace mpc::cuda
-
-namespace mpc {
-
-// The training family's single entry point (cuda_backend.h).
-void RegisterCudaTrainingKernels(KernelRegistry& r) {
-  cuda::RegisterCudaOptimizerKernels(r);
-  cuda::RegisterCudaMultiTensorUpdateKernels(r);
-  cuda::RegisterCudaLossScalingKernels(r);
-  cuda::RegisterCudaFp8Kernels(r);
-}
-
-}  // namespace mpc

@@ -490,13 +490,16 @@ absl::Status MatrixTranspose::Launch(const void* src, void* dst, cudaStream_t st
 
 namespace mpc {
 
+namespace cuda {
+
 void RegisterCudaPoolKernels(KernelRegistry& r) {
-  cuda::RegisterCudaFloatKernels<cuda::MaxPoolKernel>(r, "MaxPool");
-  cuda::RegisterCudaFloatKernels<cuda::MaxPoolGradKernel>(r, "MaxPoolGrad");
-  cuda::RegisterCudaFloatKernels<cuda::AveragePoolKernel>(r, "AveragePool");
-  cuda::RegisterCudaFloatKernels<cuda::AveragePoolGradKernel>(r, "AveragePoolGrad");
-  cuda::RegisterCudaFloatKernels<cuda::GlobalPool<false>::For>(r, "GlobalAveragePool");
-  cuda::RegisterCudaFloatKernels<cuda::GlobalPool<true>::For>(r, "GlobalMaxPool");
+  RegisterCudaFloatKernels<MaxPoolKernel>(r, "MaxPool");
+  RegisterCudaFloatKernels<MaxPoolGradKernel>(r, "MaxPoolGrad");
+  RegisterCudaFloatKernels<AveragePoolKernel>(r, "AveragePool");
+  RegisterCudaFloatKernels<AveragePoolGradKernel>(r, "AveragePoolGrad");
+  RegisterCudaFloatKernels<GlobalPool<false>::For>(r, "GlobalAveragePool");
+  RegisterCudaFloatKernels<GlobalPool<true>::For>(r, "GlobalMaxPool");
 }
 
+}  // namespace cuda
 }  // namespace mpc

@@ -5,7 +5,7 @@
 //                          backends/cpu/kernels_shape.cc
 //   ReduceSum ReduceMean   axes from the `axes` input (resolved at creation) or attribute,
 //                          keepdims, noop_with_empty_axes (ops::ReduceAxes); the mean is
-//                          the f32 sum times 1/count, as on the CPU (kernels_norm.cc)
+//                          the f32 sum times 1/count, as on the CPU (kernels_reduce.cc)
 // All three are planned the same way at creation. Extent-1 axes are dropped and adjacent
 // axes of the same kind (kept or reduced) merged; the input then usually reads as
 // [B, Ro, M, Ri] with B and M kept and Ro, Ri reduced, the output as [B, M]:

@@ -1,5 +1,5 @@
 // CUDA kernels for the shape ops (graph/ops_shape.cc, graph/ops_tensor.cc), mirroring
-// backends/cpu/kernels_shape.cc and kernels_tensor.cc:
+// backends/cpu/kernels_shape.cc:
 //   Reshape Flatten Identity Squeeze Unsqueeze   a device-to-device copy of the bytes
 //                                                (none when the planner gave the output
 //                                                the input's buffer)

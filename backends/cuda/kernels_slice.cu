@@ -1,5 +1,5 @@
-// CUDA slicing and joining kernels, mirroring backends/cpu/kernels_tensor.cc and
-// kernels_pad.cc. Each is one or more StridedCopy plans made at creation:
+// CUDA slicing and joining kernels, mirroring backends/cpu/kernels_slice.cc. Each is one or more StridedCopy plans made
+// at creation:
 //   Slice      out index i along axis d reads input index start[d] + i * step[d]; starts,
 //              ends, axes and steps (attributes before opset 10, constant inputs from 10)
 //              resolved and clamped by tensor_ops::ResolveSlice, negative steps included

@@ -448,14 +448,3 @@ void RegisterCudaSoftmaxLossKernels(KernelRegistry& r) {
 }
 
 }  // namespace mpc::cuda
-
-namespace mpc {
-
-// The family's entry point (cuda_backend.h).
-void RegisterCudaSoftmaxNormKernels(KernelRegistry& r) {
-  cuda::RegisterCudaSoftmaxLossKernels(r);
-  cuda::RegisterCudaLayerNormKernels(r);
-  cuda::RegisterCudaBatchNormKernels(r);
-}
-
-}  // namespace mpc

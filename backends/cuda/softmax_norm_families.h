@@ -1,9 +1,8 @@
-// The softmax / loss / normalisation kernel family of the CUDA backend, split by file:
+// The softmax / loss / normalisation families of the CUDA backend, one file each:
 //   kernels_softmax_loss.cu  Softmax, LogSoftmax and their gradients, SoftmaxCrossEntropy-
-//                            Loss (+ Grad), MeanSquaredError (+ Grad); also the family's
-//                            entry point RegisterCudaSoftmaxNormKernels (cuda_backend.h)
-//   kernels_norm.cu          LayerNormalization, LayerNormGrad
-//   kernels_batchnorm.cu     BatchNormalization, BatchNormGrad, BatchNormStatsUpdate
+//                            Loss (+ Grad), MeanSquaredError (+ Grad)
+//   kernels_layer_norm.cu    LayerNormalization, LayerNormGrad
+//   kernels_batch_norm.cu    BatchNormalization, BatchNormGrad, BatchNormStatsUpdate
 // and two helpers those files share: a scratch buffer a kernel allocates at creation and
 // frees with itself, and loads/stores of float operands whose dtype is only known when the
 // kernel is created (per-channel parameters and statistics, which need not have X's dtype).
@@ -20,10 +19,6 @@
 #include "backends/cuda/cuda_kernel_util.cuh"
 
 namespace mpc::cuda {
-
-void RegisterCudaSoftmaxLossKernels(KernelRegistry& r);  // kernels_softmax_loss.cu
-void RegisterCudaLayerNormKernels(KernelRegistry& r);    // kernels_norm.cu
-void RegisterCudaBatchNormKernels(KernelRegistry& r);    // kernels_batchnorm.cu
 
 // Device memory a kernel owns for its whole life (per-row or per-block partial results),
 // allocated once at creation so Run stays free of allocations. Shared by copies of the

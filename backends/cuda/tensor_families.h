@@ -1,13 +1,11 @@
-// The CUDA tensor/shape kernel family (issue 6), split by concern:
-//   kernels_tensor.cu  RegisterCudaTensorKernels (the family's entry point) and the
-//                      strided copy every data-movement kernel here is built on
+// What the CUDA data-movement and reduction families share:
+//   strided_copy.cu    the strided copy every data-movement kernel here is built on
 //   kernels_shape.cu   Reshape Flatten Identity Squeeze Unsqueeze Transpose BroadcastTo
 //                      Expand Shape ConstantOfShape Range
 //   kernels_slice.cu   Slice SliceGrad SliceTo PadTo Concat Split
 //   kernels_gather.cu  Gather GatherGrad
 //   kernels_reduce.cu  ReduceSumTo ReduceSum ReduceMean
-// This header declares the per-file registration functions and the two pieces those
-// files share: StridedCopy (an element copy between two strided layouts, planned at
+// The two pieces those files share are StridedCopy (an element copy between two strided layouts, planned at
 // kernel creation) and DeviceScratch (device memory owned by a kernel). Include it from
 // .cu files only: it pulls in the CUDA runtime headers.
 #pragma once
@@ -23,11 +21,6 @@
 #include "backends/cuda/cuda_kernel_util.cuh"
 
 namespace mpc::cuda {
-
-void RegisterCudaShapeKernels(KernelRegistry& r);   // kernels_shape.cu
-void RegisterCudaSliceKernels(KernelRegistry& r);   // kernels_slice.cu
-void RegisterCudaGatherKernels(KernelRegistry& r);  // kernels_gather.cu
-void RegisterCudaReduceKernels(KernelRegistry& r);  // kernels_reduce.cu
 
 // Every dtype the CPU registers its dtype-agnostic data-movement kernels for, minus f64
 // (the GPU runs f32 and below).

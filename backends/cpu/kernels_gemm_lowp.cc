@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/kernels_matmul.h"
+#include "backends/cpu/kernels_gemm.h"
 
 namespace mpc {
 namespace {
@@ -140,7 +140,7 @@ class LowpMatMulKernel : public Kernel {
 
 }  // namespace
 
-void RegisterCpuMatmulLowpKernels(KernelRegistry& r) {
+void RegisterCpuGemmLowpKernels(KernelRegistry& r) {
   for (DType d : {DType::kBF16, DType::kF16}) {
     r.Register("Gemm", "cpu", d, LowpGemmKernel::Create);
     r.Register("MatMul", "cpu", d, LowpMatMulKernel::Create);

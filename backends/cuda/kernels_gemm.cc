@@ -1,5 +1,21 @@
-// MatMul kernels (f32, bf16, f16) on CublasLtGemm. ONNX MatMul as mpc defines it
-// (graph/ops_nn.cc; backends/cpu/kernels_matmul.cc is the reference): A [..., M, K] x
+// The Gemm and MatMul kernels (f32, bf16, f16) on CublasLtGemm (cublaslt_gemm.h).
+//
+// Gemm (ONNX, with mpc's attributes; backends/cpu/kernels_gemm.cc is the reference):
+//   Y = act(alpha * op(A) op(B) + beta * C), act = ReLU when mpc_activation = "Relu" (the
+//   fuse-epilogues pass emits only that), Y in the operands' dtype or f32
+//   (mpc_output_dtype), f32 accumulation, TF32 for f32 operands with mpc_tf32 = 1 on a
+//   device that has it. C (absent, or ignored when beta = 0) takes one of three routes:
+//   - a row [N] / [1,N] in Y's dtype with beta = 1: cuBLASLt's bias epilogue (free);
+//   - a full [M,N] in Y's dtype: cuBLASLt's C matrix with beta;
+//   - anything else the CPU accepts (scalar, [1], [1,1], a column [M,1], a row with
+//     beta != 1, a C whose dtype differs from an f32 Y): C is first broadcast into Y,
+//     converted to Y's dtype, by a second cuBLASLt product made for it at creation (a
+//     batch of M 1x1-by-1xN products against a device vector of ones: exact, since each
+//     output element is 1 * c), then the GEMM adds beta * Y in place. This mirrors the
+//     CPU's sum post-op and keeps this file free of device code.
+//
+// MatMul: ONNX MatMul as mpc defines it
+// (graph/ops_nn.cc; backends/cpu/kernels_gemm.cc is the reference): A [..., M, K] x
 // B [..., K, N] -> Y [batch..., M, N], both operands of rank >= 2 (the op rejects 1-D
 // ones), the batch dims broadcast numpy-style, Y in the operands' dtype or f32
 // (mpc_output_dtype), f32 accumulation (TF32 for f32 with mpc_tf32 = 1, as Gemm).
@@ -17,6 +33,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +43,7 @@
 #include "backends/cuda/cuda_status.h"
 #include "base/status_macros.h"
 #include "graph/capabilities.h"
+#include "graph/float_convert.h"
 
 namespace mpc::cuda {
 namespace {
@@ -202,10 +221,166 @@ class CudaMatMulKernel : public Kernel {
   size_t in_size_ = 0, out_size_ = 0;
 };
 
+// ---- Gemm --------------------------------------------------------------------------------
+
+// ---- the Gemm node kernel --------------------------------------------------------------
+
+class CudaGemmKernel : public Kernel {
+ public:
+  enum class CRoute { kNone, kBiasEpilogue, kFullC, kBroadcastC };
+
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend);
+
+  ~CudaGemmKernel() override {
+    if (ones_) backend_->Free(ones_);
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    if (!gemm_) return absl::OkStatus();  // an empty [M,N]
+    LtGemmArgs args;
+    args.a = ctx.inputs[0].data;
+    args.b = ctx.inputs[1].data;
+    args.y = ctx.outputs[0].data;
+    const void* c = route_ == CRoute::kNone ? nullptr : ctx.inputs[2].data;
+    switch (route_) {
+      case CRoute::kNone:
+        break;
+      case CRoute::kBiasEpilogue:
+        args.bias = c;
+        break;
+      case CRoute::kFullC:
+        args.c = c;
+        break;
+      case CRoute::kBroadcastC: {
+        // Y <- C broadcast and converted; the GEMM then adds into it with beta.
+        LtGemmArgs bc;
+        bc.a = c_is_left_factor_ ? c : ones_;
+        bc.b = c_is_left_factor_ ? ones_ : c;
+        bc.y = args.y;
+        MPC_RETURN_IF_ERROR(broadcast_->Run(bc));
+        args.c = args.y;
+        break;
+      }
+    }
+    return gemm_->Run(args);
+  }
+
+ private:
+  CudaBackend* backend_ = nullptr;
+  std::unique_ptr<CublasLtGemm> gemm_;
+  CRoute route_ = CRoute::kNone;
+  std::unique_ptr<CublasLtGemm> broadcast_;  // kBroadcastC: Y <- C
+  bool c_is_left_factor_ = false;            // kBroadcastC: C is the 1x1 factor (C has one column)
+  void* ones_ = nullptr;                     // kBroadcastC: N ones in C's dtype
+};
+
+// A device vector of n ones in `dtype` (f32, bf16 or f16), filled once at creation.
+absl::StatusOr<void*> DeviceOnes(CudaBackend& backend, DType dtype, int64_t n) {
+  const size_t es = DTypeSize(dtype);
+  std::vector<unsigned char> host(static_cast<size_t>(n) * es);
+  const float one_f32 = 1.0f;
+  const uint16_t one_bf16 = FloatToBf16(1.0f), one_f16 = FloatToHalf(1.0f);
+  const void* one = dtype == DType::kF32    ? static_cast<const void*>(&one_f32)
+                    : dtype == DType::kBF16 ? static_cast<const void*>(&one_bf16)
+                                            : static_cast<const void*>(&one_f16);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(host.data() + i * es, one, es);
+  MPC_ASSIGN_OR_RETURN(void* ones, backend.Allocate(host.size()));
+  if (absl::Status st = backend.CopyToDevice(ones, host.data(), host.size()); !st.ok()) {
+    backend.Free(ones);
+    return st;
+  }
+  return ones;
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CudaGemmKernel::Create(const Node& node, Backend& backend) {
+  MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
+  const Shape& a = node.inputs[0]->shape;
+  const Shape& b = node.inputs[1]->shape;
+  const Shape& y = node.outputs[0]->shape;
+  if (a.size() != 2 || b.size() != 2 || y.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm needs 2-D A, B and Y, got ", ShapeToString(a), ", ",
+                                                   ShapeToString(b), " -> ", ShapeToString(y)));
+  }
+  LtGemmSpec s;
+  s.ta = node.attrs.GetInt("transA", 0) != 0;
+  s.tb = node.attrs.GetInt("transB", 0) != 0;
+  s.m = y[0];
+  s.n = y[1];
+  s.k = s.ta ? a[0] : a[1];
+  s.alpha = node.attrs.GetFloat("alpha", 1.0f);
+  const float beta = node.attrs.GetFloat("beta", 1.0f);
+  const std::string act = node.attrs.GetString("mpc_activation", "");
+  if (!act.empty() && act != "Relu") {
+    return absl::UnimplementedError(absl::StrCat("Gemm with mpc_activation=", act, " is not yet on CUDA (only Relu)"));
+  }
+  if (act == "Relu") s.epilogue = LtEpilogue::kRelu;
+  s.tf32 = node.attrs.GetInt("mpc_tf32", 0) != 0 && cuda->capabilities().tf32;
+  s.operand = node.inputs[0]->dtype;
+  s.out = node.outputs[0]->dtype;
+  // Every buffer is a cudaMalloc allocation or an arena offset, aligned to this.
+  s.alignment = static_cast<uint32_t>(kArenaAlignment);
+  if (node.inputs[1]->dtype != s.operand) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm operands differ in dtype: ", DTypeName(s.operand), " and ",
+                                                   DTypeName(node.inputs[1]->dtype)));
+  }
+  if (s.out != s.operand && s.out != DType::kF32) {
+    return absl::UnimplementedError(absl::StrCat("Gemm with ", DTypeName(s.operand), " operands and ", DTypeName(s.out),
+                                                 " output is not yet on CUDA"));
+  }
+
+  std::unique_ptr<CudaGemmKernel> kernel(new CudaGemmKernel());
+  kernel->backend_ = cuda;
+  if (s.m == 0 || s.n == 0) return std::unique_ptr<Kernel>(std::move(kernel));
+  if (s.k == 0) return absl::UnimplementedError("Gemm with K=0 (an empty contraction) is not yet on CUDA");
+
+  const Value* c = node.inputs.size() > 2 ? node.inputs[2] : nullptr;
+  if (c && beta != 0.0f) {
+    const Shape& cs = c->shape;
+    if (cs.size() > 2) {
+      return absl::InvalidArgumentError(absl::StrCat("Gemm C ", ShapeToString(cs), " has rank > 2"));
+    }
+    const bool row = cs == Shape{s.n} || cs == Shape{1, s.n};
+    if (row && beta == 1.0f && c->dtype == s.out) {
+      kernel->route_ = CRoute::kBiasEpilogue;
+      s.bias = true;
+      s.bias_dtype = c->dtype;
+    } else if (cs == Shape{s.m, s.n} && c->dtype == s.out) {
+      kernel->route_ = CRoute::kFullC;
+      s.beta = beta;
+    } else {
+      kernel->route_ = CRoute::kBroadcastC;
+      s.beta = beta;
+      // Element (i, j) of the broadcast C is c[i * row_stride + j * col_stride].
+      const int64_t c_cols = cs.empty() ? 1 : cs.back();
+      const int64_t c_rows = cs.size() == 2 ? cs[0] : 1;
+      const int64_t col_stride = c_cols == 1 ? 0 : 1;
+      const int64_t row_stride = c_rows == 1 ? 0 : c_cols;
+      // Row i of Y is one 1x1-by-1xN product: [1] * C's row i when C has N columns,
+      // else C[i] (or the scalar) * ones[1,N].
+      LtGemmSpec bs;
+      bs.m = 1;
+      bs.k = 1;
+      bs.n = s.n;
+      bs.batch = s.m;
+      bs.operand = c->dtype;
+      bs.out = s.out;
+      bs.alignment = s.alignment;
+      kernel->c_is_left_factor_ = col_stride == 0;
+      bs.a_batch_stride = kernel->c_is_left_factor_ ? row_stride : 0;
+      bs.b_batch_stride = kernel->c_is_left_factor_ ? 0 : row_stride;
+      MPC_ASSIGN_OR_RETURN(kernel->broadcast_, CublasLtGemm::Create(*cuda, bs));
+      MPC_ASSIGN_OR_RETURN(kernel->ones_, DeviceOnes(*cuda, c->dtype, s.n));
+    }
+  }
+  MPC_ASSIGN_OR_RETURN(kernel->gemm_, CublasLtGemm::Create(*cuda, s));
+  return std::unique_ptr<Kernel>(std::move(kernel));
+}
+
 }  // namespace
 
-void RegisterCudaMatMulKernels(KernelRegistry& r) {
+void RegisterCudaGemmKernels(KernelRegistry& r) {
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    r.Register("Gemm", "cuda", d, CudaGemmKernel::Create);
     r.Register("MatMul", "cuda", d, CudaMatMulKernel::Create);
   }
 }

@@ -1,11 +1,11 @@
-// CPU GEMM kernels, f32 and f64 (bf16/f16 live in kernels_matmul_lowp.cc). f32 runs on
+// CPU GEMM kernels, f32 and f64 (bf16/f16 live in kernels_gemm_lowp.cc). f32 runs on
 // oneDNN's matmul primitive, built once per node with the node's static shapes;
 // transposed operands are expressed as strides (no copies), Gemm's bias is oneDNN's
 // bias argument (or a sum post-op for a full C), alpha an output scale, and a fused
 // activation (attribute `mpc_activation`, set by the fusion pass) a ReLU post-op. f64
 // is plain loops: it is the reference. Also here: the oneDNN wrappers and dtype
-// conversions kernels_matmul.h shares with the low-precision kernels.
-#include "backends/cpu/kernels_matmul.h"
+// conversions kernels_gemm.h shares with the low-precision kernels.
+#include "backends/cpu/kernels_gemm.h"
 
 #include <cstring>
 
@@ -343,12 +343,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateF64MatMul(const Node& node, Backen
 
 }  // namespace
 
-void RegisterCpuMatmulKernels(KernelRegistry& r) {
+void RegisterCpuGemmKernels(KernelRegistry& r) {
   r.Register("Gemm", "cpu", DType::kF32, CreateF32Gemm);
   r.Register("Gemm", "cpu", DType::kF64, CreateF64Gemm);
   r.Register("MatMul", "cpu", DType::kF32, CreateF32MatMul);
   r.Register("MatMul", "cpu", DType::kF64, CreateF64MatMul);
-  RegisterCpuMatmulLowpKernels(r);
+  RegisterCpuGemmLowpKernels(r);
 }
 
 }  // namespace mpc

@@ -1,4 +1,4 @@
-// CUDA LayerNormalization and LayerNormGrad, mirroring backends/cpu/kernels_norm.cc
+// CUDA LayerNormalization and LayerNormGrad, mirroring backends/cpu/kernels_layer_norm.cc
 // (f32, bf16, f16 I/O; statistics and every intermediate in f32, outputs rounded once).
 //
 // LayerNormalization(X, Scale, B?) -> (Y, Mean?, InvStdDev?), attrs axis (default -1),

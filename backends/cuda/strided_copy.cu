@@ -1,7 +1,5 @@
-// The CUDA tensor/shape kernel family's entry point (RegisterCudaTensorKernels, which
-// registers the files listed in tensor_families.h) and StridedCopy, the copy between two
-// strided layouts that Transpose, BroadcastTo, Expand, Slice, SliceGrad, SliceTo, PadTo,
-// Concat and Split are all planned as.
+// StridedCopy, the copy between two strided layouts that Transpose, BroadcastTo, Expand,
+// Slice, SliceGrad, SliceTo, PadTo, Concat and Split are all planned as.
 //
 // A copy is planned once, at kernel creation: extent-1 axes are dropped and axes that
 // are contiguous on both sides merged (a Concat of [N, a, D] and [N, b, D] becomes two 2-D
@@ -333,12 +331,5 @@ absl::Status StridedCopy::Launch(const void* src, void* dst, cudaStream_t stream
 }
 
 }  // namespace cuda
-
-void RegisterCudaTensorKernels(KernelRegistry& r) {
-  cuda::RegisterCudaShapeKernels(r);
-  cuda::RegisterCudaSliceKernels(r);
-  cuda::RegisterCudaGatherKernels(r);
-  cuda::RegisterCudaReduceKernels(r);
-}
 
 }  // namespace mpc

@@ -1,5 +1,5 @@
 // CUDA BatchNormalization, BatchNormGrad and BatchNormStatsUpdate, mirroring
-// backends/cpu/kernels_norm.cc (X in f32, bf16, f16; per-channel parameters and
+// backends/cpu/kernels_batch_norm.cc (X in f32, bf16, f16; per-channel parameters and
 // statistics of any of those float dtypes, read and written at their own dtype; every
 // statistic and intermediate in f32, outputs rounded once).
 //

@@ -1,5 +1,5 @@
-// Shared pieces of the CPU GEMM kernels (kernels_matmul.cc: f32/f64 and registration;
-// kernels_matmul_lowp.cc: bf16/f16). DnnlGemm and DnnlMatMul wrap one oneDNN matmul
+// Shared pieces of the CPU GEMM kernels (kernels_gemm.cc: f32/f64 and registration;
+// kernels_gemm_lowp.cc: bf16/f16). DnnlGemm and DnnlMatMul wrap one oneDNN matmul
 // primitive each, built once per node, for any operand/output data types oneDNN
 // accepts; the kernels choose those types. Dtype conversion helpers let a low-precision
 // kernel stage operands through f32 scratch buffers sized at creation.
@@ -125,7 +125,7 @@ dnnl::memory::data_type DnnlType(DType dtype);
 }  // namespace mpc::cpu
 
 namespace mpc {
-// The bf16/f16 Gemm and MatMul kernels (kernels_matmul_lowp.cc), added by
-// RegisterCpuMatmulKernels.
-void RegisterCpuMatmulLowpKernels(KernelRegistry& r);
+// The bf16/f16 Gemm and MatMul kernels (kernels_gemm_lowp.cc), added by
+// RegisterCpuGemmKernels.
+void RegisterCpuGemmLowpKernels(KernelRegistry& r);
 }  // namespace mpc
