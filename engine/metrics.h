@@ -1,6 +1,6 @@
 // The --metrics file: JSON Lines, one record per training step ("train"), evaluation
 // ("eval") and a final "summary". Key names are an interface other tools rely on:
-// later issues add keys, never rename these.
+// new keys may be added, these are never renamed.
 #pragma once
 
 #include <cstdio>

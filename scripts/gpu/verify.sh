@@ -7,7 +7,7 @@
 #     env       nvidia-smi, library versions, the bundle's commit
 #     tests     mpc_gpu_tests (gpu-label tests incl. the CUDA-vs-CPU conformance harness)
 #     train     Fashion-MNIST MLP on the GPU in f32, bf16 and fp16 (dynamic loss scaling)
-#               and on the CPU in f32; test accuracies side by side (issue 6: within 0.3 pt)
+#               and on the CPU in f32; test accuracies side by side (the GPU within 0.3 points of the CPU)
 #     memcheck  compute-sanitizer memcheck on a 20-step run
 #     bench     tools/bench/bench.py --device cuda (mpc beside PyTorch eager/AMP/compile)
 set -uo pipefail

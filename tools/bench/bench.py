@@ -726,20 +726,20 @@ GPU_MODELS = {
         _ADAM, layers=[1024, 4095, 4095, 4095, 1024], batch=4096, features_input="x", flatten=False,
         warmup=10, steps=100, data_batches=4, generate=True, pad_variants=["auto", 1],
         describe="Linear 1024-4095-4095-4095-1024 (ReLU), batch 4096, 1024 classes, AdamW(lr 1e-3, wd 0) = Adam, "
-                 "random data: GEMM-bound, hidden size one short of a multiple of 8 (issue 5). mpc runs it with "
+                 "random data: GEMM-bound, hidden size one short of a multiple of 8. mpc runs it with "
                  "padding on (the backend's multiple: 4095 -> 4096) and off (--pad-multiple 1); PyTorch runs it "
                  "as it is"),
     "wide_mlp_4096": dict(
         _ADAM, layers=[1024, 4096, 4096, 4096, 1024], batch=4096, features_input="x", flatten=False,
         warmup=10, steps=100, data_batches=4, generate=True,
         describe="Linear 1024-4096-4096-4096-1024 (ReLU), batch 4096, 1024 classes, AdamW(lr 1e-3, wd 0) = Adam, "
-                 "random data: wide_mlp_4095 with tensor-core-friendly sizes (issue 5)"),
+                 "random data: wide_mlp_4095 with tensor-core-friendly sizes"),
     "mlp_block_4096": dict(
         _ADAM, layers=[4096, 16384, 4096], batch=8192, features_input="x", flatten=False,
         warmup=5, steps=40, data_batches=2, generate=True, fp8_include_first_last=True,
         describe="transformer-style MLP block: Linear 4096-16384, ReLU, Linear 16384-4096 on 8192 tokens per step "
                  "(e.g. batch 4 x sequence 2048), softmax cross-entropy over the 4096 outputs as the loss, "
-                 "AdamW(lr 1e-3, wd 0), random data (issue 7). ReLU, not GELU: mpc imports opsets 13-17, where "
+                 "AdamW(lr 1e-3, wd 0), random data. ReLU, not GELU: mpc imports opsets 13-17, where "
                  "GELU exists only as an Erf decomposition (five elementwise passes over the 8192x16384 "
                  "activation). Under --precision fp8 both GEMMs are eligible (spec `fp8 { include_first_last: "
                  "true }`)"),
@@ -1599,7 +1599,7 @@ def gpu_derived_ratios(results):
         if parts:
             out.append(f"- {model}: mpc f32 step time / mpc step time at: " + ", ".join(parts))
         if bf16 and fp8:
-            goal = " (issue 7's goal: ≥ 1.4×)" if model.startswith("mlp_block") else ""
+            goal = " (goal: ≥ 1.4×)" if model.startswith("mlp_block") else ""
             out.append(f"- {model}: mpc bf16 step time / mpc fp8 step time = {bf16 / fp8:.2f} (above 1: FP8 is "
                        f"faster){goal}")
         for p in GPU_PRECISIONS:
@@ -1626,7 +1626,7 @@ def gpu_derived_ratios(results):
             if t95 and t96:
                 bits.append(f"PyTorch eager 4095 / 4096 step time = {t95 / t96:.2f}")
             if bits:
-                out.append(f"- wide_mlp_4095 {p} (issue 5): " + "; ".join(bits))
+                out.append(f"- wide_mlp_4095 {p} (padding): " + "; ".join(bits))
     return ("## Derived ratios\n\n" + "\n".join(out) + "\n") if out else ""
 
 
