@@ -8,6 +8,7 @@
 #include "graph/graph_builder.h"
 #include "graph/multi_tensor_update.h"
 #include "gtest/gtest.h"
+#include "passes/attach_loss.h"
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/fuse_epilogues.h"
@@ -15,6 +16,7 @@
 #include "passes/memory_plan.h"
 #include "passes/optimizer.h"
 #include "passes/pass_pipeline.h"
+#include "passes/set_mode.h"
 #include "passes/simplify.h"
 #include "tests/test_util.h"
 
@@ -425,6 +427,64 @@ TEST(FuseUpdatesTest, MultiUpdateWithTheWrongInputCountIsAnError) {
   auto node = g.AddNode("MultiSgdUpdate", {lr, p, grad}, attrs, "update/bad");
   ASSERT_FALSE(node.ok());
   EXPECT_NE(std::string(node.status().message()).find("'update/bad' has 3 inputs"), std::string::npos) << node.status();
+}
+
+}  // namespace
+}  // namespace mpc
+
+namespace mpc {
+namespace {
+
+// attach-loss from its options alone: softmax cross-entropy on per-position labels (the
+// labels input [batch, T] is flattened to the logits' [batch*T] rows), and the error
+// when the logits are not [batch*T, classes].
+TEST(AttachLossTest, PerPositionLabelsAreFlattenedToTheLogitsRows) {
+  Graph g;
+  GraphBuilder b(&g);
+  Value* x = g.AddInput("x", DType::kF32, {6, 5});  // batch 2 x 3 positions, 5 classes
+  g.SetOutputs({b.Op("Relu", {x})});
+  g.outputs()[0]->producer->name = "head";
+  ASSERT_TRUE(g.RenameValue(g.outputs()[0], "logits").ok());
+  AttachLossOptions o;
+  o.logits = "logits";
+  o.batch_size = 2;
+  o.label_row = {3};
+  LossResult r;
+  auto changed = AttachLossPass(o, &r).Run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_NE(r.loss, nullptr);
+  EXPECT_EQ(g.outputs(), std::vector<Value*>{r.loss});
+  EXPECT_EQ(r.labels->shape, (Shape{2, 3}));
+  EXPECT_EQ(r.loss->producer->op, "SoftmaxCrossEntropyLoss");
+  EXPECT_EQ(r.loss->producer->inputs[1]->shape, (Shape{6}));
+
+  Graph g2;
+  GraphBuilder b2(&g2);
+  Value* y = g2.AddInput("y", DType::kF32, {4, 5});
+  g2.SetOutputs({b2.Op("Relu", {y})});
+  ASSERT_TRUE(g2.RenameValue(g2.outputs()[0], "logits").ok());
+  auto bad = AttachLossPass(o, &r).Run(g2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("flatten the model's logits"), std::string::npos) << bad.status();
+}
+
+// set-mode and select-outputs: the mode attribute on every Dropout, whatever the model
+// said, and only the named outputs kept.
+TEST(SetModeTest, ModeAttributeOnDropoutAndOnlyTheSelectedOutputsRemain) {
+  Graph g;
+  GraphBuilder b(&g);
+  Value* x = g.AddInput("x", DType::kF32, {4, 8});
+  Value* d = b.Op("Dropout", {x});
+  Value* t = b.Op("Tanh", {x});
+  g.SetOutputs({d, t});
+  ASSERT_TRUE(*SetModePass(false).Run(g));
+  EXPECT_EQ(d->producer->attrs.GetInt("mpc_training", -1), 0);
+  ASSERT_TRUE(*SetModePass(true).Run(g));
+  EXPECT_EQ(d->producer->attrs.GetInt("mpc_training", -1), 1);
+  ASSERT_TRUE(*SelectOutputsPass({t->name}).Run(g));
+  EXPECT_EQ(g.outputs(), std::vector<Value*>{t});
+  EXPECT_FALSE(SelectOutputsPass({"nope"}).Run(g).ok());
 }
 
 }  // namespace
