@@ -31,6 +31,13 @@ absl::Status SaveCheckpoint(const std::string& dir, const Executor& executor, co
   for (const Value* v : executor.PersistentValues()) {
     MPC_ASSIGN_OR_RETURN(Tensor t, executor.ReadPersistent(v->name));
     if (!v->logical_shape.empty()) t = t.SlicedTo(v->logical_shape);  // checkpoints are model shaped
+    // Never write a state training cannot continue from; what the directory holds stays.
+    if (const int64_t bad = t.NonFiniteCount(); bad > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "not writing a checkpoint at step ", position.step, " to ", dir, ": ",
+          v->kind == ValueKind::kParameter ? "parameter '" : "state '", v->name, "' holds ", bad, " non-finite value",
+          bad == 1 ? "" : "s", "; the checkpoint already in ", dir, " (if any) is kept"));
+    }
     TensorData* td = v->kind == ValueKind::kParameter ? ckpt.add_parameters() : ckpt.add_state();
     td->set_name(v->name);
     td->set_dtype(DTypeName(t.dtype()));

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 
 namespace mpc {
@@ -127,6 +128,29 @@ Tensor FirstRows(const Tensor& t, int64_t n) {
   return out;
 }
 
+// The first non-finite value of a float tensor as "example E, feature [i, j]", with the
+// count of non-finite values; OK when every value is finite (integer tensors always are).
+absl::Status CheckFinite(const Tensor& t, const std::string& what, const std::string& fix) {
+  if (!IsFloating(t.dtype()) || t.shape().empty()) return absl::OkStatus();
+  int64_t first = -1;
+  const int64_t count = t.NonFiniteCount(&first);
+  if (first < 0) return absl::OkStatus();
+  const Shape row(t.shape().begin() + 1, t.shape().end());
+  const int64_t per_example = NumElements(row);
+  const int64_t example = per_example ? first / per_example : first;
+  int64_t rest = per_example ? first % per_example : 0;
+  std::vector<int64_t> feature(row.size());
+  for (int d = static_cast<int>(row.size()) - 1; d >= 0; --d) {
+    feature[d] = rest % row[d];
+    rest /= row[d];
+  }
+  const double v = t.GetAsDouble(first);
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": example ", example, row.empty() ? "" : absl::StrCat(", feature [", absl::StrJoin(feature, ", "), "]"),
+      " is ", std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"), " (", count, " non-finite value",
+      count == 1 ? "" : "s", " in all); ", fix));
+}
+
 }  // namespace
 
 absl::StatusOr<Dataset> LoadDataSource(const DataSource& source, const std::string& base_dir,
@@ -172,6 +196,15 @@ absl::StatusOr<Dataset> LoadDataSource(const DataSource& source, const std::stri
     data.features = FirstRows(data.features, source.limit());
     data.labels = FirstRows(data.labels, source.limit());
   }
+  // Non-finite data would train the weights into NaN: refuse it, naming where it is.
+  std::string features_file = field_path, labels_file = field_path;
+  if (source.has_npy()) {
+    features_file = absl::StrCat(field_path, ".npy.features (", Resolve(source.npy().features(), base_dir), ")");
+    labels_file = absl::StrCat(field_path, ".npy.labels (", Resolve(source.npy().labels(), base_dir), ")");
+  }
+  const std::string fix = "every value must be finite: fix or drop that example";
+  MPC_RETURN_IF_ERROR(CheckFinite(data.features, features_file, fix));
+  MPC_RETURN_IF_ERROR(CheckFinite(data.labels, labels_file, fix));
   // Features are f32, or i64 token ids; scaling only makes sense for values, so scaled
   // integer features become f32 first.
   const float scale = source.scale(), shift = source.shift();
@@ -179,6 +212,9 @@ absl::StatusOr<Dataset> LoadDataSource(const DataSource& source, const std::stri
     if (data.features.dtype() != DType::kF32) data.features = data.features.CastTo(DType::kF32);
     float* x = data.features.data<float>();
     for (int64_t i = 0; i < data.features.num_elements(); ++i) x[i] = x[i] * scale + shift;
+    MPC_RETURN_IF_ERROR(CheckFinite(data.features, features_file,
+                                    absl::StrCat("it overflows f32 after ", field_path, ".scale / .shift (", scale,
+                                                 ", ", shift, "): make them smaller")));
   }
   return data;
 }

@@ -42,9 +42,25 @@ absl::StatusOr<StepMetrics> Engine::Step() {
     MPC_ASSIGN_OR_RETURN(Tensor scale, m.train_exec->ReadPersistent(scaling.loss_scale->name));
     out.loss_scale = scale.GetAsDouble(0);
   }
+  // --check-numerics every step, --tensor-stats every N-th: the observer sees each node.
+  const NumericsSpec& numerics = m.spec.numerics();
+  const int64_t stats_every = numerics.tensor_stats_every_n_steps();
+  const bool stats = stats_every > 0 && (m.step + 1) % stats_every == 0;
+  if (m.numerics) {
+    m.numerics->BeginStep(m.step + 1, numerics.check_every_op(), stats);
+    m.train_exec->SetObserver(numerics.check_every_op() || stats ? m.numerics.get() : nullptr);
+  }
   MPC_RETURN_IF_ERROR(m.train_exec->Run(m.spec.seed(), m.step));
   MPC_ASSIGN_OR_RETURN(Tensor loss, m.train_exec->Fetch(p.loss_output));
   out.loss = loss.GetAsDouble(0);
+  if (m.numerics) {
+    out.overflow_node = m.numerics->overflow_node();
+    out.tensor_stats = m.numerics->TakeStats();
+  }
+  if (scaling.loss_scale) {
+    MPC_ASSIGN_OR_RETURN(Tensor scale, m.train_exec->ReadPersistent(scaling.loss_scale->name));
+    m.loss_scale_after = scale.GetAsDouble(0);
+  }
   if (scaling.found_nonfinite) {
     MPC_ASSIGN_OR_RETURN(Tensor found, m.train_exec->Fetch(scaling.found_nonfinite->name));
     out.skipped = found.GetAsDouble(0) != 0.0;
@@ -87,6 +103,15 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
     MPC_ASSIGN_OR_RETURN(StepMetrics s, Step());
     m.metrics->WriteTrain(s);
     if (callbacks.on_step) callbacks.on_step(s);
+    // Non-finite numbers stop the run here: nothing after this step is evaluated,
+    // checkpointed or exported.
+    if (absl::Status st = m.guard.Check(s, m.loss_scale_after); !st.ok()) {
+      summary.steps = m.step;
+      summary.skipped_steps = m.skipped_steps;
+      summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      m.metrics->WriteSummary(summary, std::string(st.message()));
+      return st;
+    }
     const bool epoch_end = m.batches->batch_in_epoch() == 0;
     if (eval_enabled && eval.every_n_steps() > 0 && m.step % eval.every_n_steps() == 0) {
       MPC_RETURN_IF_ERROR(evaluate());
@@ -131,6 +156,10 @@ absl::Status Engine::ExportOnnx(const std::string& path) {
   for (ValueKind kind : {ValueKind::kParameter, ValueKind::kState}) {
     for (Value* p : graph->ValuesOfKind(kind)) {
       MPC_ASSIGN_OR_RETURN(p->data, m.ReadModelShaped(p->name));
+      if (const int64_t bad = p->data.NonFiniteCount(); bad > 0) {
+        return absl::FailedPreconditionError(absl::StrCat("not exporting ", path, " at step ", m.step, ": '", p->name,
+                                                          "' holds ", bad, " non-finite value", bad == 1 ? "" : "s"));
+      }
     }
   }
   ExportOptions options;

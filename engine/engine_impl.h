@@ -12,6 +12,8 @@
 #include "engine/executor.h"
 #include "engine/metrics.h"
 #include "engine/mpc.h"
+#include "engine/numerics_guard.h"
+#include "engine/numerics_observer.h"
 #include "engine/program.h"
 #include "proto/train_spec.pb.h"
 
@@ -37,7 +39,10 @@ struct Engine::Impl {
   int64_t eval_batch_size = 0;
   std::string fingerprint;
   std::unique_ptr<MetricsWriter> metrics;
-  std::vector<std::string> fp8_reported;  // FP8 tensors matching fp8.report_tensor
+  std::vector<std::string> fp8_reported;       // FP8 tensors matching fp8.report_tensor
+  std::unique_ptr<NumericsObserver> numerics;  // --check-numerics / --tensor-stats; null when off
+  NumericsGuard guard;                         // when the run stops on non-finite numbers
+  double loss_scale_after = 1;                 // the loss scale the next step uses (dynamic scaling changes it)
 
   // Setup, in the order Engine::Create runs it (engine_setup.cc).
   absl::Status ResolveSpec(const EngineOptions& options);
@@ -46,6 +51,7 @@ struct Engine::Impl {
   absl::Status CreateExecutors();
   absl::Status PrepareBatches();
   absl::Status SelectFp8Reports();
+  void SetUpNumerics();
   absl::Status ResumeAndOpenMetrics();
 
   absl::Status CheckDataMatchesModel(const Dataset& data, const Program& program, const std::string& what) const;

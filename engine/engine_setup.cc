@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateForDevice(const EngineOpti
   MPC_RETURN_IF_ERROR(impl->CreateExecutors());
   MPC_RETURN_IF_ERROR(impl->PrepareBatches());
   MPC_RETURN_IF_ERROR(impl->SelectFp8Reports());
+  impl->SetUpNumerics();
   MPC_RETURN_IF_ERROR(impl->ResumeAndOpenMetrics());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -91,7 +92,9 @@ absl::Status Engine::Impl::ResolveSpec(const EngineOptions& opts) {
   options = opts;
   if (options.spec_path.empty()) return absl::InvalidArgumentError("no training spec given (--spec FILE)");
   MPC_ASSIGN_OR_RETURN(spec, LoadTrainSpec(options.spec_path));
-  MPC_RETURN_IF_ERROR(ApplySpecOverrides({options.precision, options.loss_scaling, options.pad_multiple}, &spec));
+  MPC_RETURN_IF_ERROR(ApplySpecOverrides({options.precision, options.loss_scaling, options.pad_multiple,
+                                          options.check_numerics, options.tensor_stats_every_n_steps},
+                                         &spec));
   spec_dir = std::filesystem::path(options.spec_path).parent_path().string();
   model_path = !options.model_path.empty() ? options.model_path : ResolvePath(spec_dir, spec.model());
   if (model_path.empty()) {
@@ -185,6 +188,20 @@ absl::Status Engine::Impl::SelectFp8Reports() {
     if (std::regex_match(t, re)) fp8_reported.push_back(t);
   }
   return absl::OkStatus();
+}
+
+// The stop policy, and the observer of --check-numerics / --tensor-stats when asked for.
+void Engine::Impl::SetUpNumerics() {
+  const NumericsSpec& n = spec.numerics();
+  const LossScalingResult& scaling = train_program.results.loss_scaling;
+  // A scale that the program updates (UpdateLossScale) is dynamic.
+  bool dynamic = false;
+  for (const auto& node : train_program.graph->nodes()) dynamic = dynamic || node->op == "UpdateLossScale";
+  guard = NumericsGuard(n, dynamic, n.check_every_op());
+  if (n.check_every_op() || n.tensor_stats_every_n_steps() > 0) {
+    numerics = std::make_unique<NumericsObserver>(train_program.results.memory_plan.order, train_program.node_origin,
+                                                  scaling.loss_scale != nullptr);
+  }
 }
 
 absl::Status Engine::Impl::ResumeAndOpenMetrics() {

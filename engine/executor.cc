@@ -122,10 +122,12 @@ absl::Status Executor::Run(uint64_t seed, int64_t step_index) {
     step.ctx.step = step_index;
   }
   ++runs_;
-  if (captured_ && !profiling_) return captured_->Replay();
+  const bool eager = profiling_ || observer_;
+  if (captured_ && !eager) return captured_->Replay();
   // The first run goes eagerly: libraries may allocate or tune lazily on first use,
-  // which a capture must not record. The second is recorded and replayed from then on.
-  if (runs_ == 2 && capture_enabled_ && !profiling_) {
+  // which a capture must not record. The first plain run after it is recorded and
+  // replayed from then on.
+  if (runs_ >= 2 && !captured_ && capture_enabled_ && !eager) {
     auto captured = backend_.Capture([this] { return RunKernels(); });
     if (!captured.ok()) {
       // Capture is an optimisation: say why once and keep running eagerly.
@@ -135,6 +137,8 @@ absl::Status Executor::Run(uint64_t seed, int64_t step_index) {
     } else if (*captured) {
       captured_ = std::move(*captured);
       return captured_->Replay();
+    } else {
+      capture_enabled_ = false;  // the backend runs kernels eagerly (the CPU)
     }
   }
   return RunKernels();
@@ -158,6 +162,7 @@ absl::Status Executor::RunKernels() {
       return absl::Status(st.code(),
                           absl::StrCat("node '", step.node->name, "' (", step.node->op, "): ", st.message()));
     }
+    if (observer_) MPC_RETURN_IF_ERROR(observer_->AfterNode(*step.node, step.ctx, backend_));
   }
   return absl::OkStatus();
 }

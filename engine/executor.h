@@ -23,6 +23,15 @@ struct OpTiming {
   double total_ms = 0;
 };
 
+// Sees every node's outputs right after the node ran, on the host's side of the step
+// (numerics checks and tensor statistics, engine/numerics_observer.h).
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  // An error stops the step; it is returned from Executor::Run as it is.
+  virtual absl::Status AfterNode(const Node& node, const KernelContext& ctx, Backend& backend) = 0;
+};
+
 class Executor {
  public:
   // `share_persistent`: take parameter/state buffers with the same names from there.
@@ -43,6 +52,9 @@ class Executor {
   absl::Status WritePersistent(const std::string& name, const Tensor& value);
 
   void EnableProfiling(bool on) { profiling_ = on; }
+  // Calls `observer` after every node of each Run while set (null: none). Steps then run
+  // kernel by kernel: a captured step (CUDA graph) has no place to stop between nodes.
+  void SetObserver(StepObserver* observer) { observer_ = observer; }
   // Replaying captured steps (CUDA graphs) from the second Run on; on by default.
   void EnableStepCapture(bool on) { capture_enabled_ = on; }
   bool replaying_captured_step() const { return captured_ != nullptr; }
@@ -70,6 +82,7 @@ class Executor {
   std::vector<const Value*> persistent_;
   std::vector<Step> steps_;
   bool profiling_ = false;
+  StepObserver* observer_ = nullptr;
   int64_t* seed_step_ = nullptr;  // device copy of {seed, step}; see KernelContext
   bool capture_enabled_ = true;
   int64_t runs_ = 0;

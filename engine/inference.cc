@@ -20,6 +20,7 @@
 #include "engine/device.h"
 #include "engine/executor.h"
 #include "engine/index_check.h"
+#include "engine/numerics_observer.h"
 #include "engine/program.h"
 #include "engine/spec.h"
 #include "graph/onnx_import.h"
@@ -36,6 +37,7 @@ constexpr size_t kMaxCachedPrograms = 16;
 struct Compiled {
   Program program;
   std::unique_ptr<Executor> executor;
+  std::unique_ptr<NumericsObserver> numerics;  // check_numerics
   Backend* backend = nullptr;
   std::vector<std::string> input_values;      // graph value per session input, same order
   std::vector<std::string> output_values;     // graph value per session output, after the passes
@@ -170,12 +172,19 @@ absl::StatusOr<std::unique_ptr<Compiled>> InferenceSession::Impl::Compile(const 
   compile.keep_model_training_mode = options.follow_model_training_mode;
   PassPipeline pipeline = MakeEvaluationPipeline(compile, on.capabilities(), &program.results);
   MPC_ASSIGN_OR_RETURN(program.report, pipeline.Run(graph));
+  program.node_origin = pipeline.node_origins();
   if (graph.outputs().size() != c->output_types.size()) {
     return absl::InternalError(absl::StrCat(source, ": the pass pipeline changed the number of graph outputs from ",
                                             c->output_types.size(), " to ", graph.outputs().size()));
   }
   for (const Value* v : graph.outputs()) c->output_values.push_back(v->name);
   MPC_ASSIGN_OR_RETURN(c->executor, Executor::Create(graph, program.results.memory_plan, on));
+  if (options.check_numerics) {
+    c->numerics = std::make_unique<NumericsObserver>(program.results.memory_plan.order, program.node_origin,
+                                                     /*loss_scaled=*/false);
+    c->numerics->BeginStep(/*step=*/0, /*check=*/true, /*stats=*/false);
+    c->executor->SetObserver(c->numerics.get());
+  }
   return c;
 }
 

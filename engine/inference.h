@@ -37,6 +37,9 @@ struct InferenceOptions {
   // running statistics, whatever training_mode the model declares. True keeps each op's
   // own training_mode (ONNX's reference semantics; the node-test conformance uses it).
   bool follow_model_training_mode = false;
+  // Check every op's outputs and fail at the first non-finite one, naming it (slow: a
+  // host copy of every output; for debugging).
+  bool check_numerics = false;
 };
 
 // A graph input or output as the model declares it. `shape` uses -1 for a dynamic

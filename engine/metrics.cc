@@ -12,8 +12,24 @@
 namespace mpc {
 
 std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
+  if (std::isnan(v)) return "\"NaN\"";
+  if (std::isinf(v)) return v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
   return absl::StrFormat("%.9g", v);
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path, bool append) {
@@ -46,11 +62,25 @@ static std::string Fp8Json(const StepMetrics& m) {
 }
 
 void MetricsWriter::WriteTrain(const StepMetrics& m) {
-  WriteLine(absl::StrCat("{\"kind\":\"train\",\"step\":", m.step, ",\"epoch\":", m.epoch,
-                         ",\"loss\":", JsonNumber(m.loss), ",\"lr\":", JsonNumber(m.lr),
-                         ",\"loss_scale\":", JsonNumber(m.loss_scale), ",\"skipped\":", m.skipped ? "true" : "false",
-                         m.grad_norm >= 0 ? absl::StrCat(",\"grad_norm\":", JsonNumber(m.grad_norm)) : "", Fp8Json(m),
-                         "}"));
+  WriteLine(absl::StrCat(
+      "{\"kind\":\"train\",\"step\":", m.step, ",\"epoch\":", m.epoch, ",\"loss\":", JsonNumber(m.loss), ",\"lr\":",
+      JsonNumber(m.lr), ",\"loss_scale\":", JsonNumber(m.loss_scale), ",\"skipped\":", m.skipped ? "true" : "false",
+      m.grad_norm >= 0 ? absl::StrCat(",\"grad_norm\":", JsonNumber(m.grad_norm)) : "", Fp8Json(m),
+      m.overflow_node.empty() ? "" : absl::StrCat(",\"overflow_node\":\"", JsonEscape(m.overflow_node), "\""), "}"));
+  for (const TensorStats& t : m.tensor_stats) {
+    std::string line =
+        absl::StrCat("{\"kind\":\"tensor_stats\",\"step\":", m.step, ",\"tensor\":\"", JsonEscape(t.tensor),
+                     "\",\"node\":\"", JsonEscape(t.node), "\",\"op\":\"", t.op, "\",\"phase\":\"", t.phase,
+                     "\",\"dtype\":\"", t.dtype, "\",\"elements\":", t.elements, ",\"amax\":", JsonNumber(t.amax),
+                     ",\"min\":", JsonNumber(t.min), ",\"max\":", JsonNumber(t.max),
+                     ",\"zero_fraction\":", JsonNumber(t.zero_fraction), ",\"nonfinite\":", t.nonfinite);
+    if (t.subnormal_fraction >= 0) absl::StrAppend(&line, ",\"subnormal_fraction\":", JsonNumber(t.subnormal_fraction));
+    if (t.fp8_underflow_fraction >= 0) {
+      absl::StrAppend(&line, ",\"fp8_underflow_fraction\":", JsonNumber(t.fp8_underflow_fraction),
+                      ",\"fp8_saturated_fraction\":", JsonNumber(t.fp8_saturated_fraction));
+    }
+    WriteLine(line + "}");
+  }
 }
 
 void MetricsWriter::WriteEval(const EvalMetrics& m) {
@@ -59,11 +89,11 @@ void MetricsWriter::WriteEval(const EvalMetrics& m) {
                          ",\"examples\":", m.examples, "}"));
 }
 
-void MetricsWriter::WriteSummary(const TrainSummary& s) {
+void MetricsWriter::WriteSummary(const TrainSummary& s, const std::string& stopped) {
   WriteLine(absl::StrCat("{\"kind\":\"summary\",\"steps\":", s.steps, ",\"wall_s\":", JsonNumber(s.wall_s),
                          ",\"planned_peak_bytes\":", s.planned_peak_bytes, ",\"skipped_steps\":", s.skipped_steps,
                          s.evaluated ? absl::StrCat(",\"final_accuracy\":", JsonNumber(s.last_eval.accuracy)) : "",
-                         "}"));
+                         stopped.empty() ? "" : absl::StrCat(",\"stopped\":\"", JsonEscape(stopped), "\""), "}"));
 }
 
 }  // namespace mpc

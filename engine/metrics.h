@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/mpc.h"
@@ -19,7 +20,8 @@ class MetricsWriter {
 
   void WriteTrain(const StepMetrics& m);
   void WriteEval(const EvalMetrics& m);
-  void WriteSummary(const TrainSummary& s);
+  // `stopped`: why the run stopped early (written as "stopped"), empty when it did not.
+  void WriteSummary(const TrainSummary& s, const std::string& stopped = "");
 
  private:
   explicit MetricsWriter(std::FILE* file) : file_(file) {}
@@ -27,7 +29,10 @@ class MetricsWriter {
   std::FILE* file_;
 };
 
-// A JSON number, or null for NaN/inf (JSON has no literals for them).
+// A JSON number; NaN and infinities (which JSON cannot spell as numbers) as the strings
+// "NaN", "Infinity" and "-Infinity", so a reader can tell them apart.
 std::string JsonNumber(double v);
+// The contents of a JSON string: quotes, backslashes and control characters escaped.
+std::string JsonEscape(const std::string& s);
 
 }  // namespace mpc

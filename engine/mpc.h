@@ -32,6 +32,33 @@ struct EngineOptions {
   std::string precision;       // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16, fp8
   std::string loss_scaling;    // overrides TrainSpec.loss_scaling: off, dynamic, static:S
   int pad_multiple = 0;        // overrides TrainSpec.padding.multiple when > 0 (1 = off)
+  // Overrides TrainSpec.numerics: check every op's outputs and stop at the first non-finite
+  // one, naming it (a debugging mode: a host copy of every output); and tensor statistics
+  // every N steps (StepMetrics::tensor_stats, the metrics file).
+  bool check_numerics = false;
+  int tensor_stats_every_n_steps = 0;
+};
+
+// Statistics of one tensor of a step (--tensor-stats): a forward activation, a gradient
+// (any output of the backward pass) or an FP8 quantization.
+struct TensorStats {
+  std::string tensor;  // the value's name
+  std::string node;    // the node that produced it, and its op
+  std::string op;
+  std::string phase;  // "forward" or "backward"
+  std::string dtype;
+  int64_t elements = 0;
+  double amax = 0, min = 0, max = 0;
+  double zero_fraction = 0;
+  int64_t nonfinite = 0;
+  // f16/bf16: the fraction of values that are subnormal (below the dtype's smallest
+  // normal: precision already lost, the next step down is zero); with zero_fraction,
+  // what underflowed. -1 for other dtypes.
+  double subnormal_fraction = -1;
+  // FP8 quantizations (Fp8Quantize): the fraction of non-zero inputs that quantized to
+  // zero, and of inputs beyond the format's range that saturated. -1 otherwise.
+  double fp8_underflow_fraction = -1;
+  double fp8_saturated_fraction = -1;
 };
 
 struct StepMetrics {
@@ -45,6 +72,11 @@ struct StepMetrics {
   // FP8 tensors matching fp8.report_tensor: "<tensor>.amax" (the amax this step's scale
   // update used) and "<tensor>.scale" (the scale the next step quantizes with).
   std::map<std::string, double> fp8;
+  // With check_numerics and loss scaling: the backward node whose outputs overflowed
+  // first in a skipped step ("" otherwise).
+  std::string overflow_node;
+  // Every tensor_stats_every_n_steps steps: statistics of the step's tensors.
+  std::vector<TensorStats> tensor_stats;
 };
 
 struct EvalMetrics {

@@ -80,6 +80,7 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   PassPipeline pipeline = options.training ? MakeTrainingPipeline(compile, caps, &results, options.pipeline)
                                            : MakeEvaluationPipeline(compile, caps, &results, options.pipeline);
   MPC_ASSIGN_OR_RETURN(program.report, pipeline.Run(g));
+  program.node_origin = pipeline.node_origins();
   if (options.training) {
     program.labels_input = results.loss.labels->name;
     program.loss_output = results.loss.loss->name;

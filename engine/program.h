@@ -16,7 +16,8 @@ namespace mpc {
 
 struct Program {
   std::unique_ptr<Graph> graph;
-  CompileResults results;  // what every pass decided (passes/compile_results.h)
+  CompileResults results;                  // what every pass decided (passes/compile_results.h)
+  std::map<int, std::string> node_origin;  // Node::id -> the pass that created it (or "model")
   std::vector<PassReport> report;
   std::string features_input;
   std::string labels_input;   // training programs only

@@ -101,6 +101,14 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec) {
   }
   if (spec.checkpoint().every_n_steps() < 0) return FieldError("checkpoint.every_n_steps", "must be >= 0");
   if (spec.log_every_n_steps() < 0) return FieldError("log_every_n_steps", "must be >= 0");
+  const NumericsSpec& n = spec.numerics();
+  if (n.max_consecutive_skipped_steps() < 0) {
+    return FieldError("numerics.max_consecutive_skipped_steps", "must be >= 0 (0: never stop)");
+  }
+  if (!(n.min_loss_scale() >= 0) || !std::isfinite(n.min_loss_scale())) {
+    return FieldError("numerics.min_loss_scale", "must be a finite number >= 0 (0: never stop)");
+  }
+  if (n.tensor_stats_every_n_steps() < 0) return FieldError("numerics.tensor_stats_every_n_steps", "must be >= 0");
   return absl::OkStatus();
 }
 
@@ -157,6 +165,14 @@ absl::Status ApplySpecOverrides(const SpecOverrides& o, TrainSpec* spec) {
   }
   if (o.pad_multiple > 0) spec->mutable_padding()->set_multiple(o.pad_multiple);
   if (!o.loss_scaling.empty()) MPC_RETURN_IF_ERROR(ParseLossScalingFlag(o.loss_scaling, spec->mutable_loss_scaling()));
+  if (o.check_numerics) spec->mutable_numerics()->set_check_every_op(true);
+  if (o.tensor_stats_every_n_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tensor-stats ", o.tensor_stats_every_n_steps, ": must be >= 0 (a number of steps)"));
+  }
+  if (o.tensor_stats_every_n_steps > 0) {
+    spec->mutable_numerics()->set_tensor_stats_every_n_steps(o.tensor_stats_every_n_steps);
+  }
   return absl::OkStatus();
 }
 

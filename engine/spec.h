@@ -17,9 +17,11 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec);
 // The command line's overrides of spec fields, shared by mpc-train, `mpc compile` and
 // the Engine. Empty / 0 fields leave the spec alone.
 struct SpecOverrides {
-  std::string precision;     // f32, tf32, bf16, fp16 (f16), fp8 -> precision.compute
-  std::string loss_scaling;  // off, dynamic, static:S -> loss_scaling
-  int pad_multiple = 0;      // > 0 -> padding.multiple
+  std::string precision;               // f32, tf32, bf16, fp16 (f16), fp8 -> precision.compute
+  std::string loss_scaling;            // off, dynamic, static:S -> loss_scaling
+  int pad_multiple = 0;                // > 0 -> padding.multiple
+  bool check_numerics = false;         // true -> numerics.check_every_op
+  int tensor_stats_every_n_steps = 0;  // > 0 -> numerics.tensor_stats_every_n_steps
 };
 absl::Status ApplySpecOverrides(const SpecOverrides& overrides, TrainSpec* spec);
 

@@ -138,6 +138,8 @@ void RegisterTrainingOps(OpRegistry& r) {
 
 // Loss scaling and gradient clipping ops (passes/loss_scaling.h).
 //   UnscaleGradients(scale, g1..gN) -> (g1/scale .. gN/scale, found_nonfinite)
+//   FindNonFinite(g1..gN) -> found_nonfinite                     the same check, no scale:
+//                                                               reads the gradients only
 //   ClipByGlobalNorm(g1..gN) -> (g1*c .. gN*c, global_norm)    attr max_norm
 //   InjectNonFinite(g) -> g'                                    attrs step, value (test hook)
 //   UpdateLossScale(scale, growth_tracker, found_nonfinite)     in place; attrs growth_factor,
@@ -172,6 +174,17 @@ void RegisterLossScalingOps(OpRegistry& r) {
   unscale.max_outputs = kMany;
   unscale.infer = [](const Node& n) { return InferGradientList(n, 1); };
   r.Register(unscale);
+
+  OpDef find;
+  find.name = "FindNonFinite";
+  find.domain = "mpc";
+  find.min_inputs = 1;
+  find.max_inputs = kMany;
+  find.infer = [](const Node& n) -> absl::StatusOr<std::vector<TensorType>> {
+    MPC_ASSIGN_OR_RETURN(std::vector<TensorType> types, InferGradientList(n, 0));
+    return std::vector<TensorType>{types.back()};
+  };
+  r.Register(find);
 
   OpDef clip;
   clip.name = "ClipByGlobalNorm";

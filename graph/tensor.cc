@@ -73,6 +73,27 @@ double Tensor::GetAsDouble(int64_t i) const {
   return 0;
 }
 
+int64_t Tensor::NonFiniteCount(int64_t* first) const {
+  int64_t count = 0, first_index = -1;
+  auto scan = [&](auto value_at) {
+    const int64_t n = num_elements();
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(value_at(i))) {
+        if (first_index < 0) first_index = i;
+        ++count;
+      }
+    }
+  };
+  if (dtype_ == DType::kF32) {
+    const float* x = data<float>();
+    scan([x](int64_t i) { return x[i]; });
+  } else if (IsFloating(dtype_)) {
+    scan([this](int64_t i) { return GetAsDouble(i); });
+  }
+  if (first) *first = first_index;
+  return count;
+}
+
 Tensor Tensor::CastTo(DType dtype) const {
   Tensor out(dtype, shape_);
   const int64_t n = num_elements();

@@ -53,6 +53,9 @@ class Tensor {
 
   // Element i as double, whatever the dtype (f16/bf16/f8 decoded); for tests and tools.
   double GetAsDouble(int64_t i) const;
+  // How many elements are NaN or infinite (0 for integer dtypes); the first one's index
+  // goes to *first (-1 when there is none).
+  int64_t NonFiniteCount(int64_t* first = nullptr) const;
   // Converts to another dtype (round to nearest even); integer <-> float by value.
   Tensor CastTo(DType dtype) const;
   // Same buffer contents, new shape with equal element count.

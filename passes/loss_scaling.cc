@@ -49,7 +49,7 @@ absl::StatusOr<bool> LossScalingPass::Run(Graph& g) {
   if (mode == Mode::kAuto) mode = autocast_->compute_dtype == DType::kF16 ? Mode::kDynamic : Mode::kOff;
   const float clip = ls.clip_grad_norm;
   const auto& faults = ls.inject_nonfinite;
-  if (mode == Mode::kOff && clip <= 0 && faults.empty()) return false;
+  if (mode == Mode::kOff && clip <= 0 && faults.empty() && !ls.check_nonfinite) return false;
   if (autodiff_->param_grads.empty()) return absl::FailedPreconditionError("no gradients; autodiff must run first");
   GraphBuilder b(&g, "loss_scaling/");
   ParamGrads& param_grads = result.param_grads;
@@ -99,14 +99,11 @@ absl::StatusOr<bool> LossScalingPass::Run(Graph& g) {
     MPC_RETURN_IF_ERROR(b.status());
     result.found_nonfinite = outs.back();
     replace_grads(outs);
-  } else if (!faults.empty()) {
-    // No scaling, but the injected fault must still be detected and the step skipped.
-    std::vector<Value*> inputs{b.ScalarConstant(1.0, DType::kF32)};
-    inputs.insert(inputs.end(), grads.begin(), grads.end());
-    std::vector<Value*> outs = b.OpN("UnscaleGradients", inputs);
+  } else if (ls.check_nonfinite || !faults.empty()) {
+    // No scaling: the same check, reading the gradients only, so a non-finite step is
+    // skipped in every precision (an injected fault always is).
+    result.found_nonfinite = b.Op("FindNonFinite", grads);
     MPC_RETURN_IF_ERROR(b.status());
-    result.found_nonfinite = outs.back();
-    replace_grads(outs);
   }
   if (clip > 0) {
     AttrMap attrs;

@@ -1,7 +1,8 @@
 // loss-scaling: runs after autodiff. FP16 gradients underflow (a 1e-7 gradient is 0 in
 // f16; scaled by 1024 it survives), so the backward seed becomes the loss scale
 // instead of 1 (the reported loss stays unscaled); one fused UnscaleGradients op
-// divides every gradient by the scale and raises found_nonfinite; global-norm clipping,
+// divides every gradient by the scale and raises found_nonfinite (without a scale,
+// FindNonFinite raises it: every precision skips non-finite steps); global-norm clipping,
 // when asked for, then sees unscaled gradients by construction; the optimizer pass
 // gates every update on the flag; and (dynamic mode) UpdateLossScale backs off on
 // overflow and grows after growth_interval clean steps. Scale and growth tracker are
@@ -31,6 +32,9 @@ struct LossScalingOptions {
   float min_scale = 0;       // 0: no minimum
   float max_scale = 0;       // 0: the largest finite f32
   float clip_grad_norm = 0;  // global-norm clipping of the unscaled gradients; 0: off
+  // Without a scale, still check the gradients (FindNonFinite) so the optimizer skips a
+  // step whose gradients are not finite, in every precision.
+  bool check_nonfinite = true;
   // Test hook (spec debug.inject_nonfinite): a non-finite value ("inf" | "nan") in one
   // parameter's gradient at one (0-based) step.
   struct Fault {

@@ -55,6 +55,8 @@ absl::StatusOr<std::vector<PassReport>> PassPipeline::Run(Graph& graph) {
   if (absl::Status st = VerifyGraph(graph); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("input graph: ", st.message()));
   }
+  origins_.clear();
+  for (const auto& node : graph.nodes()) origins_[node->id] = "model";
   std::vector<PassReport> reports;
   int index = 0;
   for (const auto& pass : passes_) {
@@ -80,6 +82,7 @@ absl::StatusOr<std::vector<PassReport>> PassPipeline::Run(Graph& graph) {
       }
     }
     report.nodes_after = static_cast<int64_t>(graph.nodes().size());
+    for (const auto& node : graph.nodes()) origins_.try_emplace(node->id, report.name);
     if (dump_regex && std::regex_search(report.name, *dump_regex)) {
       MPC_RETURN_IF_ERROR(Dump(graph, index, report.name));
     }

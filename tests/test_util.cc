@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "passes/memory_plan.h"
+
 namespace mpc::testing {
 
 Tensor RandomTensor(DType dtype, const Shape& shape, uint64_t seed, double lo, double hi) {
@@ -39,6 +41,17 @@ std::string MakeTempDir(const std::string& name) {
 std::string SourcePath(const std::string& relative) { return std::string(MPC_SOURCE_DIR) + "/" + relative; }
 
 std::string Python() { return MPC_PYTHON; }
+
+absl::StatusOr<std::unique_ptr<Executor>> ExecutorFor(const Graph& graph, Backend& backend) {
+  MemoryPlanResult plan;
+  auto order = graph.TopologicalOrder();
+  if (!order.ok()) return order.status();
+  plan.order = *order;
+  auto memory = PlanMemory(graph, plan.order);
+  if (!memory.ok()) return memory.status();
+  plan.plan = *memory;
+  return Executor::Create(graph, plan, backend);
+}
 
 std::string FashionMnistPath(const std::string& file) { return std::string(MPC_FASHION_MNIST_DIR) + "/" + file; }
 

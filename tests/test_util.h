@@ -4,6 +4,10 @@
 #include <random>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "engine/executor.h"
+#include "graph/graph.h"
 #include "graph/tensor.h"
 
 namespace mpc::testing {
@@ -19,5 +23,8 @@ std::string SourcePath(const std::string& relative);
 // python3 with the reference packages, and a file of the Fashion-MNIST dataset.
 std::string Python();
 std::string FashionMnistPath(const std::string& file);
+// An executor for a hand-built graph: its topological order and memory plan, as the
+// memory-plan pass would make them.
+absl::StatusOr<std::unique_ptr<Executor>> ExecutorFor(const Graph& graph, Backend& backend);
 
 }  // namespace mpc::testing

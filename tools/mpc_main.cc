@@ -42,6 +42,8 @@ ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the trai
 ABSL_FLAG(std::vector<std::string>, input, {},
           "mpc run: NAME=FILE.npy feeds graph input NAME; repeat the flag once per input");
 ABSL_FLAG(std::string, output_dir, "", "mpc run: write each graph output here as NAME.npy (created if missing)");
+ABSL_FLAG(bool, check_numerics, false,
+          "mpc run: check every op's outputs and fail at the first NaN/inf, naming the op");
 
 namespace {
 
@@ -136,6 +138,7 @@ int RunModel(const std::vector<std::string>& input_args) {
   mpc::InferenceOptions options;
   options.device = absl::GetFlag(FLAGS_device).empty() ? "cpu" : absl::GetFlag(FLAGS_device);
   options.precision = absl::GetFlag(FLAGS_precision).empty() ? "f32" : absl::GetFlag(FLAGS_precision);
+  options.check_numerics = absl::GetFlag(FLAGS_check_numerics);
   options.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
   auto session = mpc::InferenceSession::FromFile(model, options);
   if (!session.ok()) return FailStatus(session.status());
@@ -201,7 +204,7 @@ int main(int argc, char** argv) {
       "usage: mpc compile --spec S [--model M] [--report FILE.json] [--dump-after REGEX --dump-dir DIR]\n"
       "                   [--disable-passes a,b] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16|fp8]\n"
       "       mpc run --model M [--precision P] [--device cpu|cuda|auto] --input NAME=FILE.npy ...\n"
-      "               --output-dir DIR");
+      "               --output-dir DIR [--check-numerics]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   const std::vector<std::string> inputs = ExtractInputFlags(argc, argv);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);

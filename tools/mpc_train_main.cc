@@ -25,6 +25,10 @@ ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides t
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0, "pad Gemm weights to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training");
+ABSL_FLAG(bool, check_numerics, false,
+          "check every op's outputs each step and stop at the first NaN/inf, naming the op (slow: for debugging)");
+ABSL_FLAG(int32_t, tensor_stats, 0,
+          "every N steps, write statistics of every activation, gradient and FP8 tensor to the metrics file");
 
 namespace {
 
@@ -40,7 +44,8 @@ int main(int argc, char** argv) {
       "trains a model on the CPU (or GPU) backend.\n"
       "usage: mpc-train --spec S [--model M] [--metrics FILE] [--checkpoint_dir DIR] [--device cpu|cuda|auto]\n"
       "                 [--precision f32|tf32|bf16|fp16|fp8] [--loss-scaling off|dynamic|static:S]\n"
-      "                 [--pad-multiple N] [--resume] [--export_onnx FILE] [--profile]");
+      "                 [--pad-multiple N] [--resume] [--export_onnx FILE] [--profile]\n"
+      "                 [--check-numerics] [--tensor-stats N]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) return Fail(absl::StrFormat("unexpected argument '%s'; see --help", positional[1]));
@@ -55,6 +60,8 @@ int main(int argc, char** argv) {
   options.precision = absl::GetFlag(FLAGS_precision);
   options.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
   options.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
+  options.check_numerics = absl::GetFlag(FLAGS_check_numerics);
+  options.tensor_stats_every_n_steps = absl::GetFlag(FLAGS_tensor_stats);
   if (options.spec_path.empty()) return Fail("--spec is required; see --help");
 
   auto engine = mpc::Engine::Create(options);

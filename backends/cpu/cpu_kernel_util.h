@@ -92,6 +92,15 @@ absl::Status MapGrad(KernelContext& ctx, F f) {
   return absl::OkStatus();
 }
 
+// ReLU that propagates NaN as IEEE and PyTorch do: max(x, 0) for numbers (+0 for -0),
+// NaN stays NaN. (oneDNN's ReLU, as an eltwise primitive or a post-op, turns NaN into 0.)
+template <typename A>
+inline A Relu(A x) {
+  return x > A(0) || x != x ? x : A(0);
+}
+// In place over n elements of y (f32, bf16 or f16): the fused Gemm + ReLU epilogue.
+void ReluInPlace(void* y, DType dtype, int64_t n);
+
 #define MPC_UNARY_FACTORY(Name, expr)                                                                        \
   template <typename T>                                                                                      \
   struct Name {                                                                                              \

@@ -1,7 +1,15 @@
-// f32 activations and softmax on oneDNN primitives (eltwise_forward for ReLU, logistic
-// and tanh; softmax_forward / logsoftmax_forward along one axis), built once per node
-// with its static shape. These replace the loop kernels for f32; the f64 loop kernels
-// stay as the reference the op numerics tests compare against.
+// f32 activations and softmax on oneDNN primitives (eltwise_forward for logistic and
+// tanh; softmax_forward / logsoftmax_forward along one axis), built once per node with
+// its static shape. These replace the loop kernels for f32; the f64 loop kernels stay as
+// the reference the op numerics tests compare against. ReLU stays mpc's loop: oneDNN's
+// turns NaN into 0. oneDNN's softmax ignores a NaN or +inf when it takes the row's
+// maximum, so a row holding one comes out partly finite; IEEE arithmetic (and PyTorch)
+// make the whole row NaN, which a pass over the output restores.
+#include <array>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -12,8 +20,7 @@ namespace {
 using dnnl::memory;
 
 memory::desc FlatDesc(const Shape& shape) {
-  memory::dims dims(shape.begin(), shape.end());
-  if (dims.empty()) dims = {1};
+  const memory::dims dims = shape.empty() ? memory::dims{1} : memory::dims(shape.begin(), shape.end());
   memory::dims strides(dims.size(), 1);
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
   return memory::desc(dims, memory::data_type::f32, strides);
@@ -22,22 +29,49 @@ memory::desc FlatDesc(const Shape& shape) {
 // One primitive with a src and a dst argument.
 class DnnlUnaryKernel : public Kernel {
  public:
-  DnnlUnaryKernel(dnnl::primitive primitive, const memory::desc& md)
+  // softmax_rows: the [outer, dim, inner] geometry of a softmax's rows, whose NaNs the
+  // kernel spreads over the row; null for elementwise primitives.
+  DnnlUnaryKernel(dnnl::primitive primitive, const memory::desc& md, std::optional<std::array<int64_t, 3>> softmax_rows)
       : primitive_(std::move(primitive)),
         src_(md, CpuDnnlEngine(), DNNL_MEMORY_NONE),
-        dst_(md, CpuDnnlEngine(), DNNL_MEMORY_NONE) {}
+        dst_(md, CpuDnnlEngine(), DNNL_MEMORY_NONE),
+        softmax_rows_(softmax_rows) {}
 
   absl::Status Run(KernelContext& ctx) override {
     src_.set_data_handle(ctx.inputs[0].data);
     dst_.set_data_handle(ctx.outputs[0].data);
-    primitive_.execute(CpuDnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}});
+    args_[DNNL_ARG_SRC] = src_;
+    args_[DNNL_ARG_DST] = dst_;
+    primitive_.execute(CpuDnnlStream(), args_);
     CpuDnnlStream().wait();
+    if (softmax_rows_) SpreadNaNOverRows(ctx.outputs[0].as<float>(), *softmax_rows_);
     return absl::OkStatus();
   }
 
  private:
+  static void SpreadNaNOverRows(float* y, const std::array<int64_t, 3>& rows) {
+    const auto [outer, dim, inner] = rows;
+    const int64_t n = outer * dim * inner;
+    bool any = false;
+#pragma omp parallel for simd reduction(|| : any) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) any = any || y[i] != y[i];
+    if (!any) return;  // the usual case: one read of the output
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        float* row = y + o * dim * inner + i;
+        bool nan = false;
+        for (int64_t d = 0; d < dim; ++d) nan = nan || row[d * inner] != row[d * inner];
+        if (nan) {
+          for (int64_t d = 0; d < dim; ++d) row[d * inner] = std::numeric_limits<float>::quiet_NaN();
+        }
+      }
+    }
+  }
+
   dnnl::primitive primitive_;
   memory src_, dst_;
+  std::unordered_map<int, memory> args_;
+  std::optional<std::array<int64_t, 3>> softmax_rows_;
 };
 
 KernelFactory Eltwise(dnnl::algorithm algorithm) {
@@ -46,7 +80,7 @@ KernelFactory Eltwise(dnnl::algorithm algorithm) {
     try {
       dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, md, 0.0f, 0.0f);
       dnnl::eltwise_forward::primitive_desc pd(desc, CpuDnnlEngine());
-      return std::unique_ptr<Kernel>(std::make_unique<DnnlUnaryKernel>(dnnl::eltwise_forward(pd), md));
+      return std::unique_ptr<Kernel>(std::make_unique<DnnlUnaryKernel>(dnnl::eltwise_forward(pd), md, std::nullopt));
     } catch (const dnnl::error& e) {
       return absl::InternalError(absl::StrCat("oneDNN eltwise setup failed: ", e.what()));
     }
@@ -60,15 +94,17 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmax(const Node& node, Backend&
   int64_t axis = node.attrs.GetInt("axis", -1);
   if (axis < 0) axis += rank;
   const memory::desc md = FlatDesc(shape);
+  std::array<int64_t, 3> rows{1, 1, 1};  // [outer, dim, inner] around the axis
+  for (int i = 0; i < rank; ++i) rows[i < axis ? 0 : (i == axis ? 1 : 2)] *= shape[i];
   try {
     if (kLog) {
       dnnl::logsoftmax_forward::desc desc(dnnl::prop_kind::forward_inference, md, static_cast<int>(axis));
       dnnl::logsoftmax_forward::primitive_desc pd(desc, CpuDnnlEngine());
-      return std::unique_ptr<Kernel>(std::make_unique<DnnlUnaryKernel>(dnnl::logsoftmax_forward(pd), md));
+      return std::unique_ptr<Kernel>(std::make_unique<DnnlUnaryKernel>(dnnl::logsoftmax_forward(pd), md, rows));
     }
     dnnl::softmax_forward::desc desc(dnnl::prop_kind::forward_inference, md, static_cast<int>(axis));
     dnnl::softmax_forward::primitive_desc pd(desc, CpuDnnlEngine());
-    return std::unique_ptr<Kernel>(std::make_unique<DnnlUnaryKernel>(dnnl::softmax_forward(pd), md));
+    return std::unique_ptr<Kernel>(std::make_unique<DnnlUnaryKernel>(dnnl::softmax_forward(pd), md, rows));
   } catch (const dnnl::error& e) {
     return absl::InternalError(absl::StrCat("oneDNN softmax setup failed: ", e.what()));
   }
@@ -77,7 +113,6 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmax(const Node& node, Backend&
 }  // namespace
 
 void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r) {
-  r.Register("Relu", "cpu", DType::kF32, Eltwise(dnnl::algorithm::eltwise_relu));
   r.Register("Sigmoid", "cpu", DType::kF32, Eltwise(dnnl::algorithm::eltwise_logistic));
   r.Register("Tanh", "cpu", DType::kF32, Eltwise(dnnl::algorithm::eltwise_tanh));
   r.Register("Softmax", "cpu", DType::kF32, CreateSoftmax<false>);

@@ -12,6 +12,24 @@
 namespace mpc {
 namespace cpu {
 
+void ReluInPlace(void* y, DType dtype, int64_t n) {
+  auto run = [n](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+#pragma omp parallel for simd if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(Relu(Acc<T>(p[i])));
+  };
+  switch (dtype) {
+    case DType::kBF16:
+      return run(static_cast<Bf16*>(y));
+    case DType::kF16:
+      return run(static_cast<Half*>(y));
+    case DType::kF64:
+      return run(static_cast<double*>(y));
+    default:
+      return run(static_cast<float*>(y));
+  }
+}
+
 std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
   std::vector<int64_t> strides(out.size(), 0);
   const std::vector<int64_t> dense = RowMajorStrides(in);
@@ -92,7 +110,7 @@ struct BinaryFactory {
 };
 
 MPC_UNARY_FACTORY(NegKernel, -x)
-MPC_UNARY_FACTORY(ReluKernel, x > A(0) ? x : A(0))
+MPC_UNARY_FACTORY(ReluKernel, Relu(x))
 MPC_UNARY_FACTORY(SigmoidKernel, A(1) / (A(1) + std::exp(-x)))
 MPC_UNARY_FACTORY(TanhKernel, std::tanh(x))
 MPC_GRAD_FACTORY(ReluGradKernel, y > A(0) ? dy : A(0))

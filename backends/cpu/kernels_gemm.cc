@@ -144,6 +144,7 @@ absl::StatusOr<std::unique_ptr<DnnlGemm>> DnnlGemm::Create(const GemmSpec& spec,
   g->m_ = spec.m;
   g->n_ = spec.n;
   g->out_ = out;
+  g->relu_ = spec.relu;
   if (spec.c_shape) {
     // A bias row ([N], [1,N]) with alpha = beta = 1 maps onto oneDNN's bias (with an
     // output scale alpha != 1 oneDNN does not give alpha*AB + bias); anything else is
@@ -156,7 +157,6 @@ absl::StatusOr<std::unique_ptr<DnnlGemm>> DnnlGemm::Create(const GemmSpec& spec,
   try {  // everything oneDNN may throw from, including descriptors of unsupported types
     dnnl::post_ops post;
     if (g->bias_mode_ == BiasMode::kSum) post.append_sum(spec.beta);
-    if (spec.relu) post.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     dnnl::primitive_attr attr;
     attr.set_post_ops(post);
     if (spec.alpha != 1.0f) attr.set_output_scales(0, {spec.alpha});
@@ -206,6 +206,7 @@ void DnnlGemm::Run(const void* a, const void* b, const void* c, DType c_dtype, v
   }
   primitive_.execute(CpuDnnlStream(), args);
   CpuDnnlStream().wait();
+  if (relu_) cpu::ReluInPlace(y, out_, m_ * n_);
 }
 
 MatMulPlan PlanMatMul(const Node& node) {

@@ -49,6 +49,7 @@ class DnnlGemm {
   std::vector<int64_t> c_strides_;  // C's element strides over [M, N], 0 where broadcast
   int64_t m_ = 0, n_ = 0;
   DType out_ = DType::kF32;
+  bool relu_ = false;  // applied after the primitive: oneDNN's ReLU post-op turns NaN into 0
 };
 
 // How a MatMul maps onto oneDNN: B a single matrix (A's batch folds into M), equal

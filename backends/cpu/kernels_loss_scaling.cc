@@ -1,6 +1,6 @@
 // CPU kernels for loss scaling and gradient clipping: one fused unscale + all-finite
-// check over every gradient, global-norm clipping, the dynamic scale update (PyTorch
-// GradScaler's rule), and the test-only non-finite injector.
+// check over every gradient (or the check alone, FindNonFinite), global-norm clipping, the dynamic scale update
+// (PyTorch GradScaler's rule), and the test-only non-finite injector.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -30,6 +30,23 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateUnscale(const Node&, Backend&) {
       nonfinite = nonfinite || bad;
     }
     ctx.outputs.back().as<float>()[0] = nonfinite ? 1.0f : 0.0f;
+    return absl::OkStatus();
+  });
+}
+
+// FindNonFinite: UnscaleGradients' check alone, for programs without a scale.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateFindNonFinite(const Node&, Backend&) {
+  return MakeKernel([](KernelContext& ctx) {
+    bool nonfinite = false;
+    for (const TensorView& t : ctx.inputs) {
+      const float* g = t.as<float>();
+      const int64_t n = t.num_elements();
+      bool bad = false;
+#pragma omp parallel for simd reduction(|| : bad) if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) bad = bad || !std::isfinite(g[i]);
+      nonfinite = nonfinite || bad;
+    }
+    ctx.outputs[0].as<float>()[0] = nonfinite ? 1.0f : 0.0f;
     return absl::OkStatus();
   });
 }
@@ -103,6 +120,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateUpdateScale(const Node& node, Back
 
 void RegisterCpuLossScalingKernels(KernelRegistry& r) {
   r.Register("UnscaleGradients", "cpu", DType::kF32, CreateUnscale);
+  r.Register("FindNonFinite", "cpu", DType::kF32, CreateFindNonFinite);
   r.Register("ClipByGlobalNorm", "cpu", DType::kF32, CreateClip);
   r.Register("InjectNonFinite", "cpu", DType::kF32, CreateInject);
   r.Register("UpdateLossScale", "cpu", DType::kF32, CreateUpdateScale);

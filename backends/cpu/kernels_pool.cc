@@ -103,7 +103,9 @@ inline int64_t ArgMax(const T* xp, const PoolGeom& g, int64_t oh, int64_t ow) {
     for (int64_t kw = tw.k0; kw < tw.k1; ++kw) {
       const int64_t i = ih * d.iw + tw.start + kw * d.dw;
       const A v = A(xp[i]);
-      if (best < 0 || v > best_v) {  // strict: ties keep the first maximum
+      // Strict: ties keep the first maximum. A NaN always wins (PyTorch's rule), so it
+      // propagates as IEEE arithmetic would.
+      if (best < 0 || v > best_v || v != v) {
         best = i;
         best_v = v;
       }
@@ -114,8 +116,8 @@ inline int64_t ArgMax(const T* xp, const PoolGeom& g, int64_t oh, int64_t ow) {
 
 // ArgMax for a window wholly inside the input (PoolGeom::full_windows), whose top-left
 // tap is `first`: KH x KW fixed at compile time (0: the runtime kh x kw). Row-major order
-// and strict comparison as ArgMax; starting from the first tap, which compares equal to
-// itself (or is a NaN, which then stays), gives the same first maximum.
+// and comparison as ArgMax; starting from the first tap, which compares equal to itself,
+// gives the same first maximum (and the same last NaN).
 template <typename T, int KH, int KW>
 inline int64_t ArgMaxFull(const T* xp, int64_t iw, int64_t first, int64_t kh, int64_t kw) {
   using A = cpu::Acc<T>;
@@ -126,7 +128,7 @@ inline int64_t ArgMaxFull(const T* xp, int64_t iw, int64_t first, int64_t kh, in
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = first + r * iw + c;
       const A v = A(xp[i]);
-      if (v > best_v) {
+      if (v > best_v || v != v) {
         best = i;
         best_v = v;
       }
@@ -305,7 +307,7 @@ struct GlobalPool {
           const T* xp = x + p * size;
           if (kMax) {
             A best = size > 0 ? A(xp[0]) : A(0);
-            for (int64_t i = 1; i < size; ++i) best = A(xp[i]) > best ? A(xp[i]) : best;
+            for (int64_t i = 1; i < size; ++i) best = A(xp[i]) > best || xp[i] != xp[i] ? A(xp[i]) : best;
             y[p] = static_cast<T>(best);
           } else {
             A sum = 0;

@@ -48,7 +48,12 @@ struct SoftmaxKernel {
         for (int64_t i = 0; i < s.inner; ++i) {
           const int64_t base = o * s.dim * s.inner + i;
           Acc<T> mx = -INFINITY;
-          for (int64_t d = 0; d < s.dim; ++d) mx = std::max<Acc<T>>(mx, x[base + d * s.inner]);
+          // A NaN is the maximum (std::max would drop it), so it spreads over the row as
+          // IEEE arithmetic and PyTorch have it.
+          for (int64_t d = 0; d < s.dim; ++d) {
+            const Acc<T> v = Acc<T>(x[base + d * s.inner]);
+            if (v > mx || v != v) mx = v;
+          }
           Acc<T> sum = 0;
           for (int64_t d = 0; d < s.dim; ++d) sum += std::exp(Acc<T>(x[base + d * s.inner]) - mx);
           const Acc<T> log_sum = std::log(sum);

@@ -55,8 +55,8 @@ struct NegOp {
 };
 struct ReluOp {
   static constexpr const char* kName = "Relu";
-  // NaN > 0 is false, so NaN -> 0, as on the CPU.
-  __device__ float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
+  // NaN stays NaN (IEEE, PyTorch, the CPU's cpu::Relu); -0 becomes +0.
+  __device__ float operator()(float x) const { return x > 0.0f || x != x ? x : 0.0f; }
 };
 struct SigmoidOp {
   static constexpr const char* kName = "Sigmoid";

@@ -2,6 +2,7 @@
 // (backends/cpu/kernels_loss_scaling.cc; the graph is built by passes/loss_scaling.cc):
 //   UnscaleGradients(scale, g1..gN) -> (g1*inv .. gN*inv, found_nonfinite)
 //     inv = 1/scale in f32; found_nonfinite = 1 when any INPUT element is inf or NaN, else 0.
+//   FindNonFinite(g1..gN) -> found_nonfinite: the same check, reading the gradients only.
 //   ClipByGlobalNorm(g1..gN) -> (g1*c .. gN*c, global_norm)          attr max_norm
 //     norm = sqrt(sum of squares), accumulated in f64 as on the CPU; c = min(1, max_norm /
 //     (norm + 1e-6)) (torch.nn.utils.clip_grad_norm_), so a NaN norm gives c = 1 and an
@@ -211,6 +212,56 @@ class CudaUnscaleGradients : public Kernel {
   std::vector<BatchPlan> plans_;
 };
 
+// ---- FindNonFinite -------------------------------------------------------------------
+
+// UnscaleKernel's check alone: reads the gradients, writes nothing but the flag.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    FindNonFiniteKernel(const __grid_constant__ TensorBatch b, float* found_nonfinite) {
+  const BlockShare s = ShareOf(b);
+  const float* in = b.in[s.tensor];
+  const int64_t n = b.n[s.tensor], n4 = b.n4[s.tensor];
+  bool bad = false;
+  for (int64_t i = s.first; i < n4; i += s.stride) {
+    const float4 g = reinterpret_cast<const float4*>(in)[i];
+    bad = bad || !isfinite(g.x) || !isfinite(g.y) || !isfinite(g.z) || !isfinite(g.w);
+  }
+  for (int64_t i = 4 * n4 + s.first; i < n; i += s.stride) bad = bad || !isfinite(in[i]);
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *found_nonfinite = 1.0f;
+}
+
+class CudaFindNonFinite : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
+    auto k = std::unique_ptr<CudaFindNonFinite>(new CudaFindNonFinite());
+    k->stream_ = cuda->stream();
+    std::vector<int64_t> sizes;
+    for (const Value* in : node.inputs) sizes.push_back(NumElements(in->shape));
+    int total_blocks = 0;
+    k->plans_ = PlanBatches(sizes, &total_blocks);
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    std::vector<const float*> in(ctx.inputs.size());
+    for (size_t i = 0; i < in.size(); ++i) in[i] = ctx.inputs[i].as<float>();
+    const std::vector<float*> no_outputs(in.size(), nullptr);
+    float* found = ctx.outputs[0].as<float>();
+    MPC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(found, 0, sizeof(float), stream_));  // 0.0f
+    for (BatchPlan& p : plans_) {
+      FillBatch(p, in, no_outputs);
+      FindNonFiniteKernel<<<p.blocks, kThreadsPerBlock, 0, stream_>>>(p.args, found);
+      MPC_RETURN_IF_ERROR(LaunchStatus("FindNonFiniteKernel"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  CudaFindNonFinite() = default;
+  cudaStream_t stream_ = nullptr;
+  std::vector<BatchPlan> plans_;
+};
+
 // ---- ClipByGlobalNorm ----------------------------------------------------------------
 
 // partials[first_partial + block] = f64 sum of the squares of this block's elements.
@@ -399,6 +450,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateUpdateLossScale(const Node& node, 
 
 void RegisterCudaLossScalingKernels(KernelRegistry& r) {
   r.Register("UnscaleGradients", "cuda", DType::kF32, CudaUnscaleGradients::Create);
+  r.Register("FindNonFinite", "cuda", DType::kF32, CudaFindNonFinite::Create);
   r.Register("ClipByGlobalNorm", "cuda", DType::kF32, CudaClipByGlobalNorm::Create);
   r.Register("InjectNonFinite", "cuda", DType::kF32, CreateInjectNonFinite);
   r.Register("UpdateLossScale", "cuda", DType::kF32, CreateUpdateLossScale);

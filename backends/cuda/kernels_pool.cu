@@ -9,8 +9,9 @@
 //   - a window's taps are visited row by row (kh outer, kw inner), skipping taps outside
 //     the input; with ceil_mode ONNX keeps a last window that starts in the end padding:
 //     it has no taps, MaxPool and AveragePool give 0 there and it routes no gradient;
-//   - MaxPool takes the FIRST maximum in that order (strictly greater replaces), so a NaN
-//     as the first valid tap wins and later NaNs are ignored, exactly as the CPU loop;
+//   - MaxPool takes the FIRST maximum in that order (strictly greater replaces); a NaN
+//     always replaces (PyTorch's rule), so the last NaN of a window wins and the output
+//     is NaN, exactly as the CPU loop;
 //   - AveragePool divides by the valid taps, or with count_include_pad by the taps inside
 //     the explicitly padded extent [-pad_begin, in + pad_end) (the ceil_mode overhang is
 //     not counted); a window with count 0 gives 0;
@@ -23,8 +24,8 @@
 //     argmax is that element;
 //   - GlobalAveragePool / GlobalMaxPool reduce each N x C plane (any number of spatial
 //     axes) with one thread block in f32; the mean's summation order differs from the
-//     CPU's sequential sum (not bit-identical); the max is exact, NaN handled like the
-//     CPU: a NaN first element is the result, later NaNs are ignored.
+//     CPU's sequential sum (not bit-identical); the max is exact, and NaN when any element
+//     is (as on the CPU).
 // Everything accumulates in f32 and rounds once on store (cuda_kernel_util.cuh). The
 // per-element functors are __host__ __device__ so their index arithmetic can be checked
 // against the CPU loops on a machine without a GPU.
@@ -114,7 +115,7 @@ __host__ __device__ inline int64_t WindowArgMax(const T* xp, const PoolWindow& g
       if (iw < 0 || iw >= g.iw) continue;
       const int64_t i = ih * g.iw + iw;
       const float v = ToAcc(xp[i]);
-      if (best < 0 || v > best_v) {  // strict: ties keep the first maximum
+      if (best < 0 || v > best_v || v != v) {  // strict: ties keep the first maximum; NaN wins
         best = i;
         best_v = v;
       }
@@ -329,8 +330,9 @@ constexpr int kWarp = 32;
 constexpr int kMaxGlobalPoolThreads = 256;
 
 // One block per plane (grid-strided over planes): y[p] = mean or max of x[p][0..size).
-// The max ignores NaNs (fmaxf) except a NaN first element, which is the result: the
-// CPU's `best = x[0]; best = x[i] > best ? x[i] : best` gives exactly that.
+// The max is NaN when any element is (fmaxf alone would drop NaNs), as on the CPU.
+__device__ __forceinline__ float NanMax(float a, float b) { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
+
 template <typename T, bool kMax>
 __global__ void GlobalPoolKernel(const T* x, T* y, int64_t planes, int64_t size) {
   __shared__ float partial[kMaxGlobalPoolThreads / kWarp];
@@ -341,23 +343,18 @@ __global__ void GlobalPoolKernel(const T* x, T* y, int64_t planes, int64_t size)
     float acc = kMax ? -__int_as_float(0x7f800000) : 0.0f;  // -inf: the identity of fmaxf
     for (int64_t i = threadIdx.x; i < size; i += blockDim.x) {
       const float v = ToAcc(xp[i]);
-      acc = kMax ? fmaxf(acc, v) : acc + v;
+      acc = kMax ? NanMax(acc, v) : acc + v;
     }
     for (int off = kWarp / 2; off > 0; off /= 2) {
       const float other = __shfl_down_sync(0xffffffffu, acc, off);
-      acc = kMax ? fmaxf(acc, other) : acc + other;
+      acc = kMax ? NanMax(acc, other) : acc + other;
     }
     if (lane == 0) partial[warp] = acc;
     __syncthreads();
     if (threadIdx.x == 0) {
       float r = partial[0];
-      for (int w = 1; w < warps; ++w) r = kMax ? fmaxf(r, partial[w]) : r + partial[w];
-      if (kMax) {
-        const float first = ToAcc(xp[0]);
-        if (first != first) r = first;  // NaN first element: the CPU's result
-      } else {
-        r = r / static_cast<float>(size);
-      }
+      for (int w = 1; w < warps; ++w) r = kMax ? NanMax(r, partial[w]) : r + partial[w];
+      if (!kMax) r = r / static_cast<float>(size);
       y[p] = FromAcc<T>(r);
     }
     __syncthreads();  // partial[] is reused by the next plane

@@ -44,16 +44,7 @@ Backend& Cpu() {
   return *backend;
 }
 
-absl::StatusOr<std::unique_ptr<Executor>> Compile(const Graph& graph) {
-  MemoryPlanResult info;
-  auto order = graph.TopologicalOrder();
-  if (!order.ok()) return order.status();
-  info.order = *order;
-  auto plan = PlanMemory(graph, info.order);
-  if (!plan.ok()) return plan.status();
-  info.plan = *plan;
-  return Executor::Create(graph, info, Cpu());
-}
+absl::StatusOr<std::unique_ptr<Executor>> Compile(const Graph& graph) { return testing::ExecutorFor(graph, Cpu()); }
 
 // The f64 value of a tensor rounded to `dtype` the way a Cast kernel rounds it.
 Tensor RoundedF64(const Tensor& f32, DType dtype) { return f32.CastTo(dtype).CastTo(DType::kF64); }

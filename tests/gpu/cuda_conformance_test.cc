@@ -236,6 +236,12 @@ std::vector<OpCase> TrainingStepCases() {
   cases.push_back(Make("UnscaleGradients_NaN", "UnscaleGradients",
                        {ScalarF32("scale", 0.5), FedF32("g1", {nan, 1, 2}), XTyped("g2", {6}, DType::kF32)},
                        /*exact=*/true));
+  cases.push_back(Make("FindNonFinite_Finite", "FindNonFinite",
+                       {XTyped("g1", {4, 5}, DType::kF32), XTyped("g2", {7}, DType::kF32)}, /*exact=*/true));
+  cases.push_back(Make("FindNonFinite_Inf", "FindNonFinite",
+                       {XTyped("g1", {3, 4}, DType::kF32), FedF32("g2", {1, -inf, 2})}, /*exact=*/true));
+  cases.push_back(Make("FindNonFinite_NaN", "FindNonFinite",
+                       {FedF32("g1", {nan, 1, 2}), XTyped("g2", {6}, DType::kF32)}, /*exact=*/true));
   for (auto [name, max_norm] : std::vector<std::pair<const char*, float>>{{"ClipByGlobalNorm_Clips", 0.5f},
                                                                           {"ClipByGlobalNorm_Within", 100.0f}}) {
     OpCase c = Make(name, "ClipByGlobalNorm", {XTyped("g1", {4, 5}, DType::kF32), XTyped("g2", {6}, DType::kF32)});

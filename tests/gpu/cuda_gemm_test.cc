@@ -87,14 +87,7 @@ std::unique_ptr<Problem> BuildNode(const std::string& op, std::vector<std::strin
 }
 
 absl::StatusOr<Tensor> RunOn(const Problem& p, Backend& backend) {
-  MemoryPlanResult info;
-  auto order = p.graph.TopologicalOrder();
-  if (!order.ok()) return order.status();
-  info.order = *order;
-  auto plan = PlanMemory(p.graph, info.order);
-  if (!plan.ok()) return plan.status();
-  info.plan = *plan;
-  auto ex = Executor::Create(p.graph, info, backend);
+  auto ex = testing::ExecutorFor(p.graph, backend);
   if (!ex.ok()) return ex.status();
   for (size_t i = 0; i < p.feeds.size(); ++i) {
     if (absl::Status st = (*ex)->SetInput(p.names[i], p.feeds[i]); !st.ok()) return st;

@@ -111,14 +111,7 @@ absl::StatusOr<OpGraph> BuildOpGraph(const OpCase& c, const std::vector<Tensor>&
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> CompileOn(const Graph& graph, Backend& backend) {
-  MemoryPlanResult info;
-  auto order = graph.TopologicalOrder();
-  if (!order.ok()) return order.status();
-  info.order = *order;
-  auto plan = PlanMemory(graph, info.order);
-  if (!plan.ok()) return plan.status();
-  info.plan = *plan;
-  return Executor::Create(graph, info, backend);
+  return testing::ExecutorFor(graph, backend);
 }
 
 absl::Status Feed(Executor& ex, const OpGraph& g, const OpCase& c) {
