@@ -45,6 +45,27 @@ NON_DEBIAN_ROOTS = {
     "/usr/local/cuda": "the CUDA toolkit, preinstalled (not a Debian package; optional, MPC_WITH_CUDA=AUTO)",
 }
 NON_DEBIAN_ROOT_PATTERN = re.compile(r"^/usr/local/cuda(-[0-9.]+)?(/|$)")
+# A launcher such as /usr/local/bin/nvcc (CUDA images put one on PATH: `exec /usr/local/cuda-13.0/bin/nvcc "$@"`)
+# belongs to the root it starts; CMake records the launcher when /usr/local/cuda/bin is not on PATH.
+EXEC_WRAPPER_PATTERN = re.compile(r"^\s*exec\s+\"?(/[^\s\"]+)", re.MULTILINE)
+MAX_WRAPPER_BYTES = 4096
+
+
+def in_non_debian_root(path):
+    """True for a path under an allowed root, a symlink into one, or a small script that execs a program in one."""
+    if NON_DEBIAN_ROOT_PATTERN.match(path) or NON_DEBIAN_ROOT_PATTERN.match(os.path.realpath(path)):
+        return True
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > MAX_WRAPPER_BYTES:
+            return False
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    if not text.startswith("#!"):
+        return False
+    targets = EXEC_WRAPPER_PATTERN.findall(text)
+    return bool(targets) and all(NON_DEBIAN_ROOT_PATTERN.match(os.path.realpath(t)) for t in targets)
 
 # Directories that are not evidence of anything (every package puts files below them).
 UNINFORMATIVE_DIRS = {"/", "/usr", "/usr/include", "/usr/lib", "/usr/share", "/usr/bin", "/usr/local",
@@ -299,7 +320,7 @@ def main():
     checked = [(path, why, True) for path, why in evidence.files.items()]
     checked += [(path + "/", why, False) for path, why in evidence.dirs.items()]
     for path, why, is_file in checked:
-        if NON_DEBIAN_ROOT_PATTERN.match(path):
+        if in_non_debian_root(path.rstrip("/") or "/"):
             continue
         owners = dpkg.owners_of(path.rstrip("/") or "/")
         if args.verbose:
