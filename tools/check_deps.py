@@ -347,7 +347,9 @@ def main():
         problems.append(f"{path} ({why}) belongs to no Debian package and is outside the allowed non-Debian roots "
                         f"({', '.join(NON_DEBIAN_ROOTS)}): it was installed by hand; find the package that ships it "
                         f"(`apt-file search`) and add it to {rel_list}")
-    if not not_installed:
+    # Unused packages are judged from a configure's trace (find_path results resolved to the
+    # files they looked for, e.g. the data sets); --compiled alone sees only the headers.
+    if not not_installed and args.trace:
         for p in listed:
             if not used_by.get(p):
                 problems.append(f"{p} is listed in {rel_list} but nothing the build found belongs to it or to a "
