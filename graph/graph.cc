@@ -92,6 +92,7 @@ absl::StatusOr<Node*> Graph::AddNode(const std::string& op, std::vector<Value*> 
   }
   auto node = std::make_unique<Node>();
   node->id = next_id_++;
+  node->schedule_rank = node->id;
   node->name = node_name;
   node->op = op;
   node->inputs = std::move(inputs);
@@ -252,9 +253,11 @@ absl::StatusOr<std::vector<Node*>> Graph::TopologicalOrder() const {
     }
     pending[n.get()] = count;
   }
-  // Min-heap on node id: among ready nodes the oldest runs first, so the order is
-  // deterministic and stays close to the model's own order.
-  auto later = [](const Node* a, const Node* b) { return a->id > b->id; };
+  // Min-heap on (schedule rank, id): among ready nodes the oldest runs first, so the order
+  // is deterministic and stays close to the model's own order.
+  auto later = [](const Node* a, const Node* b) {
+    return a->schedule_rank != b->schedule_rank ? a->schedule_rank > b->schedule_rank : a->id > b->id;
+  };
   std::priority_queue<Node*, std::vector<Node*>, decltype(later)> ready(later);
   for (const auto& n : nodes_) {
     if (pending[n.get()] == 0) ready.push(n.get());

@@ -54,6 +54,11 @@ struct Node {
   std::vector<Value*> outputs;
   AttrMap attrs;
   std::vector<Node*> control_deps;  // must run after these (in-place state updates)
+  // Where the node runs among those ready at the same time: the smaller first. AddNode sets
+  // it to the id (creation order, close to the model's own); a rewrite that replaces a node
+  // gives the new nodes the old one's rank, so they run where it would have (a rewrite's
+  // new nodes otherwise run last and keep their inputs alive to the end of the step).
+  int schedule_rank = 0;
 };
 
 class Graph {

@@ -161,7 +161,8 @@ class Painter {
     for (Node* n : order_) {
       if (PassesThrough(n) && up.contains(n) && down.contains(n)) {
         allow_[n] =
-            absl::StrCat(ClassName(ClassOf(n)), " op between allow ops '", up[n]->name, "' and '", down[n]->name, "'");
+            absl::StrCat(ClassName(ClassOf(n)), " op between allow ops '", up[n]->name, "' and '", down[n]->name, "'",
+                         autocast::ReducesInF32(n->op) ? "; reads and writes low precision, reduces in f32" : "");
       }
     }
   }
@@ -285,7 +286,10 @@ class Painter {
       const DType want = target_[n];
       for (size_t i = 0; i < n->inputs.size(); ++i) {
         Value* in = n->inputs[i];
-        if (!in || !IsFloating(in->dtype) || autocast::IsConfigInput(n->op, static_cast<int>(i))) continue;
+        if (!in || !IsFloating(in->dtype) || autocast::IsConfigInput(n->op, static_cast<int>(i)) ||
+            autocast::KeepsF32Operand(n->op, static_cast<int>(i))) {
+          continue;
+        }
         if (in->dtype == want || (in->dtype != DType::kF32 && in->dtype != low_)) continue;
         Value* cast = cast_to(in, want);
         MPC_RETURN_IF_ERROR(b.status());

@@ -24,24 +24,46 @@ inline const std::set<std::string>& DefaultDeny() {
                                             "Log",
                                             "Pow",
                                             "Reciprocal",
-                                            "Softmax",
                                             "LogSoftmax",
                                             "SoftmaxCrossEntropyLoss",
                                             "MeanSquaredError",
                                             "ReduceSum",
                                             "ReduceMean",
                                             "LayerNormalization",
-                                            "BatchNormalization",
                                             "Erf",
                                             "Sqrt"};
   return ops;
 }
 
 inline const std::set<std::string>& DefaultInfer() {
-  static const std::set<std::string> ops = {
-      "Add", "Sub", "Mul", "Div", "Neg", "Sigmoid", "Tanh", "Gelu", "AveragePool", "GlobalAveragePool", "Where"};
+  static const std::set<std::string> ops = {"Add",
+                                            "Sub",
+                                            "Mul",
+                                            "Div",
+                                            "Neg",
+                                            "Sigmoid",
+                                            "Tanh",
+                                            "Gelu",
+                                            "AveragePool",
+                                            "GlobalAveragePool",
+                                            "Where",
+                                            "Softmax",
+                                            "BatchNormalization"};
   return ops;
 }
+
+// Infer ops whose low-precision kernels read and write the low dtype but keep their
+// reductions in f32, as cuDNN's and PyTorch's do. Softmax: the row maximum and the sum of
+// exponentials; its outputs are probabilities in [0, 1], which bf16/f16 store to their usual
+// relative precision. BatchNormalization: the batch mean and variance, the running
+// statistics and the affine parameters (its inputs 1-4 stay f32, see KeepsF32Operand). So
+// the attention scores and a ResNet's activations stay low precision instead of being cast
+// to f32 and kept twice for the backward pass.
+inline bool ReducesInF32(const std::string& op) { return op == "Softmax" || op == "BatchNormalization"; }
+
+// Operands that stay f32 whatever dtype their op runs in: BatchNormalization's scale, B and
+// running mean/variance (f32 master parameters and state; its kernels read them as f32).
+inline bool KeepsF32Operand(const std::string& op, int index) { return op == "BatchNormalization" && index >= 1; }
 
 inline const std::set<std::string>& DefaultClear() {
   static const std::set<std::string> ops = {"Reshape", "Flatten",   "Transpose", "Identity", "Relu",

@@ -28,6 +28,16 @@ struct LossResult {
   Value* labels = nullptr;  // the labels input the engine feeds
 };
 
+// Writer: fuse-gelu. Reader: the report.
+struct FuseGeluResult {
+  struct Fusion {
+    std::string node;         // the Gelu node that replaced the chain
+    std::string approximate;  // "none" (erf form) or "tanh"
+    int nodes_replaced = 0;
+  };
+  std::vector<Fusion> fused;
+};
+
 // One autocast paint decision: every node gets one.
 struct PaintDecision {
   std::string node;
@@ -122,6 +132,7 @@ struct MemoryPlanResult {
 // pass pointers into one of these.
 struct CompileResults {
   LossResult loss;
+  FuseGeluResult fuse_gelu;
   AutocastResult autocast;
   PadDimsResult pad_dims;
   AutodiffResult autodiff;

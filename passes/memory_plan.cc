@@ -18,6 +18,14 @@ struct Interval {
 
 int64_t Align(int64_t bytes) { return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
+// Ops whose output is their input's bytes unchanged (row-major data, another shape): the
+// output is planned at its input's offset, so the copy kernel finds src == dst and does
+// nothing. Activations are never written after they are produced, so sharing is safe.
+bool IsView(const Node& n) {
+  return (n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze") &&
+         n.inputs[0]->dtype == n.outputs[0]->dtype && n.inputs[0]->bytes() == n.outputs[0]->bytes();
+}
+
 }  // namespace
 
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node*>& order) {
@@ -26,6 +34,17 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node
   for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
   const int end = static_cast<int>(order.size());
 
+  // A view's output shares its input's bytes: both map to the value that owns them, whose
+  // lifetime covers every reader of either.
+  absl::flat_hash_map<const Value*, const Value*> owner;
+  for (const Node* n : order) {
+    const Value* in = n->inputs.empty() ? nullptr : n->inputs[0];
+    if (IsView(*n) && in->kind == ValueKind::kActivation && in->producer) {
+      auto it = owner.find(in);
+      owner[n->outputs[0]] = it == owner.end() ? in : it->second;
+    }
+  }
+  absl::flat_hash_map<const Value*, size_t> interval_of;
   std::vector<Interval> intervals;
   for (const auto& v : graph.values()) {
     if (v->kind != ValueKind::kActivation) {
@@ -34,13 +53,19 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node
       if (v->persistent()) plan.persistent_bytes += bytes;
       continue;
     }
-    if (!v->producer) continue;
+    if (!v->producer || owner.contains(v.get())) continue;
     Interval iv{v.get(), Align(std::max<int64_t>(1, static_cast<int64_t>(v->bytes()))), position[v->producer], 0};
     iv.last = iv.first;
-    for (const Node* c : v->consumers) iv.last = std::max(iv.last, position[c]);
-    if (graph.IsOutput(v.get())) iv.last = end;
+    interval_of[v.get()] = intervals.size();
     intervals.push_back(iv);
     plan.total_activation_bytes += iv.size;
+  }
+  for (const auto& v : graph.values()) {
+    if (v->kind != ValueKind::kActivation || !v->producer) continue;
+    auto it = owner.find(v.get());
+    Interval& iv = intervals[interval_of[it == owner.end() ? v.get() : it->second]];
+    for (const Node* c : v->consumers) iv.last = std::max(iv.last, position[c]);
+    if (graph.IsOutput(v.get())) iv.last = end;
   }
   // Largest first; ties by first use then id, so the plan is deterministic.
   std::sort(intervals.begin(), intervals.end(), [](const Interval& a, const Interval& b) {
@@ -74,6 +99,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node
     plan.offsets[iv.value] = best;
     plan.peak_bytes = std::max(plan.peak_bytes, best + iv.size);
   }
+  for (const auto& [view, bytes_owner] : owner) plan.offsets[view] = plan.offsets[bytes_owner];
   return plan;
 }
 

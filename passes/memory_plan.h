@@ -2,7 +2,9 @@
 // activation an offset in one arena. A value is live from the step that produces it
 // to its last reader (graph outputs to the end); values whose lifetimes do not overlap
 // share bytes. Placement is greedy best-fit by decreasing size, the usual heuristic for
-// offline static allocation. The planned peak is known before anything runs.
+// offline static allocation. The planned peak is known before anything runs. A Reshape,
+// Flatten, Squeeze or Unsqueeze of an activation is a view: its output is placed at its
+// input's offset (one buffer, alive for the readers of both), so it costs no copy.
 #pragma once
 
 #include "passes/compile_results.h"

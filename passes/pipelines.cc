@@ -7,8 +7,10 @@
 #include "passes/attach_loss.h"
 #include "passes/autodiff.h"
 #include "passes/batch_norm_stats.h"
+#include "passes/fold_transposes.h"
 #include "passes/fp8_lower.h"
 #include "passes/fuse_epilogues.h"
+#include "passes/fuse_gelu.h"
 #include "passes/fuse_updates.h"
 #include "passes/memory_plan.h"
 #include "passes/set_mode.h"
@@ -26,6 +28,9 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   p.Add(std::make_unique<BatchNormStatsPass>());
   // The loss on the logits: the program's only output from here on.
   p.Add(std::make_unique<AttachLossPass>(o.loss, &r->loss));
+  // GELU written out in elementary ops (opset < 20 exports) becomes one op before
+  // autocast and autodiff, so both decide for the op that will run.
+  p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
   // Precision of every forward op, before autodiff: the backward pass inherits it (the
   // gradient of a Cast is a Cast).
   p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
@@ -46,6 +51,9 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   p.Add(std::make_unique<SimplifyPass>());
   // GEMM + ReLU epilogues: on the simplified graph, where the pattern is canonical.
   p.Add(std::make_unique<FuseEpiloguesPass>());
+  // Backward GEMMs of 2-D weights read their operands transposed in place; on the
+  // simplified graph, after FP8 took the GEMMs it converts.
+  p.Add(std::make_unique<FoldTransposesPass>());
   // Multi-tensor updates: once every update exists and nothing rewrites them.
   p.Add(std::make_unique<FuseUpdatesPass>());
   // Order and arena offsets: last, for the graph that will run.
@@ -60,6 +68,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   if (!o.keep_model_training_mode) p.Add(std::make_unique<SetModePass>(false));
   // The logits are the program's output; loss and accuracy are computed from them.
   if (!o.keep_all_outputs) p.Add(std::make_unique<SelectOutputsPass>(std::vector<std::string>{o.loss.logits}));
+  p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
   p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
   p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));
   // FP8 GEMMs with the scales training keeps (shared by name); no amax is recorded.

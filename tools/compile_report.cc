@@ -21,6 +21,11 @@ std::string CompileReportJson(const Program& p) {
     nodes.push_back(absl::StrFormat("{\"name\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"reason\":\"%s\"}",
                                     JsonEscape(d.node), d.op, DTypeName(d.dtype), JsonEscape(d.reason)));
   }
+  std::vector<std::string> gelu;
+  for (const FuseGeluResult::Fusion& f : r.fuse_gelu.fused) {
+    gelu.push_back(absl::StrFormat("{\"node\":\"%s\",\"approximate\":\"%s\",\"nodes_replaced\":%d}", JsonEscape(f.node),
+                                   f.approximate, f.nodes_replaced));
+  }
   std::vector<std::string> padding;
   for (const PadDimsResult::Padding& d : r.pad_dims.padding) {
     padding.push_back(absl::StrFormat("{\"value\":\"%s\",\"dim\":%d,\"from\":%d,\"to\":%d}", JsonEscape(d.value), d.dim,
@@ -46,10 +51,10 @@ std::string CompileReportJson(const Program& p) {
       "{\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", r.autocast.casts_inserted,
                       DTypeName(r.autocast.compute_dtype)),
-      "\"padding\":[", absl::StrJoin(padding, ","), "],", "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[",
-      absl::StrJoin(fp8_skipped, ","), "],", "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","),
-      "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","), "],",
-      r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
+      "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"padding\":[", absl::StrJoin(padding, ","), "],",
+      "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
+      "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","),
+      "],", r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
       absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},", r.pad_dims.extra_flops_pct,
                       r.pad_dims.extra_bytes_pct),
       absl::StrFormat("\"memory\":{\"planned_peak_bytes\":%d,\"unplanned_bytes\":%d,\"persistent_bytes\":%d,"
@@ -73,6 +78,12 @@ std::string CompileSummaryText(const Program& p) {
     if (d.reason == "inserted cast") continue;
     ++forward;
     converted += d.dtype != DType::kF32 && d.op != "Cast";
+  }
+  if (!r.fuse_gelu.fused.empty()) {
+    int64_t replaced = 0;
+    for (const FuseGeluResult::Fusion& f : r.fuse_gelu.fused) replaced += f.nodes_replaced;
+    absl::StrAppendFormat(&out, "fuse-gelu: %d GELUs written out in %d nodes now one Gelu op each (approximate=%s)\n",
+                          r.fuse_gelu.fused.size(), replaced, r.fuse_gelu.fused[0].approximate);
   }
   if (r.autocast.compute_dtype == DType::kF32) {
     absl::StrAppendFormat(&out, "autocast: precision f32, no node converted\n");

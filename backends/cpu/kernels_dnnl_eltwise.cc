@@ -1,10 +1,10 @@
 // f32 activations and softmax on oneDNN primitives (eltwise_forward for logistic and
 // tanh; softmax_forward / logsoftmax_forward along one axis), built once per node with
-// its static shape. These replace the loop kernels for f32; the f64 loop kernels stay as
-// the reference the op numerics tests compare against. ReLU stays mpc's loop: oneDNN's
-// turns NaN into 0. oneDNN's softmax ignores a NaN or +inf when it takes the row's
-// maximum, so a row holding one comes out partly finite; IEEE arithmetic (and PyTorch)
-// make the whole row NaN, which a pass over the output restores.
+// its static shape. Softmax, Gelu and GeluGrad also in bf16 (oneDNN reads and writes bf16
+// and computes in f32, as the numerics contract asks). These replace the loop kernels for f32; the f64 loop kernels
+// stay as the reference the op numerics tests compare against. ReLU stays mpc's loop: oneDNN's turns NaN into 0.
+// oneDNN's softmax ignores a NaN or +inf when it takes the row's maximum, so a row holding one comes out partly finite;
+// IEEE arithmetic (and PyTorch) make the whole row NaN, which a pass over the output restores.
 #include <array>
 #include <limits>
 #include <optional>
@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels_gemm.h"
+#include "graph/half_types.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace mpc {
@@ -19,11 +21,11 @@ namespace {
 
 using dnnl::memory;
 
-memory::desc FlatDesc(const Shape& shape) {
+memory::desc FlatDesc(const Shape& shape, DType dtype = DType::kF32) {
   const memory::dims dims = shape.empty() ? memory::dims{1} : memory::dims(shape.begin(), shape.end());
   memory::dims strides(dims.size(), 1);
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
-  return memory::desc(dims, memory::data_type::f32, strides);
+  return memory::desc(dims, cpu::DnnlType(dtype), strides);
 }
 
 // One primitive with a src and a dst argument.
@@ -44,12 +46,20 @@ class DnnlUnaryKernel : public Kernel {
     args_[DNNL_ARG_DST] = dst_;
     primitive_.execute(CpuDnnlStream(), args_);
     CpuDnnlStream().wait();
-    if (softmax_rows_) SpreadNaNOverRows(ctx.outputs[0].as<float>(), *softmax_rows_);
+    if (softmax_rows_) {
+      if (ctx.outputs[0].dtype == DType::kBF16) {
+        SpreadNaNOverRows(ctx.outputs[0].as<Bf16>(), *softmax_rows_);
+      } else {
+        SpreadNaNOverRows(ctx.outputs[0].as<float>(), *softmax_rows_);
+      }
+    }
     return absl::OkStatus();
   }
 
  private:
-  static void SpreadNaNOverRows(float* y, const std::array<int64_t, 3>& rows) {
+  // T is float or Bf16: `y[i] != y[i]` compares as float either way (NaN is unequal).
+  template <typename T>
+  static void SpreadNaNOverRows(T* y, const std::array<int64_t, 3>& rows) {
     const auto [outer, dim, inner] = rows;
     const int64_t n = outer * dim * inner;
     bool any = false;
@@ -58,11 +68,11 @@ class DnnlUnaryKernel : public Kernel {
     if (!any) return;  // the usual case: one read of the output
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t i = 0; i < inner; ++i) {
-        float* row = y + o * dim * inner + i;
+        T* row = y + o * dim * inner + i;
         bool nan = false;
         for (int64_t d = 0; d < dim; ++d) nan = nan || row[d * inner] != row[d * inner];
         if (nan) {
-          for (int64_t d = 0; d < dim; ++d) row[d * inner] = std::numeric_limits<float>::quiet_NaN();
+          for (int64_t d = 0; d < dim; ++d) row[d * inner] = T(std::numeric_limits<float>::quiet_NaN());
         }
       }
     }
@@ -87,13 +97,68 @@ KernelFactory Eltwise(dnnl::algorithm algorithm) {
   };
 }
 
+dnnl::algorithm GeluAlgorithm(const Node& node) {
+  return node.attrs.GetString("approximate", "none") == "tanh" ? dnnl::algorithm::eltwise_gelu_tanh
+                                                               : dnnl::algorithm::eltwise_gelu_erf;
+}
+
+// Gelu(X) in f32 or bf16: oneDNN's vectorised erf/tanh instead of a scalar loop, f32 inside.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGelu(const Node& node, Backend&) {
+  const memory::desc md = FlatDesc(node.inputs[0]->shape, node.inputs[0]->dtype);
+  try {
+    dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_training, GeluAlgorithm(node), md, 0.0f, 0.0f);
+    dnnl::eltwise_forward::primitive_desc pd(desc, CpuDnnlEngine());
+    return std::unique_ptr<Kernel>(std::make_unique<DnnlUnaryKernel>(dnnl::eltwise_forward(pd), md, std::nullopt));
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("oneDNN Gelu setup for node '", node.name, "' failed: ", e.what()));
+  }
+}
+
+// GeluGrad(dY, X) -> dX = dY * gelu'(X): oneDNN's eltwise backward from the source.
+class DnnlGeluGradKernel : public Kernel {
+ public:
+  DnnlGeluGradKernel(dnnl::primitive primitive, const memory::desc& md)
+      : primitive_(std::move(primitive)),
+        diff_dst_(md, CpuDnnlEngine(), DNNL_MEMORY_NONE),
+        src_(md, CpuDnnlEngine(), DNNL_MEMORY_NONE),
+        diff_src_(md, CpuDnnlEngine(), DNNL_MEMORY_NONE) {}
+
+  absl::Status Run(KernelContext& ctx) override {
+    diff_dst_.set_data_handle(ctx.inputs[0].data);
+    src_.set_data_handle(ctx.inputs[1].data);
+    diff_src_.set_data_handle(ctx.outputs[0].data);
+    primitive_.execute(CpuDnnlStream(),
+                       {{DNNL_ARG_DIFF_DST, diff_dst_}, {DNNL_ARG_SRC, src_}, {DNNL_ARG_DIFF_SRC, diff_src_}});
+    CpuDnnlStream().wait();
+    return absl::OkStatus();
+  }
+
+ private:
+  dnnl::primitive primitive_;
+  memory diff_dst_, src_, diff_src_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGeluGrad(const Node& node, Backend&) {
+  const memory::desc md = FlatDesc(node.inputs[1]->shape, node.inputs[1]->dtype);
+  try {
+    const dnnl::algorithm alg = GeluAlgorithm(node);
+    dnnl::eltwise_forward::desc fwd_desc(dnnl::prop_kind::forward_training, alg, md, 0.0f, 0.0f);
+    dnnl::eltwise_forward::primitive_desc hint(fwd_desc, CpuDnnlEngine());
+    dnnl::eltwise_backward::desc desc(alg, md, md, 0.0f, 0.0f);
+    dnnl::eltwise_backward::primitive_desc pd(desc, CpuDnnlEngine(), hint);
+    return std::unique_ptr<Kernel>(std::make_unique<DnnlGeluGradKernel>(dnnl::eltwise_backward(pd), md));
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("oneDNN GeluGrad setup for node '", node.name, "' failed: ", e.what()));
+  }
+}
+
 template <bool kLog>
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmax(const Node& node, Backend&) {
   const Shape& shape = node.inputs[0]->shape;
   const int rank = static_cast<int>(shape.size());
   int64_t axis = node.attrs.GetInt("axis", -1);
   if (axis < 0) axis += rank;
-  const memory::desc md = FlatDesc(shape);
+  const memory::desc md = FlatDesc(shape, node.inputs[0]->dtype);
   std::array<int64_t, 3> rows{1, 1, 1};  // [outer, dim, inner] around the axis
   for (int i = 0; i < rank; ++i) rows[i < axis ? 0 : (i == axis ? 1 : 2)] *= shape[i];
   try {
@@ -116,6 +181,11 @@ void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r) {
   r.Register("Sigmoid", "cpu", DType::kF32, Eltwise(dnnl::algorithm::eltwise_logistic));
   r.Register("Tanh", "cpu", DType::kF32, Eltwise(dnnl::algorithm::eltwise_tanh));
   r.Register("Softmax", "cpu", DType::kF32, CreateSoftmax<false>);
+  r.Register("Softmax", "cpu", DType::kBF16, CreateSoftmax<false>);
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    r.Register("Gelu", "cpu", d, CreateGelu);
+    r.Register("GeluGrad", "cpu", d, CreateGeluGrad);
+  }
   r.Register("LogSoftmax", "cpu", DType::kF32, CreateSoftmax<true>);
 }
 

@@ -84,6 +84,26 @@ TEST(NanPropagationTest, SoftmaxRowWithNaNOrInfinityIsNaN) {
   }
 }
 
+// Gelu and its gradient on oneDNN's eltwise (f32, bf16) and the loops (f64, f16).
+TEST(NanPropagationTest, GeluAndGeluGradKeepNaN) {
+  for (const char* approximate : {"none", "tanh"}) {
+    for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(std::string(approximate) + " " + DTypeName(d));
+      AttrMap attrs;
+      attrs.Set("approximate", std::string(approximate));
+      const Tensor y = RunOne("Gelu", Values({4}, {kNaN, 1, -2, 0.5f}), d, attrs);
+      EXPECT_TRUE(std::isnan(y.data<float>()[0]));
+      EXPECT_TRUE(std::isfinite(y.data<float>()[1]));
+      Graph g;
+      Value* x = g.AddConstant("gelu_input", Values({4}, {1, kNaN, -2, 0.5f}).CastTo(d));
+      const Tensor dx = RunOne("GeluGrad", Values({4}, {kNaN, 1, 1, 1}), d, attrs, {x}, &g);
+      EXPECT_TRUE(std::isnan(dx.data<float>()[0]));  // NaN upstream gradient
+      EXPECT_TRUE(std::isnan(dx.data<float>()[1]));  // NaN input
+      EXPECT_TRUE(std::isfinite(dx.data<float>()[2]));
+    }
+  }
+}
+
 TEST(NanPropagationTest, MaxPoolingOfAWindowWithNaNIsNaN) {
   for (DType d : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(DTypeName(d));

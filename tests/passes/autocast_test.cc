@@ -69,16 +69,58 @@ TEST_F(AutocastTest, AllowOpsRunInLowPrecisionWithF32Outputs) {
 
 TEST_F(AutocastTest, DenyUpstreamOfInferOpsKeepsThemF32) {
   Value* x = g_.AddInput("x", DType::kF32, {4, 8});
-  Value* s = Named("Softmax", {x}, "softmax");
+  Value* s = Named("LogSoftmax", {x}, "log_softmax");
   Value* a = Named("Add", {s, Param("bias", {8})}, "add");
   Value* t = Named("Tanh", {a}, "tanh");
   g_.SetOutputs({Gemm(t, Param("w", {8, 3}), "gemm")});
   Run();
   EXPECT_EQ(Decision("add").dtype, DType::kF32);
-  EXPECT_EQ(Decision("add").reason, "downstream of deny op 'softmax'");
+  EXPECT_EQ(Decision("add").reason, "downstream of deny op 'log_softmax'");
   EXPECT_EQ(Decision("tanh").dtype, DType::kF32);
   EXPECT_EQ(Decision("tanh").reason, "downstream of deny op 'add'");
   EXPECT_EQ(Decision("gemm").dtype, DType::kBF16);
+}
+
+// Attention: scores = Q·K, scaled, softmax, times V. Softmax reduces in f32 inside its
+// kernels, so the chain stays bf16 with no cast on either side of it.
+TEST_F(AutocastTest, SoftmaxBetweenAttentionMatMulsStaysLowPrecision) {
+  Value* q = g_.AddInput("q", DType::kF32, {2, 4, 8});
+  Value* k = Param("k", {2, 8, 4});
+  Value* v = Param("v", {2, 4, 8});
+  Value* scores = Named("MatMul", {q, k}, "qk");
+  Value* scaled = Named("Mul", {scores, Param("scale", {1})}, "scale");
+  Value* probs = Named("Softmax", {scaled}, "softmax");
+  g_.SetOutputs({Named("MatMul", {probs, v}, "pv")});
+  Run();
+  for (const char* n : {"qk", "scale", "softmax", "pv"}) EXPECT_EQ(DTypeOfNode(n), DType::kBF16) << n;
+  EXPECT_NE(Decision("softmax").reason.find("reduces in f32"), std::string::npos) << Decision("softmax").reason;
+  EXPECT_EQ(g_.FindNode("softmax")->inputs[0]->producer->name, "scale");
+  EXPECT_EQ(g_.FindNode("pv")->inputs[0]->producer->name, "softmax");
+}
+
+// Conv -> BatchNormalization -> Conv: the normalization reads and writes bf16, while its
+// scale, bias and running statistics stay f32 operands (no cast) and so do its statistics
+// outputs.
+TEST_F(AutocastTest, BatchNormBetweenConvsIsBf16WithF32StatisticsOperands) {
+  Value* x = g_.AddInput("x", DType::kF32, {2, 3, 6, 6});
+  Value* h = Named("Conv", {x, Param("w1", {4, 3, 3, 3})}, "conv1");
+  std::vector<Value*> stats;
+  for (const char* name : {"scale", "bias", "mean", "var"}) stats.push_back(Param(name, {4}));
+  AttrMap attrs;
+  attrs.Set("mpc_training", static_cast<int64_t>(1));
+  attrs.Set("training_mode", static_cast<int64_t>(1));
+  Value* bn = Named("BatchNormalization", {h, stats[0], stats[1], stats[2], stats[3]}, "bn", attrs);
+  g_.SetOutputs({Named("Conv", {bn, Param("w2", {2, 4, 3, 3})}, "conv2")});
+  Run();
+  EXPECT_EQ(DTypeOfNode("bn"), DType::kBF16);
+  EXPECT_NE(Decision("bn").reason.find("reduces in f32"), std::string::npos) << Decision("bn").reason;
+  const Node* node = g_.FindNode("bn");
+  EXPECT_EQ(node->inputs[0]->producer->name, "conv1");  // no cast between
+  for (int i = 1; i < 5; ++i) {
+    EXPECT_EQ(node->inputs[i]->dtype, DType::kF32) << i;
+    EXPECT_EQ(node->inputs[i]->producer, nullptr) << i;  // the parameter itself, not a cast of it
+  }
+  for (size_t i = 1; i < node->outputs.size(); ++i) EXPECT_EQ(node->outputs[i]->dtype, DType::kF32) << i;
 }
 
 TEST_F(AutocastTest, InferOpsBetweenAllowOpsJoinWithoutCastsBetween) {

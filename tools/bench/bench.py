@@ -157,7 +157,37 @@ MODELS = {
         "describe": "conv3x3(1-32)-BN-ReLU-maxpool, conv3x3(32-64)-BN-ReLU-maxpool, Linear 3136-128-10 with "
                     "dropout, batch 100, AdamW(lr 1e-3, wd 1e-4), Fashion-MNIST",
     },
+    "char_gpt": {
+        # The zoo's transformer as its spec trains it, schedule constant. Both sides start from
+        # models/char_gpt/char_gpt.onnx: the torch module is rebuilt with the seed that made it
+        # (torch.manual_seed(0)) and every parameter is checked byte for byte against an ONNX
+        # initializer (the export renames some of them, so they are matched by content).
+        "module": "char_gpt",
+        "batch": 16,
+        "lr": 6e-4, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.1,
+        "features_input": "tokens",
+        "step_multiplier": 1,
+        "arch": {"layers": 6, "width": 384, "heads": 6, "context": 256},
+        "describe": "models/char_gpt (6 layers, width 384, 6 heads, context 256, 10.8M parameters), batch 16, "
+                    "AdamW(lr 6e-4, wd 0.1), the first 8 batches of its fortunes windows",
+    },
+    "resnet18": {
+        "module": "resnet18",
+        "batch": 32,
+        "optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4,
+        "features_input": "image",
+        "step_multiplier": 1,
+        "image": 64,
+        "describe": "models/resnet/resnet18.onnx (torchvision resnet18, 10 classes, 3x64x64 input), batch 32, "
+                    "SGD(lr 0.05, momentum 0.9, wd 1e-4) as its zoo spec, random N(0,1) images and uniform labels",
+    },
 }
+ZOO_ONNX = {"char_gpt": os.path.join(ROOT, "models", "char_gpt", "char_gpt.onnx"),
+            "resnet18": os.path.join(ROOT, "models", "resnet", "resnet18.onnx")}
+# Bytes the optimizer moves per parameter each step (f32 master weights): AdamW reads
+# param, grad, m, v and writes param, m, v; SGD with momentum reads param, grad, buffer and
+# writes param, buffer.
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 28, "sgd": 20}
 # Multiply-accumulates per example of the Fashion CNN's forward pass, first layer first:
 # conv1 28*28*32*9*1, conv2 14*14*64*32*9, fc1 3136*128, fc2 128*10.
 CNN_MACS = [28 * 28 * 32 * 9, 14 * 14 * 64 * 32 * 9, 3136 * 128, 128 * 10]
@@ -297,6 +327,30 @@ def dnnl_matmul_rate(probe_bin, threads, n=2048, reps=10):
 
 # --------------------------------------------------------------------------- assets
 
+BANDWIDTH_SNIPPET = """
+import json, statistics, sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+n = 1 << 25  # 128 MiB per f32 array: far beyond the caches
+a, b, c = torch.rand(n), torch.rand(n), torch.empty(n)
+torch.add(a, b, out=c)
+ts = []
+for _ in range(10):
+    t0 = time.perf_counter(); torch.add(a, b, out=c); ts.append(time.perf_counter() - t0)
+print(json.dumps({"gbps": 3 * 4 * n / statistics.median(ts) / 1e9}))
+"""
+
+
+def memory_bandwidth(threads):
+    """Streaming bandwidth (GB/s): c = a + b over 128 MiB f32 arrays in torch with `threads`
+    threads, counted as 2 reads + 1 write (STREAM's convention), median of 10."""
+    probe = LoadProbe()
+    out = subprocess.run([PY, "-c", BANDWIDTH_SNIPPET, str(threads)], capture_output=True, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    res = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {"gbps": None}
+    res["load"] = probe.finish()
+    return res
+
+
 def ensure_seed_mlp(batch):
     """Seed MLP ONNX + random data in build/bench/seed_mlp/ (deterministic; regenerated when missing)."""
     d = os.path.join(BENCH, "seed_mlp")
@@ -355,6 +409,47 @@ def ensure_fashion(batch, model="fashion_mlp"):
     return onnx_path, feats, labels
 
 
+def ensure_zoo(name, cfg, batch):
+    """A zoo model's committed ONNX file and 8 batches of its data in build/bench/<name>/."""
+    import numpy as np
+    onnx_path = ZOO_ONNX[name]
+    if not os.path.exists(onnx_path):
+        sys.exit(f"bench: {os.path.relpath(onnx_path, ROOT)} is missing (models/*/make_*.py writes it)")
+    d = os.path.join(BENCH, name)
+    os.makedirs(d, exist_ok=True)
+    n = batch * BATCHES_OF_DATA
+    feats = os.path.join(d, f"features_{n}.npy")
+    labels = os.path.join(d, f"labels_{n}.npy")
+    if not (os.path.exists(feats) and os.path.exists(labels)):
+        if name == "char_gpt":
+            data = os.path.join(ROOT, "models", "char_gpt", "data")
+            if not os.path.exists(os.path.join(data, "train_tokens.npy")):
+                subprocess.run([PY, os.path.join(ROOT, "models", "char_gpt", "make_char_data.py"), "--context",
+                                str(cfg["arch"]["context"]), "--out", data], check=True)
+            np.save(feats, np.load(os.path.join(data, "train_tokens.npy"))[:n])
+            np.save(labels, np.load(os.path.join(data, "train_targets.npy"))[:n])
+        else:
+            rng = np.random.default_rng(0)
+            np.save(feats, rng.standard_normal((n, 3, cfg["image"], cfg["image"]), dtype=np.float32))
+            np.save(labels, rng.integers(0, 10, size=n, dtype=np.int64))
+    return onnx_path, feats, labels
+
+
+def ensure_assets(name, cfg, batch):
+    if name == "seed_mlp":
+        return ensure_seed_mlp(batch)
+    if name in ZOO_ONNX:
+        return ensure_zoo(name, cfg, batch)
+    return ensure_fashion(batch, name)
+
+
+def optimizer_spec(cfg):
+    if cfg.get("optimizer") == "sgd":
+        return f"sgd {{ lr: {cfg['lr']} momentum: {cfg['momentum']} weight_decay: {cfg['weight_decay']} }}"
+    return (f"adamw {{ lr: {cfg['lr']} beta1: {cfg['beta1']} beta2: {cfg['beta2']} eps: {cfg['eps']} "
+            f"weight_decay: {cfg['weight_decay']} }}")
+
+
 def write_spec(model_name, cfg, onnx_path, feats, labels, batch, steps, precision):
     d = os.path.join(BENCH, model_name)
     os.makedirs(d, exist_ok=True)
@@ -369,7 +464,7 @@ train_data {{
 }}
 batch_size: {batch}
 steps: {steps}
-optimizer {{ adamw {{ lr: {cfg['lr']} beta1: {cfg['beta1']} beta2: {cfg['beta2']} eps: {cfg['eps']} weight_decay: {cfg['weight_decay']} }} }}
+optimizer {{ {optimizer_spec(cfg)} }}
 schedule {{ constant {{}} }}
 seed: 1
 {MPC_SPEC_PRECISION[precision]}"""
@@ -378,8 +473,43 @@ seed: 1
     return path
 
 
+def zoo_forward_macs(cfg):
+    """(multiply-accumulates of one example's forward pass, of its first layer) for a zoo model."""
+    if cfg["module"] == "char_gpt":
+        a = cfg["arch"]
+        t, w = a["context"], a["width"]
+        vocab = 0
+        with open(os.path.join(ROOT, "models", "char_gpt", "data", "vocab.txt")) as f:
+            vocab = len(f.read().split())
+        # per layer: qkv 3w², proj w², MLP 8w² per position; scores Q·Kᵀ and P·V, t·w each.
+        per_layer = t * 12 * w * w + 2 * t * t * w
+        return a["layers"] * per_layer + t * w * vocab, 0  # the first GEMM's input (embeddings) needs its gradient
+    import torch
+    import torchvision
+    from torch import nn
+    model = torchvision.models.resnet18(num_classes=10)
+    macs = []
+
+    def hook(mod, inp, out):
+        if isinstance(mod, nn.Conv2d):
+            macs.append(out.numel() * mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1])
+        else:
+            macs.append(out.numel() * mod.in_features)
+    for mod in model.modules():
+        if isinstance(mod, (nn.Conv2d, nn.Linear)):
+            mod.register_forward_hook(hook)
+    with torch.no_grad():
+        model.eval()(torch.zeros(1, 3, cfg["image"], cfg["image"]))
+    return sum(macs), macs[0]
+
+
 def matmul_flops(cfg, batch):
     """(needed, conventional) matmul/convolution FLOPs of one training step, see the module docstring."""
+    if cfg.get("module") in ZOO_ONNX:
+        if "_macs" not in cfg:
+            cfg["_macs"] = zoo_forward_macs(cfg)
+        total, first = cfg["_macs"]
+        return 6 * batch * total - 2 * batch * first, 6 * batch * total
     if cfg.get("module") == "fashion_cnn":
         macs = CNN_MACS
     else:
@@ -542,6 +672,7 @@ def bench_mpc(name, cfg, assets, batch, warmup, steps, threads, timing, precisio
     res["outside_arena_bytes"] = mem["unplanned_bytes"]
     res["persistent_bytes"] = mem.get("persistent_bytes")
     res["program"] = report.get("program", {})
+    res["parameters"] = report.get("model", {}).get("parameters")
     return res
 
 
@@ -588,10 +719,23 @@ def torch_worker(cfg_json):
     Y = torch.from_numpy(np.load(cfg["labels"]))
     rss_before = proc_status_bytes("self", "VmRSS")  # before anything model-related
 
+    zoo = cfg.get("module") in ("char_gpt", "resnet18")
     if cfg.get("module") == "fashion_cnn":
         sys.path.insert(0, os.path.join(ROOT, "models", "fashion_cnn"))
         from make_fashion_cnn import build_model
         model = build_model()
+    elif cfg.get("module") == "char_gpt":
+        sys.path.insert(0, os.path.join(ROOT, "models", "char_gpt"))
+        from char_gpt import CharGpt
+        with open(os.path.join(ROOT, "models", "char_gpt", "data", "vocab.txt")) as f:
+            vocab = len(f.read().split())
+        a = cfg["arch"]
+        torch.manual_seed(0)  # as models/char_gpt/make_char_gpt.py
+        model = CharGpt(vocab, a["layers"], a["width"], a["heads"], a["context"])
+    elif cfg.get("module") == "resnet18":
+        import torchvision
+        torch.manual_seed(0)  # as models/resnet/make_resnet.py
+        model = torchvision.models.resnet18(num_classes=10, zero_init_residual=True)
     else:
         layers = cfg["layers"]
         mods = [nn.Flatten()] if cfg["flatten"] else []
@@ -604,10 +748,24 @@ def torch_worker(cfg_json):
     # batch norm's step counters are not exported, hence strict only for the MLPs).
     proto = onnx.load(cfg["onnx"])
     inits = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in proto.graph.initializer}
-    missing, unexpected = model.load_state_dict(inits, strict=False)
-    if unexpected or any(not k.endswith("num_batches_tracked") for k in missing):
-        raise SystemExit(f"ONNX initializers do not match the torch module: missing {missing}, "
-                         f"unexpected {unexpected}")
+    if zoo:
+        # Rebuilt from its seed; the export renamed some initializers (and stores a Linear's
+        # weight transposed, as MatMul's right operand), so prove every trainable parameter
+        # equal, byte for byte, to an initializer of its shape or of its transpose.
+        by_content = {(tuple(v.shape), v.numpy().tobytes()) for v in inits.values()}
+
+        def exported(p):
+            p = p.detach()
+            forms = [p] + ([p.t().contiguous()] if p.dim() == 2 else [])
+            return any((tuple(f.shape), f.numpy().tobytes()) in by_content for f in forms)
+        unmatched = [k for k, p in model.named_parameters() if not exported(p)]
+        if unmatched:
+            raise SystemExit(f"torch parameters not found among {cfg['onnx']}'s initializers: {unmatched[:5]}")
+    else:
+        missing, unexpected = model.load_state_dict(inits, strict=False)
+        if unexpected or any(not k.endswith("num_batches_tracked") for k in missing):
+            raise SystemExit(f"ONNX initializers do not match the torch module: missing {missing}, "
+                             f"unexpected {unexpected}")
     # Drop the loading temporaries (protobuf, numpy copies) so they do not count as training memory,
     # then restart the peak-RSS mark from here (Linux >= 4.0: "5" > clear_refs resets VmHWM to VmRSS).
     del proto, inits
@@ -621,8 +779,13 @@ def torch_worker(cfg_json):
             f.write("5")
     except OSError:
         pass
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
-                            eps=cfg["eps"], weight_decay=cfg["weight_decay"])
+    if cfg.get("optimizer") == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
+                              weight_decay=cfg["weight_decay"])
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
+                                eps=cfg["eps"], weight_decay=cfg["weight_decay"])
+    model.train()
     loss_fn = nn.CrossEntropyLoss()
     b = cfg["batch"]
     nb = X.shape[0] // b
@@ -636,7 +799,8 @@ def torch_worker(cfg_json):
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             out = model(xb)
-            loss = loss_fn(out.float(), yb)
+            # Per-position labels (char_gpt: logits [B*T, V], labels [B, T]) are flattened.
+            loss = loss_fn(out.float().reshape(-1, out.shape[-1]), yb.reshape(-1))
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -808,7 +972,7 @@ train_data {{
 }}
 batch_size: {batch}
 steps: {total_steps}
-optimizer {{ adamw {{ lr: {cfg['lr']} beta1: {cfg['beta1']} beta2: {cfg['beta2']} eps: {cfg['eps']} weight_decay: {cfg['weight_decay']} }} }}
+optimizer {{ {optimizer_spec(cfg)} }}
 schedule {{ constant {{}} }}
 seed: 1
 {fp8}"""
@@ -1749,8 +1913,9 @@ def main():
                 log(f"{label}: other processes used {other}% of the CPUs; measuring again")
         return best
 
-    log("measuring the oneDNN matmul rate")
+    log("measuring the oneDNN matmul rate and the memory bandwidth")
     rate_before = measured("matmul rate", lambda: dnnl_matmul_rate(probe_bin, args.threads))
+    bw_before = measured("memory bandwidth", lambda: memory_bandwidth(args.threads))
     log(f"  f32 {rate_before['f32'].get('median_gflops')} GFLOP/s ({rate_before['f32'].get('impl')})")
 
     results = []   # dicts: model, precision, mpc, torch{variant: res}, *_runs: one result per repeat
@@ -1762,7 +1927,7 @@ def main():
         for name in models:
             cfg = MODELS[name]
             batch = args.batch or cfg["batch"]
-            assets = ensure_seed_mlp(batch) if name == "seed_mlp" else ensure_fashion(batch, name)
+            assets = ensure_assets(name, cfg, batch)
             for precision in precisions:
                 mult = cfg.get("step_multiplier", 1)
                 mw, ms = warmup * mult, steps * mult
@@ -1803,14 +1968,25 @@ def main():
             row["torch"] = {v: middle_run(runs) for v, runs in row["torch_runs"].items()}
     log("measuring the oneDNN matmul rate again")
     rate_after = measured("matmul rate", lambda: dnnl_matmul_rate(probe_bin, args.threads))
+    bw_after = measured("memory bandwidth", lambda: memory_bandwidth(args.threads))
+    bandwidth = max(bw_before.get("gbps") or 0, bw_after.get("gbps") or 0)
     # The reference rate per precision: oneDNN f32 for f32 rows, bf16-input matmul for bf16 rows.
     rates = {p: max(rate_before[k].get("median_gflops", 0) or 0, rate_after[k].get("median_gflops", 0) or 0)
              for p, k in (("f32", "f32"), ("bf16", "bf16"))}
     rate = rates["f32"]
 
+    def floor_s(row):
+        """The row's roofline floor: its matmul FLOPs at the matmul rate of its precision plus
+        its optimizer's bytes at the memory bandwidth, both measured in this run."""
+        needed, _ = matmul_flops(row["cfg"], row["batch"])
+        params = row["mpc"].get("parameters") or 0
+        opt_bytes = params * OPTIMIZER_BYTES_PER_PARAM[row["cfg"].get("optimizer", "adamw")]
+        return needed / ((rates[row["precision"]] or rate) * 1e9) + (opt_bytes / (bandwidth * 1e9) if bandwidth else 0)
+
     # ------------------------------------------------------------------ table
     head = ("| model | precision | torch BLAS | mpc ms/step | torch ms/step | mpc/torch | mpc ex/s | torch ex/s "
-            "| mpc GFLOP/s | torch GFLOP/s | mpc % of rate | torch % of rate | mpc memory (plan; peak RSS) "
+            "| mpc GFLOP/s | torch GFLOP/s | mpc % of rate | torch % of rate | floor ms | mpc/floor "
+            "| mpc memory (plan; peak RSS) "
             "| torch memory (RSS growth; peak RSS) |")
     ncols = head.count("|") - 1
     lines = [head, "|" + "---|" * ncols]
@@ -1832,7 +2008,7 @@ def main():
                      fmt_ms(m["median_s"]), fmt_ms(t["median_s"]), f"{m['median_s'] / t['median_s']:.2f}",
                      f"{row['batch'] / m['median_s']:.0f}", f"{row['batch'] / t['median_s']:.0f}",
                      f"{mpc_gf:.1f}", f"{tgf:.1f}", f"{100 * mpc_gf / prate:.0f}%", f"{100 * tgf / prate:.0f}%",
-                     mpc_mem, f"{mib(t['rss_growth'])} MiB; {mib(t['max_rss'])} MiB"]
+                     fmt_ms(floor_s(row)), f"{m['median_s'] / floor_s(row):.2f}", mpc_mem, f"{mib(t['rss_growth'])} MiB; {mib(t['max_rss'])} MiB"]
             lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     print(table)
@@ -1855,7 +2031,7 @@ def main():
     noisy += [("matmul rate", k, x["load"]) for k, x in (("before", rate_before), ("after", rate_after))
               if x["load"]["other_cpu_pct"] > 10]
     md = []
-    md.append(f"# mpc vs PyTorch, CPU, MLPs — {start_time:%Y-%m-%d %H:%M %Z}\n")
+    md.append(f"# mpc vs PyTorch, CPU, {', '.join(models)} — {start_time:%Y-%m-%d %H:%M %Z}\n")
     md.append(table + "\n")
     md.append("Lower mpc/torch is better for mpc. GFLOP/s counts the matmul work one step needs (see Method); "
               "% of rate is against the oneDNN matmul rate of the row's precision measured in this run "
@@ -1885,6 +2061,9 @@ def main():
               f"{rate_before['f32'].get('median_gflops')} GFLOP/s before, {rate_after['f32'].get('median_gflops')} after "
               f"(`{rate_before['f32'].get('impl')}`); bf16 inputs/f32 out {rate_before['bf16'].get('median_gflops')} "
               f"/ {rate_after['bf16'].get('median_gflops')} (`{rate_before['bf16'].get('impl')}`)")
+    md.append(f"- memory bandwidth (torch c = a + b over 128 MiB f32 arrays, {args.threads} threads, 2 reads + 1 "
+              f"write counted, median of 10): {bw_before.get('gbps') or 0:.1f} GB/s before, "
+              f"{bw_after.get('gbps') or 0:.1f} after; the floor uses the larger")
     md.append(f"- load average (1/5/15 min) at start: {' / '.join(f'{x:.2f}' for x in load_at_start)}; "
               f"when measuring began: {' / '.join(f'{x:.2f}' for x in load_at_run)}")
     md.append(f"- command: `{command}`\n")
@@ -1932,10 +2111,11 @@ def main():
         gemm_ms = None
         prof = profiles.get((r["model"], r["precision"]))
         if prof:
-            gemm_ms = sum(ms for op, _, ms in prof[0] if op == "Gemm") / (r["warmup"] + r["steps"])
+            gemm_ms = sum(ms for op, _, ms in prof[0] if op in ("Gemm", "MatMul") or op.startswith("Conv")) / (
+                r["warmup"] + r["steps"])
         md.append(f"  - {r['precision']}: matmul floor at the measured {r['precision']} rate "
                   f"{1000 * needed / (prate * 1e9):.2f} ms/step; mpc median {fmt_ms(m['median_s'])} ms"
-                  + (f", of which Gemm ≈ {fmt_ms(gemm_ms / 1000)} ms (profile)" if gemm_ms is not None else "")
+                  + (f", of which GEMM/MatMul/Conv ≈ {fmt_ms(gemm_ms / 1000)} ms (profile)" if gemm_ms is not None else "")
                   + f". mpc plan: arena {mib(m['arena_bytes'])} MiB + {mib(m['outside_arena_bytes'])} MiB outside it "
                   f"(persistent {mib(m['persistent_bytes'] or 0)} MiB). mpc summary record: {m['summary']['steps']} "
                   f"steps in {m['summary']['wall_s']:.3f} s ({1000 * m['summary']['wall_s'] / m['summary']['steps']:.2f} "
@@ -1967,6 +2147,10 @@ def main():
               "which is the comparison that says something about mpc's own overheads.")
     md.append("- GFLOP/s: matmul FLOPs one step needs (forward 2·B·in·out and weight gradient 2·B·in·out per layer, "
               "input gradient 2·B·in·out for every layer but the first) / median step time.")
+    md.append("- floor (roofline): the row's matmul/convolution FLOPs at the matmul rate of its precision plus the "
+              "optimizer's bytes (AdamW 28 per parameter: reads parameter, gradient, m, v, writes parameter, m, v; "
+              "SGD with momentum 20) at the measured memory bandwidth. mpc/floor is how far mpc's step is from it; "
+              "everything else a step does (elementwise ops, normalization, casts, the loss) is outside the floor.")
     md.append("- matmul rate: tools/bench/dnnl_matmul_rate.cc, oneDNN 2048³ matmul primitives (f32; bf16 inputs with "
               "f32 output for the bf16 rows), median of 10, measured before and after the models; the table uses "
               "the larger.")
