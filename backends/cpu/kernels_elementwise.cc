@@ -11,6 +11,55 @@
 
 namespace mpc {
 namespace cpu {
+namespace {
+
+// ReLU and its gradient on the 16-bit formats, on the bits: the result is the input or a
+// zero, so nothing is rounded, and integer compares vectorise where the widening
+// conversions of the generic loop do not (a bf16 ResNet spends most of its elementwise
+// time here). `kInf` is the format's +infinity; a magnitude above it is a NaN.
+template <uint16_t kInf>
+inline uint16_t ReluBits(uint16_t b) {
+  const bool negative_number = (b & 0x8000) != 0 && (b & 0x7fff) <= kInf;  // NaN keeps its bits
+  return negative_number ? 0 : b;
+}
+
+template <uint16_t kInf>
+inline bool PositiveBits(uint16_t b) {
+  return (b & 0x8000) == 0 && b != 0 && b <= kInf;  // y > 0: not zero, not negative, not NaN
+}
+
+template <uint16_t kInf>
+void ReluBitsLoop(const uint16_t* x, uint16_t* y, int64_t n) {
+#pragma omp parallel for simd if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) y[i] = ReluBits<kInf>(x[i]);
+}
+
+template <uint16_t kInf>
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReluBits(const Node&, Backend&) {
+  return MakeKernel([](KernelContext& ctx) {
+    ReluBitsLoop<kInf>(static_cast<const uint16_t*>(ctx.inputs[0].data), static_cast<uint16_t*>(ctx.outputs[0].data),
+                       ctx.outputs[0].num_elements());
+    return absl::OkStatus();
+  });
+}
+
+// ReluGrad(dY, Y): dX = dY where Y > 0, else 0 (the generic kernel's `y > 0 ? dy : 0`).
+template <uint16_t kInf>
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReluGradBits(const Node&, Backend&) {
+  return MakeKernel([](KernelContext& ctx) {
+    const uint16_t* dy = static_cast<const uint16_t*>(ctx.inputs[0].data);
+    const uint16_t* y = static_cast<const uint16_t*>(ctx.inputs[1].data);
+    uint16_t* dx = static_cast<uint16_t*>(ctx.outputs[0].data);
+    const int64_t n = ctx.outputs[0].num_elements();
+#pragma omp parallel for simd if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) dx[i] = PositiveBits<kInf>(y[i]) ? dy[i] : uint16_t{0};
+    return absl::OkStatus();
+  });
+}
+
+constexpr uint16_t kBf16Inf = 0x7f80, kHalfInf = 0x7c00;
+
+}  // namespace
 
 void ReluInPlace(void* y, DType dtype, int64_t n) {
   auto run = [n](auto* p) {
@@ -20,9 +69,9 @@ void ReluInPlace(void* y, DType dtype, int64_t n) {
   };
   switch (dtype) {
     case DType::kBF16:
-      return run(static_cast<Bf16*>(y));
+      return ReluBitsLoop<kBf16Inf>(static_cast<uint16_t*>(y), static_cast<uint16_t*>(y), n);
     case DType::kF16:
-      return run(static_cast<Half*>(y));
+      return ReluBitsLoop<kHalfInf>(static_cast<uint16_t*>(y), static_cast<uint16_t*>(y), n);
     case DType::kF64:
       return run(static_cast<double*>(y));
     default:
@@ -131,6 +180,10 @@ void RegisterCpuElementwiseKernels(KernelRegistry& r) {
   RegisterFloatKernels<SigmoidKernel>(r, "Sigmoid");
   RegisterFloatKernels<TanhKernel>(r, "Tanh");
   RegisterFloatKernels<ReluGradKernel>(r, "ReluGrad");
+  r.Register("Relu", "cpu", DType::kBF16, CreateReluBits<kBf16Inf>);
+  r.Register("Relu", "cpu", DType::kF16, CreateReluBits<kHalfInf>);
+  r.Register("ReluGrad", "cpu", DType::kBF16, CreateReluGradBits<kBf16Inf>);
+  r.Register("ReluGrad", "cpu", DType::kF16, CreateReluGradBits<kHalfInf>);
   RegisterFloatKernels<SigmoidGradKernel>(r, "SigmoidGrad");
   RegisterFloatKernels<TanhGradKernel>(r, "TanhGrad");
 }
