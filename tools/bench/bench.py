@@ -58,6 +58,11 @@ Models:
                  dropout, FC 10), batch 100, AdamW as fashion_mlp, the same 8 batches; the torch side
                  builds the module of models/fashion_cnn/make_fashion_cnn.py with the ONNX weights.
                  FLOPs count convolutions as their multiply-accumulates (CNN_MACS) like linear layers.
+    char_gpt     models/char_gpt/char_gpt.onnx, batch 16, AdamW(lr 6e-4, wd 0.1); resnet18: models/resnet/
+                 resnet18.onnx, batch 32, SGD(lr 0.05, momentum 0.9, wd 1e-4), random images. The torch modules are
+                 rebuilt from their seed and checked byte for byte against the ONNX initializers (matched by content:
+                 the export renames some). Their rows add a roofline floor (FLOPs at the matmul rate + optimizer
+                 bytes at the memory bandwidth, both measured in the run).
     fashion_mlp  models/fashion_mlp/fashion_mlp.onnx (784-256-128-10), batch 100 (its spec's),
                  AdamW(lr 1e-3, weight_decay 1e-4) (its spec's, constant lr), the first 8 batches of
                  Fashion-MNIST's training set, scaled as in its spec. Its steps take ~2 ms, so it runs
