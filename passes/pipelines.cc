@@ -7,6 +7,7 @@
 #include "passes/attach_loss.h"
 #include "passes/autodiff.h"
 #include "passes/batch_norm_stats.h"
+#include "passes/fold_output_casts.h"
 #include "passes/fold_transposes.h"
 #include "passes/fp8_lower.h"
 #include "passes/fuse_epilogues.h"
@@ -54,6 +55,8 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // Backward GEMMs of 2-D weights read their operands transposed in place; on the
   // simplified graph, after FP8 took the GEMMs it converts.
   p.Add(std::make_unique<FoldTransposesPass>());
+  // bf16/fp16 GEMMs read only by a Cast to f32 (the weight gradients) write f32 directly.
+  p.Add(std::make_unique<FoldOutputCastsPass>());
   // Multi-tensor updates: once every update exists and nothing rewrites them.
   p.Add(std::make_unique<FuseUpdatesPass>());
   // Order and arena offsets: last, for the graph that will run.

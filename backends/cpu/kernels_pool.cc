@@ -11,10 +11,12 @@
 // stated once here and match the forward exactly. Pooling is memory-bound; max pooling
 // whose windows all lie inside the input (no pad taps, no ceil_mode overhang, dilation 1:
 // the usual 2x2/2 and 3x3/2) takes a fast path with fixed-size window loops, and with
-// disjoint windows its gradient writes dX directly instead of through an accumulator.
+// disjoint windows its gradient writes dX directly instead of through an accumulator;
+// with padding, the interior windows (all but the border) take the same fixed-size loop.
 // The fast paths visit the same taps in the same order with the same strict comparison,
 // so their results are bit-identical to the general loops (tests/graph/conv_op_cases.cc
 // holds cases of both kinds, ties included).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -149,8 +151,22 @@ inline void ForEachArgMax(const T* xp, const PoolGeom& g, F f) {
     }
   };
   if (!g.full_windows) {
+    // Padded pooling (ResNet's 3x3/2 pad 1): only the border windows have pad taps; the
+    // interior ones take the fixed-size loop, with the same taps in the same order.
+    const bool dense = d.dh == 1 && d.dw == 1;
     for (int64_t oh = 0; oh < d.oh; ++oh) {
-      for (int64_t ow = 0; ow < d.ow; ++ow) f(oh * d.ow + ow, ArgMax(xp, g, oh, ow));
+      const Taps& th = g.th[oh];
+      const bool full_h = dense && th.k0 == 0 && th.k1 == d.kh;
+      for (int64_t ow = 0; ow < d.ow; ++ow) {
+        const Taps& tw = g.tw[ow];
+        if (full_h && tw.k0 == 0 && tw.k1 == d.kw) {
+          const int64_t first = th.start * d.iw + tw.start;
+          f(oh * d.ow + ow, d.kh == 3 && d.kw == 3 ? ArgMaxFull<T, 3, 3>(xp, d.iw, first, 3, 3)
+                                                   : ArgMaxFull<T, 0, 0>(xp, d.iw, first, d.kh, d.kw));
+        } else {
+          f(oh * d.ow + ow, ArgMax(xp, g, oh, ow));
+        }
+      }
     }
   } else if (d.kh == 2 && d.kw == 2) {
     full([&](int64_t first) { return ArgMaxFull<T, 2, 2>(xp, d.iw, first, 2, 2); });
@@ -196,21 +212,26 @@ struct MaxPoolGradKernel {
       // Disjoint full windows: every dX element gets at most one dY, so it is written
       // directly, as the accumulator would round it (0 + dY: a -0 gradient becomes +0).
       const bool disjoint = g.full_windows && d.sh >= d.kh && d.sw >= d.kw;
-#pragma omp parallel for schedule(static)
-      for (int64_t p = 0; p < g.planes; ++p) {
-        const T* xp = x + p * d.ih * d.iw;
-        const T* dyp = dy + p * d.oh * d.ow;
-        T* dxp = dx + p * d.ih * d.iw;
-        if (disjoint) {
-          for (int64_t i = 0; i < d.ih * d.iw; ++i) dxp[i] = static_cast<T>(A(0));
-          ForEachArgMax(xp, g, [&](int64_t o, int64_t i) { dxp[i] = static_cast<T>(A(0) + A(dyp[o])); });
-          continue;
+#pragma omp parallel
+      {
+        // One accumulator plane per thread, cleared per plane (not allocated per plane).
+        std::vector<A> acc(disjoint ? 0 : static_cast<size_t>(d.ih * d.iw));
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < g.planes; ++p) {
+          const T* xp = x + p * d.ih * d.iw;
+          const T* dyp = dy + p * d.oh * d.ow;
+          T* dxp = dx + p * d.ih * d.iw;
+          if (disjoint) {
+            for (int64_t i = 0; i < d.ih * d.iw; ++i) dxp[i] = static_cast<T>(A(0));
+            ForEachArgMax(xp, g, [&](int64_t o, int64_t i) { dxp[i] = static_cast<T>(A(0) + A(dyp[o])); });
+            continue;
+          }
+          std::fill(acc.begin(), acc.end(), A(0));
+          ForEachArgMax(xp, g, [&](int64_t o, int64_t i) {
+            if (i >= 0) acc[i] += A(dyp[o]);
+          });
+          for (int64_t i = 0; i < d.ih * d.iw; ++i) dxp[i] = static_cast<T>(acc[i]);
         }
-        std::vector<A> acc(static_cast<size_t>(d.ih * d.iw), A(0));
-        ForEachArgMax(xp, g, [&](int64_t o, int64_t i) {
-          if (i >= 0) acc[i] += A(dyp[o]);
-        });
-        for (int64_t i = 0; i < d.ih * d.iw; ++i) dxp[i] = static_cast<T>(acc[i]);
       }
       return absl::OkStatus();
     });

@@ -1,0 +1,24 @@
+// fold-output-casts: a bf16/fp16 Gemm or MatMul whose only reader is a Cast to f32 writes
+// f32 itself (attribute mpc_output_dtype = 1), and the Cast goes.
+//
+// Under autocast every weight gradient is such a product: the GEMM accumulates in f32,
+// rounds to bf16, and a Cast widens the result again for the f32 optimizer. Folded, the
+// gradient is the f32 accumulation itself (no bf16 rounding of it, one pass over it less),
+// and the bf16 copy no longer sits in the arena next to the f32 one: for a model whose
+// gradients dominate the plan (the seed MLP), that copy is what made the bf16 arena
+// larger than the f32 one.
+//
+// Runs on the final training graph, after fold-transposes has written the backward Gemms.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace mpc {
+
+class FoldOutputCastsPass : public Pass {
+ public:
+  std::string_view name() const override { return "fold-output-casts"; }
+  absl::StatusOr<bool> Run(Graph& graph) override;
+};
+
+}  // namespace mpc
