@@ -49,6 +49,9 @@ struct OpDef {
   GradFn grad;                    // null: the op has no gradient (error if one is needed)
   bool has_side_effects = false;  // writes persistent state in place; never removed or merged
   bool stochastic = false;        // draws random numbers; never merged by CSE
+  // Output 0 is input 0's bytes unchanged under another shape (Reshape and its kin): the
+  // memory plan places it at the input's offset, so its copy kernel finds src == dst.
+  bool view = false;
   PaddingRule padding = PaddingRule::kOpaque;
 };
 

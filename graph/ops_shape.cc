@@ -140,6 +140,7 @@ void RegisterShapeOps(OpRegistry& r) {
   reshape.min_inputs = reshape.max_inputs = 2;
   reshape.infer = InferReshape;
   reshape.grad = ReshapeBack;
+  reshape.view = true;
   r.Register(reshape);
 
   OpDef flatten;
@@ -147,6 +148,7 @@ void RegisterShapeOps(OpRegistry& r) {
   flatten.min_inputs = flatten.max_inputs = 1;
   flatten.infer = InferFlatten;
   flatten.grad = ReshapeBack;
+  flatten.view = true;
   r.Register(flatten);
 
   OpDef transpose;

@@ -619,8 +619,11 @@ void RegisterTensorOps(OpRegistry& r) {
   slice_grad.domain = "mpc";
   r.Register(slice_grad);
 
-  r.Register(Def("Squeeze", 1, 2, InferSqueeze, ReshapeBackFirst));
-  r.Register(Def("Unsqueeze", 1, 2, InferUnsqueeze, ReshapeBackFirst));
+  for (auto [name, infer] : {std::pair{"Squeeze", InferSqueeze}, std::pair{"Unsqueeze", InferUnsqueeze}}) {
+    OpDef d = Def(name, 1, 2, infer, ReshapeBackFirst);
+    d.view = true;  // the same bytes with a unit axis removed or added
+    r.Register(d);
+  }
   r.Register(Def("Expand", 2, 2, InferExpand, GradExpand));
 
   for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {

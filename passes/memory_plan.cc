@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "base/status_macros.h"
 #include "graph/capabilities.h"
+#include "graph/op_registry.h"
 
 namespace mpc {
 namespace {
@@ -18,12 +19,12 @@ struct Interval {
 
 int64_t Align(int64_t bytes) { return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
-// Ops whose output is their input's bytes unchanged (row-major data, another shape): the
-// output is planned at its input's offset, so the copy kernel finds src == dst and does
-// nothing. Activations are never written after they are produced, so sharing is safe.
+// A view op's output (OpDef::view) is planned at its input's offset, so its copy kernel
+// finds src == dst and does nothing. Activations are never written after they are
+// produced, so sharing is safe.
 bool IsView(const Node& n) {
-  return (n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze") &&
-         n.inputs[0]->dtype == n.outputs[0]->dtype && n.inputs[0]->bytes() == n.outputs[0]->bytes();
+  const OpDef* def = OpRegistry::Global().Find(n.op);
+  return def && def->view && n.inputs[0]->dtype == n.outputs[0]->dtype && n.inputs[0]->bytes() == n.outputs[0]->bytes();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "backends/cpu/cpu_backend.h"
 #include "passes/memory_plan.h"
 
 namespace mpc::testing {
@@ -41,6 +42,11 @@ std::string MakeTempDir(const std::string& name) {
 std::string SourcePath(const std::string& relative) { return std::string(MPC_SOURCE_DIR) + "/" + relative; }
 
 std::string Python() { return MPC_PYTHON; }
+
+Backend& CpuBackend() {
+  static Backend* backend = CreateCpuBackend().release();
+  return *backend;
+}
 
 absl::StatusOr<std::unique_ptr<Executor>> ExecutorFor(const Graph& graph, Backend& backend) {
   MemoryPlanResult plan;

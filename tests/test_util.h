@@ -23,6 +23,8 @@ std::string SourcePath(const std::string& relative);
 // python3 with the reference packages, and a file of the Fashion-MNIST dataset.
 std::string Python();
 std::string FashionMnistPath(const std::string& file);
+// One CPU backend shared by a test binary (its kernel registry is built once).
+Backend& CpuBackend();
 // An executor for a hand-built graph: its topological order and memory plan, as the
 // memory-plan pass would make them.
 absl::StatusOr<std::unique_ptr<Executor>> ExecutorFor(const Graph& graph, Backend& backend);

@@ -3,18 +3,12 @@
 // its Cast.
 #include "passes/fold_output_casts.h"
 
-#include "backends/cpu/cpu_backend.h"
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
 namespace mpc {
 namespace {
-
-Backend& Cpu() {
-  static Backend* backend = CreateCpuBackend().release();
-  return *backend;
-}
 
 // y = Cast(Gemm(a, b) in bf16, f32); with `second_reader`, the bf16 product is also an output.
 std::unique_ptr<Graph> CastGemm(bool second_reader) {
@@ -34,7 +28,7 @@ std::unique_ptr<Graph> CastGemm(bool second_reader) {
 }
 
 Tensor RunOnCpu(const Graph& g, const Tensor& a) {
-  auto ex = testing::ExecutorFor(g, Cpu());
+  auto ex = testing::ExecutorFor(g, testing::CpuBackend());
   EXPECT_TRUE(ex.ok()) << ex.status();
   EXPECT_TRUE((*ex)->SetInput("a", a).ok());
   EXPECT_TRUE((*ex)->Run(0, 0).ok());

@@ -4,7 +4,6 @@
 // is left alone. And the memory plan's views: a Reshape of an activation shares its bytes.
 #include "passes/fold_transposes.h"
 
-#include "backends/cpu/cpu_backend.h"
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
 #include "passes/memory_plan.h"
@@ -12,11 +11,6 @@
 
 namespace mpc {
 namespace {
-
-Backend& Cpu() {
-  static Backend* backend = CreateCpuBackend().release();
-  return *backend;
-}
 
 int CountOps(const Graph& g, const std::string& op) {
   int n = 0;
@@ -40,7 +34,7 @@ std::unique_ptr<Graph> BackwardOfBatchedMatMul() {
 }
 
 std::vector<Tensor> RunOnCpu(const Graph& g, const Tensor& x, const Tensor& dy) {
-  auto ex = testing::ExecutorFor(g, Cpu());
+  auto ex = testing::ExecutorFor(g, testing::CpuBackend());
   EXPECT_TRUE(ex.ok()) << ex.status();
   EXPECT_TRUE((*ex)->SetInput("x", x).ok());
   EXPECT_TRUE((*ex)->SetInput("dy", dy).ok());
@@ -107,7 +101,7 @@ TEST(MemoryPlanTest, ReshapeOfAnActivationSharesItsBytes) {
   EXPECT_NE(plan.offsets.at(z), plan.offsets.at(h));
 
   const Tensor xv = testing::RandomTensor(DType::kF32, {4, 6}, 5, -1.0, 1.0);
-  auto ex = testing::ExecutorFor(g, Cpu());
+  auto ex = testing::ExecutorFor(g, testing::CpuBackend());
   ASSERT_TRUE(ex.ok()) << ex.status();
   ASSERT_TRUE((*ex)->SetInput("x", xv).ok());
   ASSERT_TRUE((*ex)->Run(0, 0).ok());

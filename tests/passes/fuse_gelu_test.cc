@@ -6,7 +6,6 @@
 #include <cmath>
 #include <functional>
 
-#include "backends/cpu/cpu_backend.h"
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -18,11 +17,6 @@ constexpr double kSqrt2 = 1.4142135623730951;
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kTanhCubic = 0.044715;
 const Shape kShape = {4, 6};
-
-Backend& Cpu() {
-  static Backend* backend = CreateCpuBackend().release();
-  return *backend;
-}
 
 // Builds y = chain(x) into a fresh graph whose only output is y.
 using Chain = std::function<Value*(GraphBuilder&, Value* x)>;
@@ -40,7 +34,7 @@ std::unique_ptr<Graph> Build(const Chain& chain) {
 Value* C(GraphBuilder& b, double v) { return b.ScalarConstant(v, DType::kF32); }
 
 Tensor RunOnCpu(const Graph& g, const Tensor& x) {
-  auto ex = testing::ExecutorFor(g, Cpu());
+  auto ex = testing::ExecutorFor(g, testing::CpuBackend());
   EXPECT_TRUE(ex.ok()) << ex.status();
   EXPECT_TRUE((*ex)->SetInput("x", x).ok());
   EXPECT_TRUE((*ex)->Run(0, 0).ok());
