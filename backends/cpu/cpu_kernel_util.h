@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_isa.h"
 #include "graph/half_types.h"
 
 namespace mpc::cpu {
@@ -33,6 +34,22 @@ std::unique_ptr<Kernel> MakeKernel(F fn) {
 // accumulate in f32 whatever their I/O dtype). Converting a Bf16/Half to it is exact.
 template <typename T>
 using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// *p = v rounded to T. The 16-bit formats get their bits member written: assigning a
+// Bf16/Half temporary is an aggregate copy, which GCC's loop vectoriser refuses (a bf16
+// loop storing through this runs about 8x faster once vectorised).
+template <typename T>
+inline void StoreRounded(T* p, Acc<T> v) {
+  *p = static_cast<T>(v);
+}
+template <>
+inline void StoreRounded(Bf16* p, float v) {
+  p->bits = FloatToBf16(v);
+}
+template <>
+inline void StoreRounded(Half* p, float v) {
+  p->bits = FloatToHalf(v);
+}
 
 // Registers Factory<float>, Factory<double> (the reference dtype), Factory<Bf16> and
 // Factory<Half> for an op. The 16-bit instantiations compute in f32 (half_types.h) and
@@ -70,14 +87,26 @@ void ForEachBroadcastRow(const Shape& out, const std::vector<int64_t>& a_strides
 }
 
 // y = f(x) and dx = g(dy, y) as flat loops for the elementwise kernel families; f and g
-// take and return Acc<T>, so 16-bit results are the f32 result rounded once.
+// take and return Acc<T>, so 16-bit results are the f32 result rounded once. The loops
+// run per thread range and are compiled for each vector ISA (cpu_isa.h).
+template <typename T, typename F>
+MPC_ISA_CLONES void MapUnaryRange(int64_t begin, int64_t end, const T* x, T* y, F f) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) StoreRounded(y + i, f(Acc<T>(x[i])));
+}
+
+template <typename T, typename F>
+MPC_ISA_CLONES void MapGradRange(int64_t begin, int64_t end, const T* dy, const T* y, T* dx, F f) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) StoreRounded(dx + i, f(Acc<T>(dy[i]), Acc<T>(y[i])));
+}
+
 template <typename T, typename F>
 absl::Status MapUnary(KernelContext& ctx, F f) {
   const T* x = ctx.inputs[0].as<T>();
   T* y = ctx.outputs[0].as<T>();
-  const int64_t n = ctx.outputs[0].num_elements();
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(f(Acc<T>(x[i])));
+  ParallelRanges(ctx.outputs[0].num_elements(), 32768,
+                 [&](int64_t begin, int64_t end) { MapUnaryRange(begin, end, x, y, f); });
   return absl::OkStatus();
 }
 
@@ -86,9 +115,8 @@ absl::Status MapGrad(KernelContext& ctx, F f) {
   const T* dy = ctx.inputs[0].as<T>();
   const T* y = ctx.inputs[1].as<T>();
   T* dx = ctx.outputs[0].as<T>();
-  const int64_t n = ctx.outputs[0].num_elements();
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(f(Acc<T>(dy[i]), Acc<T>(y[i])));
+  ParallelRanges(ctx.outputs[0].num_elements(), 32768,
+                 [&](int64_t begin, int64_t end) { MapGradRange(begin, end, dy, y, dx, f); });
   return absl::OkStatus();
 }
 

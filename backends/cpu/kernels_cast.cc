@@ -79,6 +79,17 @@ void Store(const TensorView& t, int64_t i, double v) {
   }
 }
 
+// The hot casts of a mixed-precision program, compiled for each vector ISA (cpu_isa.h).
+MPC_ISA_CLONES void FloatToBf16Range(const float* x, uint16_t* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = FloatToBf16(x[i]);
+}
+
+MPC_ISA_CLONES void Bf16ToFloatRange(const uint16_t* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = Bf16ToFloat(x[i]);
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreateCast(const Node& node, Backend&) {
   const DType from = node.inputs[0]->dtype, to = node.outputs[0]->dtype;
   if (from == DType::kF8E4M3 || from == DType::kF8E5M2 || to == DType::kF8E4M3 || to == DType::kF8E5M2) {
@@ -95,8 +106,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCast(const Node& node, Backend&) {
       const float* x = in.as<float>();
       uint16_t* y = out.as<uint16_t>();
       if (out.dtype == DType::kBF16) {
-#pragma omp parallel for simd if (n > 32768)
-        for (int64_t i = 0; i < n; ++i) y[i] = FloatToBf16(x[i]);
+        ParallelRanges(n, 32768,
+                       [&](int64_t begin, int64_t end) { FloatToBf16Range(x + begin, y + begin, end - begin); });
       } else {
 #pragma omp parallel for if (n > 32768)
         for (int64_t i = 0; i < n; ++i) y[i] = FloatToHalf(x[i]);
@@ -105,8 +116,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCast(const Node& node, Backend&) {
       const uint16_t* x = in.as<uint16_t>();
       float* y = out.as<float>();
       if (in.dtype == DType::kBF16) {
-#pragma omp parallel for simd if (n > 32768)
-        for (int64_t i = 0; i < n; ++i) y[i] = Bf16ToFloat(x[i]);
+        ParallelRanges(n, 32768,
+                       [&](int64_t begin, int64_t end) { Bf16ToFloatRange(x + begin, y + begin, end - begin); });
       } else {
 #pragma omp parallel for if (n > 32768)
         for (int64_t i = 0; i < n; ++i) y[i] = HalfToFloat(x[i]);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_tensor_util.h"
 
@@ -17,6 +18,36 @@ using namespace cpu;  // NOLINT: the shared kernel helpers (cpu_kernel_util.h, c
 
 // ---------------------------------------------------------------------------------
 // Where: out = cond ? x : y with three-way broadcasting.
+
+// One output row of Where. Both candidates are loaded and one is selected, so the common
+// stride patterns (1, or 0 for a broadcast scalar) vectorise; compiled for each vector ISA.
+template <typename W>
+MPC_ISA_CLONES void WhereRow(const uint8_t* c, int64_t sc, const W* x, int64_t sx, const W* y, int64_t sy, W* out,
+                             int64_t n) {
+  if (sc == 1 && sx == 1 && sy == 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const W a = x[i], b = y[i];
+      out[i] = c[i] ? a : b;
+    }
+  } else if (sc == 1 && sx == 1 && sy == 0) {
+    const W b = y[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const W a = x[i];
+      out[i] = c[i] ? a : b;
+    }
+  } else if (sc == 1 && sx == 0 && sy == 1) {
+    const W a = x[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const W b = y[i];
+      out[i] = c[i] ? a : b;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = c[i * sc] ? x[i * sx] : y[i * sy];
+  }
+}
 
 KernelOr CreateWhere(const Node& node, Backend&) {
   return MakeKernel([](KernelContext& ctx) {
@@ -35,9 +66,7 @@ KernelOr CreateWhere(const Node& node, Backend&) {
       const W* py = y.as<W>();
       W* po = out.as<W>();
       ForEachRow<3>(out.shape, strides, [&](int64_t o, const std::array<int64_t, 3>& off) {
-        for (int64_t i = 0; i < inner; ++i) {
-          po[o + i] = pc[off[0] + i * sc] ? px[off[1] + i * sx] : py[off[2] + i * sy];
-        }
+        WhereRow<W>(pc + off[0], sc, px + off[1], sx, py + off[2], sy, po + o, inner);
       });
     });
     return absl::OkStatus();

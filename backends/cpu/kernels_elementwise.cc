@@ -23,9 +23,13 @@ inline uint16_t ReluBits(uint16_t b) {
   return negative_number ? 0 : b;
 }
 
+// All ones where y > 0 (not zero, not negative, not NaN), else zero. As a signed 16-bit
+// number a positive non-NaN format value lies in [1, kInf]: one signed range test, which
+// SSE2 has (pcmpgtw) where it has no unsigned 16-bit compare.
 template <uint16_t kInf>
-inline bool PositiveBits(uint16_t b) {
-  return (b & 0x8000) == 0 && b != 0 && b <= kInf;  // y > 0: not zero, not negative, not NaN
+inline uint16_t PositiveMask(uint16_t b) {
+  const int16_t s = static_cast<int16_t>(b);
+  return (s > 0 && s <= static_cast<int16_t>(kInf)) ? uint16_t{0xffff} : uint16_t{0};
 }
 
 template <uint16_t kInf>
@@ -52,7 +56,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateReluGradBits(const Node&, Backend&
     uint16_t* dx = static_cast<uint16_t*>(ctx.outputs[0].data);
     const int64_t n = ctx.outputs[0].num_elements();
 #pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) dx[i] = PositiveBits<kInf>(y[i]) ? dy[i] : uint16_t{0};
+    // dY is read unconditionally and masked: a conditional load would keep the loop scalar.
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] & PositiveMask<kInf>(y[i]);
     return absl::OkStatus();
   });
 }
@@ -116,26 +121,42 @@ struct DivOp {
   }
 };
 
+// y[i] = op(a[i * sa], b[i * sb]) over one row or one thread's range; the strides are 1
+// or 0 (a broadcast operand) in the common cases, which get their own vector loops.
+template <typename T, typename Op>
+MPC_ISA_CLONES void BinaryRow(const T* a, int64_t sa, const T* b, int64_t sb, T* y, int64_t n) {
+  using A = Acc<T>;
+  const Op op;
+  if (sa == 1 && sb == 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) StoreRounded(y + i, op(A(a[i]), A(b[i])));
+  } else if (sa == 1 && sb == 0) {
+    const A bv = b[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) StoreRounded(y + i, op(A(a[i]), bv));
+  } else if (sa == 0 && sb == 1) {
+    const A av = a[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) StoreRounded(y + i, op(av, A(b[i])));
+  } else {
+    for (int64_t i = 0; i < n; ++i) StoreRounded(y + i, op(A(a[i * sa]), A(b[i * sb])));
+  }
+}
+
 template <typename T, typename Op>
 absl::Status RunBinary(KernelContext& ctx) {
-  using A = Acc<T>;
   const TensorView& a = ctx.inputs[0];
   const TensorView& b = ctx.inputs[1];
   const TensorView& y = ctx.outputs[0];
   const T* pa = a.as<T>();
   const T* pb = b.as<T>();
   T* py = y.as<T>();
-  const Op op;
   const int64_t n = y.num_elements();
-  if (a.shape == y.shape && b.shape == y.shape) {
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(op(A(pa[i]), A(pb[i])));
-    return absl::OkStatus();
-  }
-  if (b.num_elements() == 1 && a.shape == y.shape) {
-    const A s = pb[0];
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) py[i] = static_cast<T>(op(A(pa[i]), s));
+  if (a.shape == y.shape && (b.shape == y.shape || b.num_elements() == 1)) {
+    const int64_t sb = b.num_elements() == 1 && n > 1 ? 0 : 1;
+    ParallelRanges(n, 32768, [&](int64_t begin, int64_t end) {
+      BinaryRow<T, Op>(pa + begin, 1, pb + begin * sb, sb, py + begin, end - begin);
+    });
     return absl::OkStatus();
   }
   const auto as = BroadcastStrides(a.shape, y.shape);
@@ -143,7 +164,7 @@ absl::Status RunBinary(KernelContext& ctx) {
   const int64_t inner = y.shape.empty() ? 1 : y.shape.back();
   const int64_t sa = as.empty() ? 0 : as.back(), sb = bs.empty() ? 0 : bs.back();
   ForEachBroadcastRow(y.shape, as, bs, [&](int64_t yo, int64_t ao, int64_t bo) {
-    for (int64_t i = 0; i < inner; ++i) py[yo + i] = static_cast<T>(op(A(pa[ao + i * sa]), A(pb[bo + i * sb])));
+    BinaryRow<T, Op>(pa + ao, sa, pb + bo, sb, py + yo, inner);
   });
   return absl::OkStatus();
 }

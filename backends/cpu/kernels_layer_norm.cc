@@ -1,11 +1,13 @@
 // CPU LayerNormalization and LayerNormGrad (graph/ops_norm.cc), one row per normalised
 // slice, in f32, f64, bf16 and f16. Statistics are kept in Acc<T> (f32 for the 16-bit
-// formats) and stored in f32 for the gradient; outputs are rounded once.
+// formats) and stored in f32 for the gradient; outputs are rounded once. The row loops are
+// compiled for each vector ISA (cpu_isa.h).
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_tensor_util.h"
 #include "graph/ops_norm.h"
@@ -53,6 +55,42 @@ RowSplit SplitRows(const Shape& x, int axis) {
   return s;
 }
 
+// The affine operand laid out along the row: row[j] = operand[index[j]], in Acc<T>.
+template <typename T>
+std::vector<Acc<T>> AlongRow(const T* operand, const std::vector<int64_t>& index) {
+  std::vector<Acc<T>> row(index.size());
+  for (size_t j = 0; j < index.size(); ++j) row[j] = Acc<T>(operand[index[j]]);
+  return row;
+}
+
+// One row of the forward, compiled for each vector ISA (cpu_isa.h); bias may be null.
+template <typename T>
+MPC_ISA_CLONES void LayerNormRow(const T* x, const Acc<T>* scale, const Acc<T>* bias, T* y, int64_t d, Acc<T> eps,
+                                 Acc<T>* mean_out, Acc<T>* inv_out) {
+  using A = Acc<T>;
+  A sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < d; ++j) sum += A(x[j]);
+  const A mean = d ? sum / static_cast<A>(d) : A(0);
+  A sq = 0;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t j = 0; j < d; ++j) {
+    const A c = A(x[j]) - mean;
+    sq += c * c;
+  }
+  const A var = d ? sq / static_cast<A>(d) : A(0);
+  const A inv = A(1) / std::sqrt(var + eps);
+  if (bias) {
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) StoreRounded(y + j, (A(x[j]) - mean) * inv * scale[j] + bias[j]);
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) StoreRounded(y + j, (A(x[j]) - mean) * inv * scale[j]);
+  }
+  *mean_out = mean;
+  *inv_out = inv;
+}
+
 template <typename T>
 struct LayerNormKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
@@ -66,31 +104,17 @@ struct LayerNormKernel {
     return MakeKernel([=](KernelContext& ctx) {
       using A = Acc<T>;
       const T* x = ctx.inputs[0].as<T>();
-      const T* scale = ctx.inputs[1].as<T>();
-      const T* bias = has_b ? ctx.inputs[2].as<T>() : nullptr;
+      const std::vector<A> scale = AlongRow(ctx.inputs[1].as<T>(), si);
+      const std::vector<A> bias = has_b ? AlongRow(ctx.inputs[2].as<T>(), bi) : std::vector<A>();
       T* y = ctx.outputs[0].as<T>();
       A* mean_out = ctx.outputs.size() > 1 ? ctx.outputs[1].as<A>() : nullptr;
       A* inv_out = ctx.outputs.size() > 2 ? ctx.outputs[2].as<A>() : nullptr;
       const int64_t d = s.d;
 #pragma omp parallel for if (s.rows > 8 && s.rows * d > 16384)
       for (int64_t r = 0; r < s.rows; ++r) {
-        const T* xr = x + r * d;
-        T* yr = y + r * d;
-        A sum = 0;
-        for (int64_t j = 0; j < d; ++j) sum += A(xr[j]);
-        const A mean = d ? sum / static_cast<A>(d) : A(0);
-        A sq = 0;
-        for (int64_t j = 0; j < d; ++j) {
-          const A c = A(xr[j]) - mean;
-          sq += c * c;
-        }
-        const A var = d ? sq / static_cast<A>(d) : A(0);
-        const A inv = A(1) / std::sqrt(var + static_cast<A>(eps));
-        for (int64_t j = 0; j < d; ++j) {
-          A v = (A(xr[j]) - mean) * inv * A(scale[si[j]]);
-          if (bias) v += A(bias[bi[j]]);
-          yr[j] = static_cast<T>(v);
-        }
+        A mean, inv;
+        LayerNormRow(x + r * d, scale.data(), has_b ? bias.data() : nullptr, y + r * d, d, static_cast<A>(eps), &mean,
+                     &inv);
         if (mean_out) mean_out[r] = mean;
         if (inv_out) inv_out[r] = inv;
       }
@@ -99,8 +123,36 @@ struct LayerNormKernel {
   }
 };
 
+// dX for one row, g = dY * scale: inv * (g - mean(g) - xhat * mean(g * xhat)); and the
+// row's contributions to dScale (dY * xhat) and dB (dY), added into the caller's
+// accumulators. Compiled for each vector ISA (cpu_isa.h).
+template <typename T>
+MPC_ISA_CLONES void LayerNormGradRow(const T* dy, const T* x, const Acc<T>* scale, T* dx, int64_t d, Acc<T> mean,
+                                     Acc<T> inv, Acc<T>* dscale_acc, Acc<T>* db_acc) {
+  using A = Acc<T>;
+  A sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+  for (int64_t j = 0; j < d; ++j) {
+    const A g = A(dy[j]) * scale[j];
+    const A xh = (A(x[j]) - mean) * inv;
+    sg += g;
+    sgx += g * xh;
+  }
+  const A mg = sg / static_cast<A>(d), mgx = sgx / static_cast<A>(d);
+#pragma omp simd
+  for (int64_t j = 0; j < d; ++j) {
+    const A g = A(dy[j]) * scale[j];
+    const A xh = (A(x[j]) - mean) * inv;
+    StoreRounded(dx + j, inv * (g - mg - xh * mgx));
+    dscale_acc[j] += A(dy[j]) * xh;
+    db_acc[j] += A(dy[j]);
+  }
+}
+
 // dX = inv * (g - mean(g) - xhat * mean(g * xhat)), g = dY * scale;
-// dScale = sum_rows(dY * xhat); dB = sum_rows(dY).
+// dScale = sum_rows(dY * xhat); dB = sum_rows(dY). The column sums accumulate per thread
+// over a contiguous range of rows (row-major, cache-friendly) and are added up in thread
+// order at the end.
 template <typename T>
 struct LayerNormGradKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
@@ -112,40 +164,34 @@ struct LayerNormGradKernel {
       using A = Acc<T>;
       const T* dy = ctx.inputs[0].as<T>();
       const T* x = ctx.inputs[1].as<T>();
-      const T* scale = ctx.inputs[2].as<T>();
+      const std::vector<A> scale = AlongRow(ctx.inputs[2].as<T>(), si);
       const std::vector<A> mean = LoadAll<A>(ctx.inputs[3]);
       const std::vector<A> inv = LoadAll<A>(ctx.inputs[4]);
       T* dx = ctx.outputs[0].as<T>();
       T* dscale = ctx.outputs[1].as<T>();
       T* db = ctx.outputs[2].as<T>();
       const int64_t d = s.d, rows = s.rows;
-#pragma omp parallel for if (rows > 8 && rows * d > 16384)
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t o = r * d;
-        A sg = 0, sgx = 0;
-        for (int64_t j = 0; j < d; ++j) {
-          const A g = A(dy[o + j]) * A(scale[si[j]]);
-          const A xh = (A(x[o + j]) - mean[r]) * inv[r];
-          sg += g;
-          sgx += g * xh;
-        }
-        const A mg = sg / static_cast<A>(d), mgx = sgx / static_cast<A>(d);
-        for (int64_t j = 0; j < d; ++j) {
-          const A g = A(dy[o + j]) * A(scale[si[j]]);
-          const A xh = (A(x[o + j]) - mean[r]) * inv[r];
-          dx[o + j] = static_cast<T>(inv[r] * (g - mg - xh * mgx));
+      const bool parallel = rows > 8 && rows * d > 16384;
+      const int threads = parallel ? omp_get_max_threads() : 1;
+      // Per thread: dScale partial sums, then dB partial sums.
+      std::vector<A> partial(static_cast<size_t>(threads) * 2 * d, A(0));
+#pragma omp parallel num_threads(threads) if (parallel)
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t begin = rows * t / nt, end = rows * (t + 1) / nt;
+        A* ss = partial.data() + static_cast<size_t>(t) * 2 * d;
+        for (int64_t r = begin; r < end; ++r) {
+          LayerNormGradRow(dy + r * d, x + r * d, scale.data(), dx + r * d, d, mean[r], inv[r], ss, ss + d);
         }
       }
-#pragma omp parallel for if (d > 64 && rows * d > 16384)
       for (int64_t j = 0; j < d; ++j) {
         A ss = 0, sb = 0;
-        for (int64_t r = 0; r < rows; ++r) {
-          const A g = A(dy[r * d + j]);
-          ss += g * (A(x[r * d + j]) - mean[r]) * inv[r];
-          sb += g;
+        for (int t = 0; t < threads; ++t) {
+          ss += partial[static_cast<size_t>(t) * 2 * d + j];
+          sb += partial[static_cast<size_t>(t) * 2 * d + d + j];
         }
-        dscale[j] = static_cast<T>(ss);
-        db[j] = static_cast<T>(sb);
+        StoreRounded(dscale + j, ss);
+        StoreRounded(db + j, sb);
       }
       return absl::OkStatus();
     });

@@ -222,7 +222,7 @@ struct MaxPoolGradKernel {
           const T* dyp = dy + p * d.oh * d.ow;
           T* dxp = dx + p * d.ih * d.iw;
           if (disjoint) {
-            for (int64_t i = 0; i < d.ih * d.iw; ++i) dxp[i] = static_cast<T>(A(0));
+            for (int64_t i = 0; i < d.ih * d.iw; ++i) cpu::StoreRounded(dxp + i, A(0));
             ForEachArgMax(xp, g, [&](int64_t o, int64_t i) { dxp[i] = static_cast<T>(A(0) + A(dyp[o])); });
             continue;
           }
@@ -230,7 +230,7 @@ struct MaxPoolGradKernel {
           ForEachArgMax(xp, g, [&](int64_t o, int64_t i) {
             if (i >= 0) acc[i] += A(dyp[o]);
           });
-          for (int64_t i = 0; i < d.ih * d.iw; ++i) dxp[i] = static_cast<T>(acc[i]);
+          for (int64_t i = 0; i < d.ih * d.iw; ++i) cpu::StoreRounded(dxp + i, acc[i]);
         }
       }
       return absl::OkStatus();

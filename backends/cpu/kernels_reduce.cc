@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_tensor_util.h"
 #include "graph/ops_norm.h"
@@ -114,6 +115,18 @@ bool AsOuterMiddleInner(const Shape& in, const Shape& out, int64_t* o, int64_t* 
   return true;
 }
 
+// acc[c] += x[r * stride + c] for rows r < rows and columns c < cols: each column's sum
+// runs over the rows in order (so the result does not depend on the vector width), the
+// columns side by side in vector lanes. Compiled for each vector ISA (cpu_isa.h).
+template <typename T>
+MPC_ISA_CLONES void AccumulateColumns(const T* x, int64_t stride, int64_t rows, int64_t cols, Acc<T>* acc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * stride;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) acc[c] += Acc<T>(row[c]);
+  }
+}
+
 template <typename T>
 struct ReduceSumToKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
@@ -129,17 +142,15 @@ struct ReduceSumToKernel {
         // Each output's sum runs in a fixed order whatever the thread count, so results
         // are reproducible run to run.
         if (I == 1) {
-          // [O, M] -> [M]: rows read contiguously; threads take blocks of columns.
-          constexpr int64_t kBlock = 256;
+          // [O, M] -> [M]: rows read contiguously; threads take blocks of columns (64
+          // wide, so that a bias of a few hundred columns still spreads over threads).
+          constexpr int64_t kBlock = 64;
 #pragma omp parallel for if (O * M > 32768)
           for (int64_t mb = 0; mb < M; mb += kBlock) {
             const int64_t me = std::min(M, mb + kBlock);
             Acc acc[kBlock] = {};
-            for (int64_t r = 0; r < O; ++r) {
-              const T* row = x + r * M;
-              for (int64_t c = mb; c < me; ++c) acc[c - mb] += Acc(row[c]);
-            }
-            for (int64_t c = mb; c < me; ++c) y[c] = static_cast<T>(acc[c - mb]);
+            AccumulateColumns(x + mb, M, O, me - mb, acc);
+            for (int64_t c = mb; c < me; ++c) cpu::StoreRounded(y + c, acc[c - mb]);
           }
         } else {
 #pragma omp parallel for if (O * M * I > 32768)

@@ -29,6 +29,38 @@ void TransposeWords(const TensorView& in, const TensorView& out, const std::vect
   const std::vector<int64_t> zero(rank, 0);
   const int64_t inner = rank ? out.shape.back() : 1;
   const int64_t inner_stride = rank ? strides.back() : 0;
+  if (inner_stride == 1) {  // the last axis stays last (attention's head split): row copies
+    cpu::ForEachBroadcastRow(out.shape, strides, zero, [&](int64_t yo, int64_t xo, int64_t) {
+      std::memcpy(dst + yo, src + xo, inner * sizeof(Word));
+    });
+    return;
+  }
+  if (rank >= 2 && strides[rank - 2] == 1) {
+    // The last two output axes are a transposed matrix of the input (attention's K^T):
+    // copy it in square tiles, so both the reads and the writes stay within a few lines.
+    const int64_t rows = out.shape[rank - 2];
+    int64_t outer = 1;
+    for (int i = 0; i < rank - 2; ++i) outer *= out.shape[i];
+    constexpr int64_t kTile = 16;
+#pragma omp parallel for if (outer * rows * inner > 32768)
+    for (int64_t k = 0; k < outer; ++k) {
+      int64_t rem = k, xo = 0;
+      for (int d = rank - 3; d >= 0; --d) {
+        xo += (rem % out.shape[d]) * strides[d];
+        rem /= out.shape[d];
+      }
+      Word* y = dst + k * rows * inner;
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+        for (int64_t c0 = 0; c0 < inner; c0 += kTile) {
+          const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(inner, c0 + kTile);
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t c = c0; c < c1; ++c) y[r * inner + c] = src[xo + r + c * inner_stride];
+          }
+        }
+      }
+    }
+    return;
+  }
   cpu::ForEachBroadcastRow(out.shape, strides, zero, [&](int64_t yo, int64_t xo, int64_t) {
     for (int64_t i = 0; i < inner; ++i) dst[yo + i] = src[xo + i * inner_stride];
   });

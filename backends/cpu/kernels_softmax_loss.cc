@@ -72,6 +72,18 @@ using SoftmaxFwd = SoftmaxKernel<T, false>;
 template <typename T>
 using LogSoftmaxFwd = SoftmaxKernel<T, true>;
 
+// One softmax row with unit stride (the usual last axis): dx = y * (dy - sum(dy * y)),
+// compiled for each vector ISA (cpu_isa.h).
+template <typename T>
+MPC_ISA_CLONES void SoftmaxGradRow(const T* dy, const T* y, T* dx, int64_t dim) {
+  using A = Acc<T>;
+  A dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t d = 0; d < dim; ++d) dot += A(dy[d]) * A(y[d]);
+#pragma omp simd
+  for (int64_t d = 0; d < dim; ++d) cpu::StoreRounded(dx + d, A(y[d]) * (A(dy[d]) - dot));
+}
+
 // Softmax: dx = y * (dy - sum(dy * y));  LogSoftmax: dx = dy - exp(y) * sum(dy).
 template <typename T, bool kLog>
 struct SoftmaxGradKernel {
@@ -81,6 +93,11 @@ struct SoftmaxGradKernel {
       const T* dy = ctx.inputs[0].as<T>();
       const T* y = ctx.inputs[1].as<T>();
       T* dx = ctx.outputs[0].as<T>();
+      if (!kLog && s.inner == 1) {
+#pragma omp parallel for if (s.outer > 64)
+        for (int64_t o = 0; o < s.outer; ++o) SoftmaxGradRow(dy + o * s.dim, y + o * s.dim, dx + o * s.dim, s.dim);
+        return absl::OkStatus();
+      }
 #pragma omp parallel for collapse(2) if (s.outer * s.inner > 64)
       for (int64_t o = 0; o < s.outer; ++o) {
         for (int64_t i = 0; i < s.inner; ++i) {

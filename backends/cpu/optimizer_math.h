@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_isa.h"
 #include "graph/half_types.h"
 
 namespace mpc::cpu {
@@ -35,26 +36,40 @@ inline void WithCopy(const KernelContext& ctx, bool has_copy, bool gated, Loop l
 }
 
 inline void StoreCopy(NoCopy*, int64_t, float) {}
-template <typename T>
-inline void StoreCopy(T* copy, int64_t i, float w) {
-  copy[i] = T(w);
-}
+// Writes the bits member: assigning a Bf16/Half temporary would keep the loop scalar
+// (cpu_kernel_util.h, StoreRounded).
+inline void StoreCopy(Bf16* copy, int64_t i, float w) { copy[i].bits = FloatToBf16(w); }
+inline void StoreCopy(Half* copy, int64_t i, float w) { copy[i].bits = FloatToHalf(w); }
 
 // The update loops take everything as plain arguments (no closure captures), so each
-// instantiation is the same vector loop; with NoCopy, StoreCopy vanishes.
+// instantiation is the same vector loop; with NoCopy, StoreCopy vanishes. Each runs over
+// one thread's range, compiled for every vector ISA (cpu_isa.h).
+template <typename C>
+MPC_ISA_CLONES void SgdRange(int64_t begin, int64_t end, float* p, const float* g, float* buf, float lr, float momentum,
+                             float wd, bool nesterov, C* copy) {
+  if (buf) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) {
+      float d = g[i] + wd * p[i];
+      buf[i] = momentum * buf[i] + d;
+      d = nesterov ? d + momentum * buf[i] : buf[i];
+      p[i] -= lr * d;
+      StoreCopy(copy, i, p[i]);
+    }
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    p[i] -= lr * (g[i] + wd * p[i]);
+    StoreCopy(copy, i, p[i]);
+  }
+}
+
 template <typename C>
 inline void SgdLoop(int64_t n, float* p, const float* g, float* buf, float lr, float momentum, float wd, bool nesterov,
                     C* copy) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g[i] + wd * p[i];
-    if (buf) {
-      buf[i] = momentum * buf[i] + d;
-      d = nesterov ? d + momentum * buf[i] : buf[i];
-    }
-    p[i] -= lr * d;
-    StoreCopy(copy, i, p[i]);
-  }
+  ParallelRanges(
+      n, 32768, [&](int64_t begin, int64_t end) { SgdRange(begin, end, p, g, buf, lr, momentum, wd, nesterov, copy); });
 }
 
 struct AdamWCoefs {
@@ -70,16 +85,22 @@ inline AdamWCoefs NextAdamWStep(float* step, float lr, float b1, float b2, float
 }
 
 template <typename C>
-inline void AdamWLoop(int64_t n, float* p, const float* g, float* m, float* v, const AdamWCoefs c, C* copy) {
+MPC_ISA_CLONES void AdamWRange(int64_t begin, int64_t end, float* p, const float* g, float* m, float* v,
+                               const AdamWCoefs c, C* copy) {
   const float b1 = c.b1, b2 = c.b2, eps = c.eps, step_size = c.step_size, bc2_sqrt = c.bc2_sqrt, decay = c.decay;
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
     p[i] *= decay;
     m[i] = b1 * m[i] + (1.0f - b1) * g[i];
     v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
     p[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
     StoreCopy(copy, i, p[i]);
   }
+}
+
+template <typename C>
+inline void AdamWLoop(int64_t n, float* p, const float* g, float* m, float* v, const AdamWCoefs c, C* copy) {
+  ParallelRanges(n, 32768, [&](int64_t begin, int64_t end) { AdamWRange(begin, end, p, g, m, v, c, copy); });
 }
 
 }  // namespace mpc::cpu
