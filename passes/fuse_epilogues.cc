@@ -1,11 +1,71 @@
-// Gemm + Relu epilogue fusion (see fuse_epilogues.h).
+// Gemm + Relu and MatMul + bias epilogue fusion (see fuse_epilogues.h).
 #include "passes/fuse_epilogues.h"
 
 #include "base/status_macros.h"
+#include "graph/graph_builder.h"
+#include "passes/simplify.h"
 
 namespace mpc {
+namespace {
+
+// The bias of `add` when it adds a per-column vector ([N], or [1, ..., 1, N]) of `product`'s
+// dtype to `product` [..., N] and nothing else; null otherwise.
+Value* ColumnBias(const Node& add, const Value* product) {
+  if (add.op != "Add" || add.inputs.size() != 2) return nullptr;
+  Value* bias = add.inputs[0] == product ? add.inputs[1] : add.inputs[1] == product ? add.inputs[0] : nullptr;
+  if (!bias || bias == product || bias->dtype != product->dtype || bias->shape.empty()) return nullptr;
+  const int64_t n = product->shape.back();
+  if (bias->shape.back() != n || NumElements(bias->shape) != n || bias->shape.size() > product->shape.size()) {
+    return nullptr;
+  }
+  return add.outputs[0]->shape == product->shape ? bias : nullptr;
+}
+
+// Y = Add(MatMul(X[..., K], W[K, N]), b[N])  ->  Reshape(Gemm(X[R, K], W, b), Y's shape): the
+// bias is added by the GEMM (oneDNN's bias, cuBLASLt's bias epilogue) instead of a pass
+// over Y, and the product without the bias is never stored. Transformer layers export
+// their linear layers this way. Returns the replaced Add, or null.
+absl::StatusOr<Node*> FuseMatMulBias(Graph& g, Node* mm) {
+  if (mm->op != "MatMul" || mm->attrs.Has("mpc_fp8") || mm->attrs.Has("mpc_output_dtype")) return nullptr;
+  Value* x = mm->inputs[0];
+  Value* w = mm->inputs[1];
+  Value* product = mm->outputs[0];
+  if (w->shape.size() != 2 || x->shape.size() < 2 || product->consumers.size() != 1 || g.IsOutput(product)) {
+    return nullptr;
+  }
+  Node* add = product->consumers[0];
+  Value* bias = ColumnBias(*add, product);
+  if (!bias) return nullptr;
+  const int64_t k = x->shape.back(), n = w->shape.back();
+  GraphBuilder b(&g, "fuse-epilogues/");
+  Value* rows = x->shape.size() == 2 ? x : b.Reshape(x, {NumElements(x->shape) / k, k});
+  Value* c = bias->shape.size() == 1 ? bias : b.Reshape(bias, {n});
+  Value* y = b.Op("Gemm", {rows, w, c});
+  if (x->shape.size() != 2) y = b.Reshape(y, add->outputs[0]->shape);
+  MPC_RETURN_IF_ERROR(b.status());
+  g.ReplaceAllUsesWith(add->outputs[0], y);
+  return add;
+}
+
+}  // namespace
 
 absl::StatusOr<bool> FuseEpiloguesPass::Run(Graph& graph) {
+  // MatMul + bias first: the Gemms it makes may then take a ReLU below.
+  std::vector<Node*> matmuls;
+  for (const auto& node : graph.nodes()) {
+    if (node->op == "MatMul") matmuls.push_back(node.get());
+  }
+  bool fused_bias = false;
+  for (Node* mm : matmuls) {
+    const size_t before = graph.nodes().size();
+    MPC_ASSIGN_OR_RETURN(Node * add, FuseMatMulBias(graph, mm));
+    if (!add) continue;
+    // The new nodes run where the MatMul would have.
+    for (size_t i = before; i < graph.nodes().size(); ++i) graph.nodes()[i]->schedule_rank = mm->schedule_rank;
+    fused_bias = true;
+  }
+  if (fused_bias) MPC_RETURN_IF_ERROR(EliminateDeadCode(graph).status());
+
   std::vector<Node*> fused_relus;
   for (const auto& node : graph.nodes()) {
     Node* gemm = node.get();
@@ -24,7 +84,7 @@ absl::StatusOr<bool> FuseEpiloguesPass::Run(Graph& graph) {
     MPC_RETURN_IF_ERROR(graph.RemoveNode(relu));
   }
   if (!fused_relus.empty()) graph.RemoveDeadValues();
-  return !fused_relus.empty();
+  return fused_bias || !fused_relus.empty();
 }
 
 }  // namespace mpc

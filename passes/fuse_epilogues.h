@@ -3,6 +3,13 @@
 // tile is still in registers (oneDNN post-op on the CPU, cuBLASLt epilogue on CUDA).
 // The backward pass keeps working unchanged: ReluGrad reads the fused output, which
 // holds the same values the Relu produced.
+//
+// Before that, a MatMul with a 2-D weight whose only reader adds a per-column bias of the
+// same dtype (how transformer linear layers export: MatMul + Add) becomes a Gemm over the
+// batch folded into rows with the bias as C, between two Reshape views: the GEMM adds
+// the bias (oneDNN bias, cuBLASLt bias epilogue) and the bias-free product is never
+// stored. The backward graph, built earlier, reads the Add's value, which the reshaped
+// Gemm output replaces; the values are the same up to the GEMM's rounding of the sum.
 #pragma once
 
 #include "passes/pass.h"

@@ -7,6 +7,7 @@
 #include "passes/attach_loss.h"
 #include "passes/autodiff.h"
 #include "passes/batch_norm_stats.h"
+#include "passes/defer_widening_casts.h"
 #include "passes/fold_output_casts.h"
 #include "passes/fold_transposes.h"
 #include "passes/fp8_lower.h"
@@ -59,6 +60,9 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   p.Add(std::make_unique<FoldOutputCastsPass>());
   // Multi-tensor updates: once every update exists and nothing rewrites them.
   p.Add(std::make_unique<FuseUpdatesPass>());
+  // Widening casts (the bf16 conv weight gradients' casts to f32) run next to their first
+  // reader: the order the memory plan follows, so it goes right before the plan.
+  p.Add(std::make_unique<DeferWideningCastsPass>());
   // Order and arena offsets: last, for the graph that will run.
   p.Add(std::make_unique<MemoryPlanPass>(&r->memory_plan));
   return p;

@@ -8,21 +8,20 @@
 // (ceil_mode keeping a last window that starts in the end padding, which sees no input
 // and gives 0; count_include_pad counting explicit pads but not the ceil_mode overhang;
 // MaxPoolGrad recomputing the first maximum from X instead of a forward workspace) are
-// stated once here and match the forward exactly. Pooling is memory-bound; max pooling
-// whose windows all lie inside the input (no pad taps, no ceil_mode overhang, dilation 1:
-// the usual 2x2/2 and 3x3/2) takes a fast path with fixed-size window loops, and with
-// disjoint windows its gradient writes dX directly instead of through an accumulator;
-// with padding, the interior windows (all but the border) take the same fixed-size loop.
-// The fast paths visit the same taps in the same order with the same strict comparison,
-// so their results are bit-identical to the general loops (tests/graph/conv_op_cases.cc
-// holds cases of both kinds, ties included).
+// stated once here and match the forward exactly. Max pooling evaluates a row of windows
+// at a time in vector lanes (MaxWindowsAcross), visiting each window's taps in row-major
+// order with a strict comparison (tests/graph/conv_op_cases.cc holds padded, ceil_mode,
+// dilated and tied cases); with disjoint windows its gradient writes dX directly instead
+// of through an accumulator.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "graph/ops_conv_util.h"
 
@@ -42,6 +41,10 @@ struct PoolGeom {
   std::vector<Taps> th, tw;     // per output row / column, computed once per node
   std::vector<int64_t> ch, cw;  // averaging divisor factors per output row / column
   bool full_windows = false;    // every window lies inside the input, dilation 1
+  // Max pooling's scratch rows (see MaxWindowsAcross): the left padding, the input row,
+  // then columns up to the last tap of the last window; valid_columns marks the input.
+  int64_t scratch_width = 0;
+  std::vector<int32_t> valid_columns;
 };
 
 Taps TapsOf(int64_t o, int64_t stride, int64_t pad, int64_t dil, int64_t k, int64_t in) {
@@ -85,95 +88,109 @@ absl::StatusOr<PoolGeom> PoolGeomOf(const Node& node, const Shape& x_shape) {
     g.tw.push_back(TapsOf(ow, d.sw, d.pl, d.dw, d.kw, d.iw));
     g.cw.push_back(CountOf(g.tw.back(), d.dw, d.kw, d.iw, d.pl, d.pr, g.include_pad));
   }
+  g.scratch_width = std::max(d.pl + d.iw, (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1);
+  g.valid_columns.assign(static_cast<size_t>(g.scratch_width), 0);
+  for (int64_t k = 0; k < d.iw; ++k) g.valid_columns[static_cast<size_t>(d.pl + k)] = 1;
   g.full_windows = d.dh == 1 && d.dw == 1;
   for (const Taps& t : g.th) g.full_windows &= t.k0 == 0 && t.k1 == d.kh;
   for (const Taps& t : g.tw) g.full_windows &= t.k0 == 0 && t.k1 == d.kw;
   return g;
 }
 
-// Index within the plane of the first maximum of window (oh, ow); -1 if empty.
-template <typename T>
-inline int64_t ArgMax(const T* xp, const PoolGeom& g, int64_t oh, int64_t ow) {
-  using A = cpu::Acc<T>;
-  const conv::Window2D& d = g.w;
-  const Taps& th = g.th[oh];
-  const Taps& tw = g.tw[ow];
-  int64_t best = -1;
-  A best_v = -std::numeric_limits<A>::infinity();
-  for (int64_t kh = th.k0; kh < th.k1; ++kh) {
-    const int64_t ih = th.start + kh * d.dh;
-    for (int64_t kw = tw.k0; kw < tw.k1; ++kw) {
-      const int64_t i = ih * d.iw + tw.start + kw * d.dw;
-      const A v = A(xp[i]);
-      // Strict: ties keep the first maximum. A NaN always wins (PyTorch's rule), so it
-      // propagates as IEEE arithmetic would.
-      if (best < 0 || v > best_v || v != v) {
-        best = i;
-        best_v = v;
+// Max pooling evaluates a row of windows at a time, one tap across all of them, so the
+// compares run in vector lanes. The window row's input rows are first copied (in Acc<T>)
+// into a scratch row with the left padding in front, so every tap of every window is an
+// affine load; a per-column mask says which scratch columns hold input (padding and a
+// ceil_mode overhang hold none). Taps are visited in ArgMax's row-major order with the
+// strict comparison, skipping masked taps: ties keep the first maximum, a NaN always
+// wins (PyTorch's rule, so it propagates as IEEE arithmetic would), and a window that
+// sees no input has index -1.
+struct MaxPoolScratch {
+  std::vector<float> rows;  // kh rows of `width` values (f32 also for the 16-bit formats)
+  std::vector<double> rows64;
+  std::vector<float> best_v;
+  std::vector<double> best_v64;
+  std::vector<int32_t> best_i;
+  std::vector<int64_t> row_base;
+  std::vector<uint8_t> row_used;
+};
+
+// best_i[j] = plane index of the first maximum of window j of the row (-1 if it sees no
+// input). rows: kh scratch rows of `width`; valid[p]: scratch column p holds input;
+// row_base[r]: plane index of scratch column 0 of row r (input row * iw - left padding);
+// row_used[r]: 0 when the tap row lies in the vertical padding. Compiled for each vector ISA.
+template <typename A>
+MPC_ISA_CLONES void MaxWindowsAcross(const A* __restrict rows, int64_t width, const int32_t* __restrict valid,
+                                     const int64_t* row_base, const uint8_t* row_used, int64_t kh, int64_t kw,
+                                     int64_t stride_w, int64_t dil_w, int64_t count, A* __restrict best_v,
+                                     int32_t* __restrict best_i) {
+  for (int64_t j = 0; j < count; ++j) {
+    best_v[j] = -std::numeric_limits<A>::infinity();
+    best_i[j] = -1;
+  }
+  for (int64_t r = 0; r < kh; ++r) {
+    if (!row_used[r]) continue;
+    const A* row = rows + r * width;
+    const int32_t base = static_cast<int32_t>(row_base[r]);
+    for (int64_t c = 0; c < kw; ++c) {
+      const int64_t off = c * dil_w;
+      // Bitwise, not short-circuit, logic and restrict pointers: what lets GCC turn the
+      // selects into vector blends (with && and || the loop stayed scalar and branchy).
+#pragma omp simd
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t p = j * stride_w + off;
+        const A v = row[p];
+        const A bv = best_v[j];
+        const int32_t bi = best_i[j];
+        const bool take = (valid[p] != 0) & ((bi < 0) | (v > bv) | (v != v));
+        best_v[j] = take ? v : bv;
+        best_i[j] = take ? base + static_cast<int32_t>(p) : bi;
       }
     }
   }
-  return best;
 }
 
-// ArgMax for a window wholly inside the input (PoolGeom::full_windows), whose top-left
-// tap is `first`: KH x KW fixed at compile time (0: the runtime kh x kw). Row-major order
-// and comparison as ArgMax; starting from the first tap, which compares equal to itself,
-// gives the same first maximum (and the same last NaN).
-template <typename T, int KH, int KW>
-inline int64_t ArgMaxFull(const T* xp, int64_t iw, int64_t first, int64_t kh, int64_t kw) {
-  using A = cpu::Acc<T>;
-  const int64_t rows = KH > 0 ? KH : kh, cols = KW > 0 ? KW : kw;
-  int64_t best = first;
-  A best_v = A(xp[first]);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t i = first + r * iw + c;
-      const A v = A(xp[i]);
-      if (v > best_v || v != v) {
-        best = i;
-        best_v = v;
-      }
-    }
-  }
-  return best;
-}
-
-// Calls f(output index, argmax index) for every window of one plane.
+// Calls f(output index, argmax index or -1) for every window of one plane.
 template <typename T, typename F>
-inline void ForEachArgMax(const T* xp, const PoolGeom& g, F f) {
+inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch& scratch, F f) {
+  using A = cpu::Acc<T>;
   const conv::Window2D& d = g.w;
-  auto full = [&](auto argmax) {
-    for (int64_t oh = 0; oh < d.oh; ++oh) {
-      for (int64_t ow = 0; ow < d.ow; ++ow) {
-        f(oh * d.ow + ow, argmax(g.th[oh].start * d.iw + g.tw[ow].start));
-      }
+  const int64_t width = g.scratch_width;
+  std::vector<A>& rows = [&]() -> std::vector<A>& {
+    if constexpr (std::is_same_v<A, double>) {
+      return scratch.rows64;
+    } else {
+      return scratch.rows;
     }
-  };
-  if (!g.full_windows) {
-    // Padded pooling (ResNet's 3x3/2 pad 1): only the border windows have pad taps; the
-    // interior ones take the fixed-size loop, with the same taps in the same order.
-    const bool dense = d.dh == 1 && d.dw == 1;
-    for (int64_t oh = 0; oh < d.oh; ++oh) {
-      const Taps& th = g.th[oh];
-      const bool full_h = dense && th.k0 == 0 && th.k1 == d.kh;
-      for (int64_t ow = 0; ow < d.ow; ++ow) {
-        const Taps& tw = g.tw[ow];
-        if (full_h && tw.k0 == 0 && tw.k1 == d.kw) {
-          const int64_t first = th.start * d.iw + tw.start;
-          f(oh * d.ow + ow, d.kh == 3 && d.kw == 3 ? ArgMaxFull<T, 3, 3>(xp, d.iw, first, 3, 3)
-                                                   : ArgMaxFull<T, 0, 0>(xp, d.iw, first, d.kh, d.kw));
-        } else {
-          f(oh * d.ow + ow, ArgMax(xp, g, oh, ow));
-        }
-      }
+  }();
+  std::vector<A>& best_v = [&]() -> std::vector<A>& {
+    if constexpr (std::is_same_v<A, double>) {
+      return scratch.best_v64;
+    } else {
+      return scratch.best_v;
     }
-  } else if (d.kh == 2 && d.kw == 2) {
-    full([&](int64_t first) { return ArgMaxFull<T, 2, 2>(xp, d.iw, first, 2, 2); });
-  } else if (d.kh == 3 && d.kw == 3) {
-    full([&](int64_t first) { return ArgMaxFull<T, 3, 3>(xp, d.iw, first, 3, 3); });
-  } else {
-    full([&](int64_t first) { return ArgMaxFull<T, 0, 0>(xp, d.iw, first, d.kh, d.kw); });
+  }();
+  rows.resize(static_cast<size_t>(d.kh * width));
+  best_v.resize(static_cast<size_t>(d.ow));
+  scratch.best_i.resize(static_cast<size_t>(d.ow));
+  std::vector<int64_t>& row_base = scratch.row_base;
+  std::vector<uint8_t>& row_used = scratch.row_used;
+  row_base.resize(static_cast<size_t>(d.kh));
+  row_used.resize(static_cast<size_t>(d.kh));
+  for (int64_t oh = 0; oh < d.oh; ++oh) {
+    const Taps& th = g.th[oh];
+    for (int64_t r = 0; r < d.kh; ++r) {
+      const int64_t ih = th.start + r * d.dh;
+      row_used[r] = r >= th.k0 && r < th.k1;
+      if (!row_used[r]) continue;
+      row_base[r] = ih * d.iw - d.pl;
+      A* dst = rows.data() + r * width;
+      const T* src = xp + ih * d.iw;
+      for (int64_t k = 0; k < d.iw; ++k) dst[d.pl + k] = A(src[k]);
+    }
+    MaxWindowsAcross(rows.data(), width, g.valid_columns.data(), row_base.data(), row_used.data(), d.kh, d.kw, d.sw,
+                     d.dw, d.ow, best_v.data(), scratch.best_i.data());
+    for (int64_t ow = 0; ow < d.ow; ++ow) f(oh * d.ow + ow, static_cast<int64_t>(scratch.best_i[ow]));
   }
 }
 
@@ -186,11 +203,16 @@ struct MaxPoolKernel {
       const conv::Window2D& d = g.w;
       const T* x = ctx.inputs[0].as<T>();
       T* y = ctx.outputs[0].as<T>();
-#pragma omp parallel for schedule(static)
-      for (int64_t p = 0; p < g.planes; ++p) {
-        const T* xp = x + p * d.ih * d.iw;
-        T* yp = y + p * d.oh * d.ow;
-        ForEachArgMax(xp, g, [&](int64_t o, int64_t i) { yp[o] = i >= 0 ? xp[i] : static_cast<T>(cpu::Acc<T>(0)); });
+#pragma omp parallel
+      {
+        MaxPoolScratch scratch;
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < g.planes; ++p) {
+          const T* xp = x + p * d.ih * d.iw;
+          T* yp = y + p * d.oh * d.ow;
+          ForEachArgMax(xp, g, scratch,
+                        [&](int64_t o, int64_t i) { yp[o] = i >= 0 ? xp[i] : static_cast<T>(cpu::Acc<T>(0)); });
+        }
       }
       return absl::OkStatus();
     });
@@ -216,6 +238,7 @@ struct MaxPoolGradKernel {
       {
         // One accumulator plane per thread, cleared per plane (not allocated per plane).
         std::vector<A> acc(disjoint ? 0 : static_cast<size_t>(d.ih * d.iw));
+        MaxPoolScratch scratch;
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < g.planes; ++p) {
           const T* xp = x + p * d.ih * d.iw;
@@ -223,11 +246,13 @@ struct MaxPoolGradKernel {
           T* dxp = dx + p * d.ih * d.iw;
           if (disjoint) {
             for (int64_t i = 0; i < d.ih * d.iw; ++i) cpu::StoreRounded(dxp + i, A(0));
-            ForEachArgMax(xp, g, [&](int64_t o, int64_t i) { dxp[i] = static_cast<T>(A(0) + A(dyp[o])); });
+            ForEachArgMax(xp, g, scratch, [&](int64_t o, int64_t i) {
+              if (i >= 0) dxp[i] = static_cast<T>(A(0) + A(dyp[o]));
+            });
             continue;
           }
           std::fill(acc.begin(), acc.end(), A(0));
-          ForEachArgMax(xp, g, [&](int64_t o, int64_t i) {
+          ForEachArgMax(xp, g, scratch, [&](int64_t o, int64_t i) {
             if (i >= 0) acc[i] += A(dyp[o]);
           });
           for (int64_t i = 0; i < d.ih * d.iw; ++i) cpu::StoreRounded(dxp + i, acc[i]);
