@@ -8,11 +8,13 @@
 // (ceil_mode keeping a last window that starts in the end padding, which sees no input
 // and gives 0; count_include_pad counting explicit pads but not the ceil_mode overhang;
 // MaxPoolGrad recomputing the first maximum from X instead of a forward workspace) are
-// stated once here and match the forward exactly. Max pooling evaluates a row of windows
-// at a time in vector lanes (MaxWindowsAcross), visiting each window's taps in row-major
-// order with a strict comparison (tests/graph/conv_op_cases.cc holds padded, ceil_mode,
-// dilated and tied cases); with disjoint windows its gradient writes dX directly instead
-// of through an accumulator.
+// stated once here and match the forward exactly. Max pooling over wide rows evaluates a
+// row of windows at a time in vector lanes (MaxWindowsAcross); narrow rows go window by
+// window, with fixed-size loops for windows inside the input. Both visit each window's
+// taps in row-major order with a strict comparison, so they agree bit for bit
+// (tests/graph/conv_op_cases.cc holds padded, ceil_mode, dilated and tied cases of both
+// widths); with disjoint windows the gradient writes dX directly instead of through an
+// accumulator.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -97,6 +99,93 @@ absl::StatusOr<PoolGeom> PoolGeomOf(const Node& node, const Shape& x_shape) {
   return g;
 }
 
+// Index within the plane of the first maximum of window (oh, ow); -1 if empty.
+template <typename T>
+inline int64_t ArgMax(const T* xp, const PoolGeom& g, int64_t oh, int64_t ow) {
+  using A = cpu::Acc<T>;
+  const conv::Window2D& d = g.w;
+  const Taps& th = g.th[oh];
+  const Taps& tw = g.tw[ow];
+  int64_t best = -1;
+  A best_v = -std::numeric_limits<A>::infinity();
+  for (int64_t kh = th.k0; kh < th.k1; ++kh) {
+    const int64_t ih = th.start + kh * d.dh;
+    for (int64_t kw = tw.k0; kw < tw.k1; ++kw) {
+      const int64_t i = ih * d.iw + tw.start + kw * d.dw;
+      const A v = A(xp[i]);
+      // Strict: ties keep the first maximum. A NaN always wins (PyTorch's rule), so it
+      // propagates as IEEE arithmetic would.
+      if (best < 0 || v > best_v || v != v) {
+        best = i;
+        best_v = v;
+      }
+    }
+  }
+  return best;
+}
+
+// ArgMax for a window wholly inside the input (PoolGeom::full_windows), whose top-left
+// tap is `first`: KH x KW fixed at compile time (0: the runtime kh x kw). Row-major order
+// and comparison as ArgMax; starting from the first tap, which compares equal to itself,
+// gives the same first maximum (and the same last NaN).
+template <typename T, int KH, int KW>
+inline int64_t ArgMaxFull(const T* xp, int64_t iw, int64_t first, int64_t kh, int64_t kw) {
+  using A = cpu::Acc<T>;
+  const int64_t rows = KH > 0 ? KH : kh, cols = KW > 0 ? KW : kw;
+  int64_t best = first;
+  A best_v = A(xp[first]);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = first + r * iw + c;
+      const A v = A(xp[i]);
+      if (v > best_v || v != v) {
+        best = i;
+        best_v = v;
+      }
+    }
+  }
+  return best;
+}
+
+// Calls f(output index, argmax index) for every window of one plane, one window at a time:
+// for rows of fewer windows than a vector holds (the vector path below needs them wide).
+template <typename T, typename F>
+inline void ForEachArgMaxScalar(const T* xp, const PoolGeom& g, F f) {
+  const conv::Window2D& d = g.w;
+  auto full = [&](auto argmax) {
+    for (int64_t oh = 0; oh < d.oh; ++oh) {
+      for (int64_t ow = 0; ow < d.ow; ++ow) {
+        f(oh * d.ow + ow, argmax(g.th[oh].start * d.iw + g.tw[ow].start));
+      }
+    }
+  };
+  if (!g.full_windows) {
+    // Padded pooling (ResNet's 3x3/2 pad 1): only the border windows have pad taps; the
+    // interior ones take the fixed-size loop, with the same taps in the same order.
+    const bool dense = d.dh == 1 && d.dw == 1;
+    for (int64_t oh = 0; oh < d.oh; ++oh) {
+      const Taps& th = g.th[oh];
+      const bool full_h = dense && th.k0 == 0 && th.k1 == d.kh;
+      for (int64_t ow = 0; ow < d.ow; ++ow) {
+        const Taps& tw = g.tw[ow];
+        if (full_h && tw.k0 == 0 && tw.k1 == d.kw) {
+          const int64_t first = th.start * d.iw + tw.start;
+          f(oh * d.ow + ow, d.kh == 3 && d.kw == 3 ? ArgMaxFull<T, 3, 3>(xp, d.iw, first, 3, 3)
+                                                   : ArgMaxFull<T, 0, 0>(xp, d.iw, first, d.kh, d.kw));
+        } else {
+          f(oh * d.ow + ow, ArgMax(xp, g, oh, ow));
+        }
+      }
+    }
+  } else if (d.kh == 2 && d.kw == 2) {
+    full([&](int64_t first) { return ArgMaxFull<T, 2, 2>(xp, d.iw, first, 2, 2); });
+  } else if (d.kh == 3 && d.kw == 3) {
+    full([&](int64_t first) { return ArgMaxFull<T, 3, 3>(xp, d.iw, first, 3, 3); });
+  } else {
+    full([&](int64_t first) { return ArgMaxFull<T, 0, 0>(xp, d.iw, first, d.kh, d.kw); });
+  }
+}
+
 // Max pooling evaluates a row of windows at a time, one tap across all of them, so the
 // compares run in vector lanes. The window row's input rows are first copied (in Acc<T>)
 // into a scratch row with the left padding in front, so every tap of every window is an
@@ -150,9 +239,10 @@ MPC_ISA_CLONES void MaxWindowsAcross(const A* __restrict rows, int64_t width, co
   }
 }
 
-// Calls f(output index, argmax index or -1) for every window of one plane.
+// Calls f(output index, argmax index or -1) for every window of one plane, a row of
+// windows at a time.
 template <typename T, typename F>
-inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch& scratch, F f) {
+inline void ForEachArgMaxVector(const T* xp, const PoolGeom& g, MaxPoolScratch& scratch, F f) {
   using A = cpu::Acc<T>;
   const conv::Window2D& d = g.w;
   const int64_t width = g.scratch_width;
@@ -192,6 +282,17 @@ inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch& scratc
                      d.dw, d.ow, best_v.data(), scratch.best_i.data());
     for (int64_t ow = 0; ow < d.ow; ++ow) f(oh * d.ow + ow, static_cast<int64_t>(scratch.best_i[ow]));
   }
+}
+
+// Rows of at least this many windows take the vector path: below, a row does not fill
+// one AVX-512 vector of f32 lanes and the per-row copies cost more than they save
+// (Fashion-CNN's 14-wide 2x2/2 pools ran 2x slower on it; ResNet's 16-wide 3x3/2 2.6x faster).
+constexpr int64_t kVectorMinWindows = 16;
+
+template <typename T, typename F>
+inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch& scratch, F f) {
+  if (g.w.ow >= kVectorMinWindows) return ForEachArgMaxVector(xp, g, scratch, f);
+  ForEachArgMaxScalar(xp, g, f);
 }
 
 template <typename T>

@@ -127,6 +127,22 @@ MPC_ISA_CLONES void AccumulateColumns(const T* x, int64_t stride, int64_t rows, 
   }
 }
 
+// The sum of `runs` contiguous runs of `len` values, run r at x + r * stride (a conv
+// bias gradient: one channel's N planes), each run a simd reduction. Compiled for each
+// vector ISA (cpu_isa.h).
+template <typename T>
+MPC_ISA_CLONES Acc<T> SumRuns(const T* x, int64_t runs, int64_t stride, int64_t len) {
+  Acc<T> acc = 0;
+  for (int64_t r = 0; r < runs; ++r) {
+    const T* run = x + r * stride;
+    Acc<T> part = 0;
+#pragma omp simd reduction(+ : part)
+    for (int64_t k = 0; k < len; ++k) part += Acc<T>(run[k]);
+    acc += part;
+  }
+  return acc;
+}
+
 template <typename T>
 struct ReduceSumToKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
@@ -154,14 +170,7 @@ struct ReduceSumToKernel {
           }
         } else {
 #pragma omp parallel for if (O * M * I > 32768)
-          for (int64_t c = 0; c < M; ++c) {
-            Acc acc = 0;
-            for (int64_t r = 0; r < O; ++r) {
-              const T* run = x + (r * M + c) * I;
-              for (int64_t k = 0; k < I; ++k) acc += Acc(run[k]);
-            }
-            y[c] = static_cast<T>(acc);
-          }
+          for (int64_t c = 0; c < M; ++c) cpu::StoreRounded(y + c, SumRuns(x + c * I, O, M * I, I));
         }
         return absl::OkStatus();
       }

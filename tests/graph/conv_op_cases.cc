@@ -406,17 +406,52 @@ std::vector<PoolSpec> PoolSpecs() {
     q.pl = 1, q.pr = 1;
     add("1D_3_Stride2_Pads1", q, /*one_d=*/true);
   }
+  // Rows of 16 or more windows take the CPU's vector path (kernels_pool.cc); the cases
+  // above are narrower and take the window-by-window one.
+  {
+    Geo q = PoolGeo(1, 2, 9, 34, 3, 3, 2);  // ResNet's stem pool: 17 windows a row
+    q.pt = q.pl = q.pb = q.pr = 1;
+    add("3x3_Stride2_Pads1_Wide", q);
+  }
+  {
+    Geo q = PoolGeo(1, 2, 6, 36, 3, 3, 2);  // ceil_mode: 18 windows, the last partly outside
+    q.pt = q.pl = q.pb = q.pr = 1;
+    q.ceil = true;
+    add("3x3_Stride2_Pads1_Ceil_Wide", q);
+  }
+  {
+    Geo q = PoolGeo(1, 2, 5, 40, 2, 2, 2);  // ceil_mode with a last window that sees no input
+    q.pt = q.pl = q.pb = q.pr = 1;
+    q.ceil = true;
+    add("2x2_Stride2_Pads1_CeilEmptyLastWindow_Wide", q);
+  }
+  add("2x2_Stride2_Wide", PoolGeo(2, 2, 4, 34, 2, 2, 2));
+  {
+    Geo q = PoolGeo(1, 2, 7, 40, 3, 3, 2);
+    q.dh = 2, q.dw = 3;  // dilated taps, padded: 18 windows a row
+    q.pt = q.pl = q.pb = q.pr = 2;
+    add("3x3_Stride2_Dilation2x3_Pads2_Wide", q);
+  }
+  {
+    Geo q = PoolGeo(2, 3, 1, 40, 1, 3, 2);
+    q.pl = 1, q.pr = 1;
+    add("1D_3_Stride2_Pads1_Wide", q, /*one_d=*/true);
+  }
   return specs;
 }
 
 // Max pooling over data full of ties (values from {-1, 0, 0.5, 1}, exact in every float
 // dtype): the first maximum in row-major order takes the window and its gradient, in
-// the disjoint 2x2/2 fast path and the overlapping general path alike.
+// the disjoint 2x2/2 fast path and the overlapping general path alike, in narrow rows
+// and in the wide rows of the vector path.
 void AddMaxPoolTieCases(std::vector<OpCase>& cases) {
   const struct {
     const char* name;
     Geo q;
-  } geos[] = {{"2x2_Stride2_Ties", PoolGeo(2, 3, 6, 6, 2, 2, 2)}, {"3x3_Stride1_Ties", PoolGeo(1, 2, 6, 7, 3, 3, 1)}};
+  } geos[] = {{"2x2_Stride2_Ties", PoolGeo(2, 3, 6, 6, 2, 2, 2)},
+              {"3x3_Stride1_Ties", PoolGeo(1, 2, 6, 7, 3, 3, 1)},
+              {"2x2_Stride2_Ties_Wide", PoolGeo(1, 2, 4, 34, 2, 2, 2)},
+              {"3x3_Stride1_Ties_Wide", PoolGeo(1, 2, 5, 20, 3, 3, 1)}};
   for (const auto& [name, q] : geos) {
     const Shape xs = XShape(q, false), ys = YShape(q, q.c, false);
     std::vector<double> xv(static_cast<size_t>(NumElements(xs)));
