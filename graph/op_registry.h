@@ -35,7 +35,8 @@ using GradFn = std::function<absl::StatusOr<std::vector<Value*>>(GraphBuilder& b
 //     so padded zeros stay zeros and the padded width flows through.
 //   kZeroPreservingBinary: elementwise with f(0, 0) = 0 (Add, Sub, Mul) when the other
 //     operand is zero-padded too (a parameter is padded with zeros to match).
-//   kContraction: Gemm — the pass pads its weight (and bias) directly.
+//   kContraction: Gemm, and MatMul with a 2-D parameter B — the pass pads the weight (and a
+//     bias) directly.
 enum class PaddingRule { kOpaque, kZeroPreservingUnary, kZeroPreservingBinary, kContraction };
 
 struct OpDef {

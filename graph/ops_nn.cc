@@ -196,6 +196,8 @@ void RegisterNnOps(OpRegistry& r) {
   matmul.min_inputs = matmul.max_inputs = 2;
   matmul.infer = InferMatMul;
   matmul.grad = GradMatMul;
+  // pad-dims pads a MatMul whose B is a 2-D parameter like a Gemm (passes/pad_dims.cc).
+  matmul.padding = PaddingRule::kContraction;
   r.Register(matmul);
 
   r.Register(SoftmaxLike("Softmax", "SoftmaxGrad"));

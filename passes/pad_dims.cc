@@ -156,16 +156,20 @@ class Padder {
     return true;
   }
 
+  // Gemm(A[M, K], W, C) and MatMul(A[..., K], W[K, N]) with a 2-D weight (how transformer
+  // linear layers export): the rows of A, whatever its rank, are the GEMM's M.
   absl::StatusOr<bool> PadGemm(Node* n, int64_t m) {
     Value* a = n->inputs[0];
     Value* w = n->inputs[1];
     Value* c = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
+    const bool matmul = n->op == "MatMul";
     const bool ta = n->attrs.GetInt("transA", 0) != 0, tb = n->attrs.GetInt("transB", 0) != 0;
-    if (ta || a->shape.size() != 2 || n->attrs.Has("mpc_output_dtype")) return false;
+    if (ta || n->attrs.Has("mpc_output_dtype") || n->attrs.Has("mpc_fp8")) return false;
+    if (matmul ? (a->shape.size() < 2 || w->shape.size() != 2) : a->shape.size() != 2) return false;
     ParamRef wref = AsPaddableParam(w, n);
     const int k_axis = tb ? 1 : 0, n_axis = tb ? 0 : 1;
-    const int64_t m_rows = a->shape[0];
-    const int64_t k_logical = padded_.contains(a) ? padded_[a] : a->shape[1];
+    const int64_t m_rows = NumElements(a->shape) / a->shape.back();
+    const int64_t k_logical = padded_.contains(a) ? padded_[a] : a->shape.back();
     const int64_t n_logical = w->shape[n_axis];
     base_flops += 2.0 * m_rows * k_logical * n_logical;
     // Contraction: follow a padded input (its extra columns are zeros).
@@ -174,7 +178,7 @@ class Padder {
         padded_flops += 2.0 * m_rows * k_logical * n_logical;
         return false;  // cannot widen a non-parameter weight: slice the input instead
       }
-      MPC_RETURN_IF_ERROR(PadParam(wref, k_axis, a->shape[1]));
+      MPC_RETURN_IF_ERROR(PadParam(wref, k_axis, a->shape.back()));
     }
     // Output features: pad the weight's N (and a row bias) to the multiple.
     const int64_t n_to = RoundUp(n_logical, m);
@@ -190,10 +194,11 @@ class Padder {
       if (c) MPC_RETURN_IF_ERROR(PadParam(cref, static_cast<int>(cref.param->shape.size()) - 1, n_to));
     }
     MPC_RETURN_IF_ERROR(Reinfer(n));
-    padded_flops += 2.0 * m_rows * a->shape[1] * n->outputs[0]->shape[1];
+    const Shape& out = n->outputs[0]->shape;
+    padded_flops += 2.0 * m_rows * a->shape.back() * out.back();
     if (pad_n) {
       padded_[n->outputs[0]] = n_logical;
-      result_.padding.push_back({n->outputs[0]->name, 1, n_logical, n_to});
+      result_.padding.push_back({n->outputs[0]->name, static_cast<int>(out.size()) - 1, n_logical, n_to});
     }
     return true;
   }

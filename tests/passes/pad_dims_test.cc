@@ -173,5 +173,96 @@ TEST(PadDimsTest, PaddedRegionsStayZeroAfterAdamWStepsWithWeightDecay) {
   EXPECT_GE(checked, 6);  // w0, b0, w1, b1 and their Adam moments
 }
 
+// A transformer-style block: x[B, T, D] -> MatMul + bias -> Gelu -> MatMul + bias -> Reshape
+// -> loss. pad-dims pads MatMuls with 2-D weights like Gemms: the hidden width and the
+// class width (13 -> 16, 7 -> 8), the second weight's K following the padded hidden
+// activation, and one slice where the padding must end.
+Model MatMulBlock(int64_t batch = 2, int64_t seq = 3) {
+  Model m;
+  GraphBuilder b(m.g.get());
+  Value* x = m.g->AddInput("x", DType::kF32, {batch, seq, 10});
+  Value* labels = m.g->AddInput("labels", DType::kI64, {batch * seq});
+  Value* w1 = m.g->AddParameter("w1", testing::RandomTensor(DType::kF32, {10, 13}, 31, -0.4, 0.4));
+  Value* b1 = m.g->AddParameter("b1", testing::RandomTensor(DType::kF32, {13}, 32));
+  Value* w2 = m.g->AddParameter("w2", testing::RandomTensor(DType::kF32, {13, 7}, 33, -0.4, 0.4));
+  Value* b2 = m.g->AddParameter("b2", testing::RandomTensor(DType::kF32, {7}, 34));
+  Value* h = b.Op("Gelu", {b.Op("Add", {b.Op("MatMul", {x, w1}), b1})});
+  Value* logits = b.Op("Add", {b.Op("MatMul", {h, w2}), b2});
+  m.loss = b.Op("SoftmaxCrossEntropyLoss", {b.Reshape(logits, {batch * seq, 7}), labels});
+  m.g->SetOutputs({m.loss});
+  EXPECT_TRUE(b.status().ok()) << b.status();
+  return m;
+}
+
+TEST(PadDimsTest, MatMulWithTwoDimensionalWeightIsPaddedLikeAGemm) {
+  Model m = MatMulBlock();
+  PassRun r;
+  r.pad.multiple = 8;
+  r.results.loss.loss = m.loss;
+  auto changed = r.PadDims().Run(*m.g);
+  ASSERT_TRUE(changed.ok() && *changed) << changed.status();
+  EXPECT_EQ(m.g->FindValue("w1")->shape, (Shape{10, 16}));
+  EXPECT_EQ(m.g->FindValue("b1")->shape, (Shape{16}));
+  EXPECT_EQ(m.g->FindValue("w2")->shape, (Shape{16, 8}));  // K follows the padded hidden width
+  EXPECT_EQ(m.g->FindValue("w2")->logical_shape, (Shape{13, 7}));
+  EXPECT_EQ(m.g->FindValue("b2")->shape, (Shape{8}));
+  EXPECT_EQ(Count(*m.g, "SliceTo"), 1);  // before the Reshape to the loss, nowhere else
+}
+
+// Trains the block for a few SGD steps with and without padding: the losses agree (the
+// padded rows and columns are zeros that add nothing), and so do the trained weights.
+TEST(PadDimsTest, MatMulBlockTrainsToTheSameLossesPaddedOrNot) {
+  auto train = [](int multiple) {
+    Model m = MatMulBlock(4, 5);
+    PassRun r;
+    r.pad.multiple = multiple;
+    r.optimizer.kind = OptimizerOptions::Kind::kSgd;
+    CompileResults& res = r.results;
+    res.loss.loss = m.loss;
+    r.caps = CreateCpuBackend()->capabilities();
+    EXPECT_TRUE(r.PadDims().Run(*m.g).ok());
+    EXPECT_TRUE(AutodiffPass(&res.loss, &res.autodiff).Run(*m.g).ok());
+    EXPECT_TRUE(OptimizerPass(r.optimizer, &res.autodiff, &res.loss_scaling, &res.optimizer).Run(*m.g).ok());
+    EXPECT_TRUE(SimplifyPass().Run(*m.g).ok());
+    EXPECT_TRUE(MemoryPlanPass(&res.memory_plan).Run(*m.g).ok());
+    auto backend = CreateCpuBackend();
+    auto ex = Executor::Create(*m.g, res.memory_plan, *backend);
+    EXPECT_TRUE(ex.ok()) << ex.status();
+    std::vector<float> losses;
+    for (int step = 0; step < 5; ++step) {
+      EXPECT_TRUE((*ex)->SetInput("x", testing::RandomTensor(DType::kF32, {4, 5, 10}, 200 + step)).ok());
+      std::vector<int64_t> labels(20);
+      for (int i = 0; i < 20; ++i) labels[i] = (i * 3 + step) % 7;
+      EXPECT_TRUE((*ex)->SetInput("labels", Tensor::FromVector<int64_t>({20}, labels)).ok());
+      EXPECT_TRUE((*ex)->SetInput("lr", Tensor::Scalar(0.1f)).ok());
+      EXPECT_TRUE((*ex)->Run(0, step).ok());
+      losses.push_back((*ex)->Fetch(m.loss->name)->data<float>()[0]);
+    }
+    Tensor w2 = *(*ex)->ReadPersistent("w2");
+    return std::make_pair(losses, w2);
+  };
+  const auto [plain_losses, plain_w2] = train(1);
+  const auto [padded_losses, padded_w2] = train(8);
+  ASSERT_EQ(plain_losses.size(), padded_losses.size());
+  for (size_t i = 0; i < plain_losses.size(); ++i) {
+    EXPECT_NEAR(padded_losses[i], plain_losses[i], 1e-6 * std::abs(plain_losses[i])) << "step " << i;
+  }
+  EXPECT_NE(plain_losses.front(), plain_losses.back());  // it did train
+  // The stored weight is the padded one: its logical region matches, the rest is zero.
+  ASSERT_EQ(padded_w2.shape(), (Shape{16, 8}));
+  std::vector<float> region(13 * 7);
+  for (int64_t i = 0; i < 16; ++i) {
+    for (int64_t j = 0; j < 8; ++j) {
+      const float v = padded_w2.data<float>()[i * 8 + j];
+      if (i < 13 && j < 7) {
+        region[i * 7 + j] = v;
+      } else {
+        ASSERT_EQ(v, 0.0f) << i << "," << j;
+      }
+    }
+  }
+  EXPECT_LT(testing::RelativeError(Tensor::FromVector<float>({13, 7}, region), plain_w2), 1e-6);
+}
+
 }  // namespace
 }  // namespace mpc
