@@ -55,8 +55,15 @@ absl::StatusOr<const KernelFactory*> KernelRegistry::Find(const std::string& op,
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> Backend::CreateKernel(const Node& node) {
-  MPC_ASSIGN_OR_RETURN(const KernelFactory* factory, kernels().Find(node.op, name(), KernelDType(node)));
-  auto kernel = (*factory)(node, *this);
+  auto factory = kernels().Find(node.op, name(), KernelDType(node));
+  if (!factory.ok()) {
+    // Name the node, so the user finds it in the model, and how to get past it.
+    return absl::Status(factory.status().code(),
+                        absl::StrCat("node '", node.name, "' (", node.op, "): ", factory.status().message(),
+                                     ". Cast the node's inputs to one of those dtypes in the model, or run it on "
+                                     "a backend that has the kernel"));
+  }
+  auto kernel = (**factory)(node, *this);
   if (!kernel.ok()) {
     return absl::Status(kernel.status().code(), absl::StrCat("node '", node.name, "' (", node.op, ", ", name(),
                                                              "): ", kernel.status().message()));

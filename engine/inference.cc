@@ -50,6 +50,42 @@ std::string ShapeKey(const std::vector<const Tensor*>& fed) {
   return key;
 }
 
+// Whether initializer `name` of `g` is a boolean (or integer) scalar holding true.
+bool InitializerIsTrue(const onnx::GraphProto& g, const std::string& name) {
+  for (const onnx::TensorProto& t : g.initializer()) {
+    if (t.name() != name) continue;
+    if (!t.raw_data().empty()) return t.raw_data()[0] != 0;
+    if (t.int32_data_size() > 0) return t.int32_data(0) != 0;
+    if (t.int64_data_size() > 0) return t.int64_data(0) != 0;
+    return false;
+  }
+  return false;
+}
+
+// The nodes a training-mode export left in training mode, described for a notice.
+std::vector<std::string> TrainingModeNotices(const onnx::ModelProto& model, const std::string& source) {
+  std::vector<std::string> nodes;
+  const onnx::GraphProto& g = model.graph();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    const std::string name = n.name().empty() ? absl::StrCat("#", i) : n.name();
+    if (n.op_type() == "BatchNormalization") {
+      for (const onnx::AttributeProto& a : n.attribute()) {
+        if (a.name() == "training_mode" && a.i() != 0) nodes.push_back(absl::StrCat("BatchNormalization '", name, "'"));
+      }
+    } else if (n.op_type() == "Dropout" && n.input_size() > 2 && InitializerIsTrue(g, n.input(2))) {
+      nodes.push_back(absl::StrCat("Dropout '", name, "'"));
+    }
+  }
+  if (nodes.empty()) return {};
+  const size_t shown = std::min<size_t>(nodes.size(), 3);
+  std::vector<std::string> listed(nodes.begin(), nodes.begin() + shown);
+  return {absl::StrCat(source, ": the model was exported in training mode (", absl::StrJoin(listed, ", "),
+                       nodes.size() > shown ? absl::StrCat(" and ", nodes.size() - shown, " more") : std::string(),
+                       "); inference runs it in evaluation mode: BatchNormalization uses its running statistics "
+                       "and Dropout passes values through. Export with model.eval() to silence this")};
+}
+
 std::string Signatures(const std::vector<TensorSignature>& sigs) {
   std::vector<std::string> parts;
   for (const TensorSignature& s : sigs) parts.push_back(absl::StrCat("'", s.name, "' ", s.ToString()));
@@ -69,6 +105,7 @@ struct InferenceSession::Impl {
   std::unique_ptr<Backend> cpu_fallback;                      // device "auto" on a GPU that cannot run the model
   std::map<std::string, std::unique_ptr<Compiled>> compiled;  // by fed shapes
   std::string last_device;
+  std::vector<std::string> notices;
 
   absl::Status Describe();
   absl::StatusOr<std::unique_ptr<Compiled>> Compile(const std::vector<const Tensor*>& fed, Backend& on);
@@ -213,6 +250,7 @@ InferenceSession::~InferenceSession() = default;
 const std::vector<TensorSignature>& InferenceSession::inputs() const { return impl_->inputs; }
 const std::vector<TensorSignature>& InferenceSession::outputs() const { return impl_->outputs; }
 std::string InferenceSession::device() const { return impl_->last_device; }
+const std::vector<std::string>& InferenceSession::notices() const { return impl_->notices; }
 
 absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::FromFile(const std::string& path,
                                                                              const InferenceOptions& options) {
@@ -252,6 +290,7 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::FromModel(co
                      " is negative; use 0 (backend default), 1 (off) or a positive multiple"));
   }
   MPC_RETURN_IF_ERROR(impl->Describe());
+  impl->notices = TrainingModeNotices(model, source_name);
   MPC_ASSIGN_OR_RETURN(impl->backend, CreateBackend(options.device.empty() ? "cpu" : options.device));
   return std::unique_ptr<InferenceSession>(new InferenceSession(std::move(impl)));
 }

@@ -84,6 +84,11 @@ class InferenceSession {
   // The backend the last Run compiled for, e.g. "cpu" (empty before the first Run).
   std::string device() const;
 
+  // Things about the model a caller should tell its user, one line each: today, nodes
+  // exported in training mode (BatchNormalization training_mode = 1, Dropout with a true
+  // training_mode input), which inference runs in evaluation mode.
+  const std::vector<std::string>& notices() const;
+
   struct Impl;
 
  private:

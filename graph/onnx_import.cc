@@ -69,7 +69,8 @@ bool LooksLikeText(const std::string& data) {
 }
 
 // Inputs that ONNX passes as tensors but that configure the op rather than carry
-// learnable data (target shapes, dropout ratio, loss class weights). A float initializer
+// learnable data (target shapes, dropout ratio, loss class weights, a float Range's start,
+// limit and delta). A float initializer
 // used only in such slots becomes a constant, never a trainable parameter, so that shape
 // inference can read it and the optimizer leaves it alone.
 struct ConfigSlot {
@@ -81,6 +82,7 @@ constexpr ConfigSlot kConfigInputSlots[] = {
     {"Expand", 1},  {"Tile", 1},    {"Squeeze", 1}, {"Unsqueeze", 1},
     {"Slice", 1},   {"Slice", 2},   {"Slice", 3},   {"Slice", 4},
     {"Clip", 1},    {"Clip", 2},    {"Pad", 1},     {"Pad", 2},
+    {"Range", 0},   {"Range", 1},   {"Range", 2},
 };
 
 bool IsConfigSlot(const std::string& op, int index) {
@@ -263,6 +265,7 @@ class Importer {
     MPC_ASSIGN_OR_RETURN(opset_, CheckOpsets(model_, source_));
     if (!model_.has_graph()) return Error("the model has no graph");
     const onnx::GraphProto& g = model_.graph();
+    MPC_RETURN_IF_ERROR(CheckAllOpsSupported(g));
     MPC_RETURN_IF_ERROR(ImportInitializers(g));
     MPC_RETURN_IF_ERROR(ImportInputs(g));
     for (int i = 0; i < g.node_size(); ++i) MPC_RETURN_IF_ERROR(ImportNode(g.node(i), i));
@@ -499,6 +502,41 @@ class Importer {
       }
     }
     return AddImportedNode(node, name, std::move(inputs), std::move(attrs), where);
+  }
+
+  // Every op the model uses that mpc lacks, in one error (a user re-exporting or asking
+  // for ops wants the whole list, not one op per attempt): each op with its node count and
+  // first node, in the order the model first uses them.
+  absl::Status CheckAllOpsSupported(const onnx::GraphProto& g) {
+    struct Use {
+      int count = 0;
+      std::string first_node;
+    };
+    std::vector<std::string> order;
+    absl::flat_hash_map<std::string, Use> missing;
+    for (int i = 0; i < g.node_size(); ++i) {
+      const onnx::NodeProto& node = g.node(i);
+      const bool mpc_domain = node.domain() == "mpc";
+      if (!IsOnnxDomain(node.domain()) && !mpc_domain) continue;  // ImportNode names the domain
+      if (node.op_type() == "Constant" && !mpc_domain) continue;  // imported as a value
+      if (OpRegistry::Global().Find(node.op_type()) != nullptr) continue;
+      Use& use = missing[node.op_type()];
+      if (use.count++ == 0) {
+        use.first_node = NodeName(node, i);
+        order.push_back(node.op_type());
+      }
+    }
+    if (order.empty()) return absl::OkStatus();
+    std::vector<std::string> listed;
+    for (const std::string& op : order) {
+      const Use& use = missing.at(op);
+      listed.push_back(absl::StrCat("'", op, "' (", use.count, use.count == 1 ? " node: '" : " nodes, first '",
+                                    use.first_node, "')"));
+    }
+    return absl::UnimplementedError(
+        absl::StrCat(source_, ": ", order.size() == 1 ? "op " : absl::StrCat(order.size(), " ops "),
+                     absl::StrJoin(listed, ", "), order.size() == 1 ? " is" : " are", " not supported by mpc (opset ",
+                     opset_, "); supported ops: ", SupportedOps(), ". Re-export the model using only these ops"));
   }
 
   // The op is registered, and in the domain the node names.

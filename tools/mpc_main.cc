@@ -142,12 +142,24 @@ int RunModel(const std::vector<std::string>& input_args) {
   options.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
   auto session = mpc::InferenceSession::FromFile(model, options);
   if (!session.ok()) return FailStatus(session.status());
+  for (const std::string& notice : (*session)->notices()) std::fprintf(stderr, "mpc run: note: %s\n", notice.c_str());
   std::map<std::string, mpc::Tensor> feeds;
   for (const auto& [name, file] : input_files) {
     auto tensor = mpc::ReadNpy(file);
     if (!tensor.ok())
       return FailStatus(
           absl::Status(tensor.status().code(), absl::StrCat("--input ", name, ": ", tensor.status().message())));
+    // .npy has no bf16: a bf16 model input takes a float32 (or float64) array, rounded to
+    // nearest even on the way in.
+    for (const mpc::TensorSignature& sig : (*session)->inputs()) {
+      const mpc::DType given = tensor->dtype();
+      if (sig.name == name && sig.dtype == mpc::DType::kBF16 &&
+          (given == mpc::DType::kF32 || given == mpc::DType::kF64)) {
+        std::fprintf(stderr, "mpc run: note: input '%s' is bf16 in the model; the %s array was rounded to bf16\n",
+                     name.c_str(), mpc::DTypeName(given));
+        *tensor = tensor->CastTo(mpc::DType::kBF16);
+      }
+    }
     feeds.emplace(name, *std::move(tensor));
   }
   auto outputs = (*session)->Run(feeds);

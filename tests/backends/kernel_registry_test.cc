@@ -3,6 +3,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
 #include "engine/device.h"
+#include "graph/graph.h"
 #include "gtest/gtest.h"
 
 namespace mpc {
@@ -24,6 +25,24 @@ TEST(KernelRegistryTest, MissingKernelNamesOpBackendAndDtype) {
   EXPECT_NE(std::string(unknown.status().message()).find("no kernel for the op at all"), std::string::npos);
   EXPECT_FALSE(backend->capabilities().HasKernel("AdamWUpdate", DType::kBF16));
   EXPECT_TRUE(backend->capabilities().HasKernel("Gemm", DType::kBF16));
+}
+
+// A node whose dtype has no kernel: the error names the node as well, so the user can find
+// it in the model (an Add over uint8 inputs, as a conformance run met it).
+TEST(KernelRegistryTest, MissingKernelForANodeNamesTheNode) {
+  auto backend = CreateCpuBackend();
+  Graph g;
+  Value* a = g.AddInput("a", DType::kU8, {4});
+  Value* b = g.AddInput("b", DType::kU8, {4});
+  auto node = g.AddNode("Add", {a, b}, {}, "pixels_plus_offset");
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto kernel = backend->CreateKernel(**node);
+  ASSERT_FALSE(kernel.ok());
+  const std::string message(kernel.status().message());
+  EXPECT_NE(message.find("node 'pixels_plus_offset' (Add)"), std::string::npos) << message;
+  EXPECT_NE(message.find("u8"), std::string::npos) << message;
+  EXPECT_NE(message.find("available dtypes:"), std::string::npos) << message;
+  EXPECT_NE(message.find("Cast the node's inputs"), std::string::npos) << message;
 }
 
 TEST(KernelRegistryTest, UnknownDeviceIsAClearError) {

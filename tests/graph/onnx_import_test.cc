@@ -274,6 +274,47 @@ TEST(OnnxImport, UnsupportedOpNamesOpNodeOpsetAndFile) {
   EXPECT_TRUE(HasText(msg, "Gemm"));  // the supported set is listed
 }
 
+// A float Range whose start, limit and delta are initializers (as exporters write position
+// ids): those are configuration, not weights to train, so they import as constants.
+TEST(OnnxImport, FloatRangeOfInitializersIsConstantNotTrainable) {
+  onnx::ModelProto m = EmptyModel(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  AddTensorInfo(g->mutable_input(), "x", kOnnxFloat, {-1, 5});
+  AddFloatInitializer(g, "start", Tensor::FromVector<float>({}, {0.5f}), false);
+  AddFloatInitializer(g, "limit", Tensor::FromVector<float>({}, {5.5f}), true);
+  AddFloatInitializer(g, "delta", Tensor::FromVector<float>({}, {1.0f}), false);
+  AddNode(g, "Range", "positions", {"start", "limit", "delta"}, {"r"});
+  AddNode(g, "Add", "", {"x", "r"}, {"y"});
+  AddTensorInfo(g->mutable_output(), "y", kOnnxFloat, {-1, 5});
+  auto graph = ImportOnnxModel(m, Batch(2), "range.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_TRUE((*graph)->ValuesOfKind(ValueKind::kParameter).empty());
+  const Value* y = (*graph)->outputs()[0];
+  EXPECT_EQ(y->shape, (Shape{2, 5}));
+}
+
+// A model with several missing ops names all of them at once, with counts and a first node.
+TEST(OnnxImport, EveryUnsupportedOpIsListedInOneError) {
+  onnx::ModelProto m = EmptyModel(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  AddTensorInfo(g->mutable_input(), "x", kOnnxFloat, {-1, 8});
+  AddNode(g, "Clip", "relu6_a", {"x"}, {"a"});
+  AddNode(g, "Relu", "", {"a"}, {"b"});
+  AddNode(g, "HardSwish", "hswish", {"b"}, {"c"});
+  AddNode(g, "Clip", "relu6_b", {"c"}, {"y"});
+  AddTensorInfo(g->mutable_output(), "y", kOnnxFloat, {-1, 8});
+  auto graph = ImportOnnxModel(m, Batch(2), "mobile.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kUnimplemented);
+  const std::string msg(graph.status().message());
+  EXPECT_TRUE(HasText(msg, "mobile.onnx")) << msg;
+  EXPECT_TRUE(HasText(msg, "2 ops")) << msg;
+  EXPECT_TRUE(HasText(msg, "'Clip' (2 nodes, first 'relu6_a')")) << msg;
+  EXPECT_TRUE(HasText(msg, "'HardSwish' (1 node: 'hswish')")) << msg;
+  EXPECT_FALSE(HasText(msg, "'Relu' (")) << msg;                  // supported ops are not among the missing
+  EXPECT_LT(msg.find("'Clip'"), msg.find("'HardSwish'")) << msg;  // in the order of first use
+}
+
 TEST(OnnxImport, OldOpsetRejectedWithFix) {
   auto g = ImportOnnxModel(MakeMlp(MlpWeights(), 11), Batch(1), "old.onnx");
   ASSERT_FALSE(g.ok());

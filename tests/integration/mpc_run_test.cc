@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +85,53 @@ onnx::ModelProto TinyModel() {
   AddTensorInfo(g->add_output(), "logits", {"batch", "4"});
   AddTensorInfo(g->add_output(), "probs", {"batch", "4"});
   return m;
+}
+
+// TinyModel with a node put in front of the Gemm, which now reads "x_in": `front` builds
+// it (reading "x", writing "x_in").
+onnx::ModelProto TinyModelWithFront(const std::function<void(onnx::GraphProto*, onnx::NodeProto*)>& front) {
+  onnx::ModelProto m = TinyModel();
+  onnx::GraphProto* g = m.mutable_graph();
+  g->mutable_node(0)->set_input(0, "x_in");
+  onnx::NodeProto* n = g->add_node();
+  front(g, n);
+  for (int i = g->node_size() - 1; i > 0; --i) g->mutable_node()->SwapElements(i, i - 1);  // first in order
+  return m;
+}
+
+// x is a bf16 model input, cast to f32 for the Gemm.
+onnx::ModelProto Bf16InputModel() {
+  return TinyModelWithFront([](onnx::GraphProto* g, onnx::NodeProto* n) {
+    g->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::BFLOAT16);
+    n->set_op_type("Cast");
+    n->set_name("to_f32");
+    n->add_input("x");
+    n->add_output("x_in");
+    auto* to = n->add_attribute();
+    to->set_name("to");
+    to->set_type(onnx::AttributeProto::INT);
+    to->set_i(onnx::TensorProto::FLOAT);
+  });
+}
+
+// A Dropout exported in training mode (its training_mode input an initializer holding true).
+onnx::ModelProto TrainingModeDropoutModel() {
+  return TinyModelWithFront([](onnx::GraphProto* g, onnx::NodeProto* n) {
+    auto* ratio = g->add_initializer();
+    ratio->set_name("ratio");
+    ratio->set_data_type(onnx::TensorProto::FLOAT);
+    ratio->add_float_data(0.5f);
+    auto* training = g->add_initializer();
+    training->set_name("training_mode");
+    training->set_data_type(onnx::TensorProto::BOOL);
+    training->add_int32_data(1);
+    n->set_op_type("Dropout");
+    n->set_name("drop");
+    n->add_input("x");
+    n->add_input("ratio");
+    n->add_input("training_mode");
+    n->add_output("x_in");
+  });
 }
 
 Tensor Input(int64_t batch, uint64_t seed = 7) { return testing::RandomTensor(DType::kF32, {batch, kIn}, seed); }
@@ -239,6 +287,45 @@ TEST_F(MpcRunTest, Bf16PrecisionAndKebabCaseFlags) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->dtype(), DType::kF32);
   EXPECT_LT(testing::RelativeError(*got, probs), 1e-2);
+}
+
+// .npy has no bf16: a bf16 model input is fed a float32 array, rounded on the way in, with
+// a note saying so; the result is the reference on the rounded input.
+TEST_F(MpcRunTest, Bf16ModelInputTakesAFloat32Array) {
+  const std::string model = dir_ + "/bf16_input.onnx";
+  {
+    std::ofstream out(model, std::ios::binary);
+    ASSERT_TRUE(Bf16InputModel().SerializeToOstream(&out));
+  }
+  const auto r = Run(absl::StrCat("--model ", model, " --input x=", dir_, "/x.npy --output-dir ", out_dir_));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("input 'x' is bf16 in the model; the f32 array was rounded to bf16"), std::string::npos)
+      << r.output;
+  const auto [logits, probs] = Reference(x_.CastTo(DType::kBF16).CastTo(DType::kF32));
+  auto got = ReadNpy(out_dir_ + "/logits.npy");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_LT(testing::RelativeError(*got, logits), 1e-5);
+}
+
+// A training-mode export runs in evaluation mode, and says so.
+TEST_F(MpcRunTest, TrainingModeExportIsNoticedAndRunsInEvaluationMode) {
+  const std::string model = dir_ + "/train_mode.onnx";
+  {
+    std::ofstream out(model, std::ios::binary);
+    ASSERT_TRUE(TrainingModeDropoutModel().SerializeToOstream(&out));
+  }
+  const auto r = Run(absl::StrCat("--model ", model, " --input x=", dir_, "/x.npy --output-dir ", out_dir_));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("exported in training mode (Dropout 'drop')"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("evaluation mode"), std::string::npos) << r.output;
+  const auto [logits, probs] = Reference(x_);  // Dropout passed values through
+  auto got = ReadNpy(out_dir_ + "/logits.npy");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_LT(testing::RelativeError(*got, logits), 1e-5);
+  // The model without the Dropout has nothing to say.
+  auto plain = InferenceSession::FromFile(model_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE((*plain)->notices().empty());
 }
 
 TEST_F(MpcRunTest, MissingInput) {
