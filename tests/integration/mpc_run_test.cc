@@ -247,6 +247,15 @@ class MpcRunTest : public ::testing::Test {
     return testing::RunCommand(absl::StrCat(MPC_TOOL_BIN, " run ", args));
   }
 
+  // Writes `model` next to the tiny one and runs it on x.npy into out_dir_.
+  testing::CommandResult RunModel(const onnx::ModelProto& model, const std::string& file) {
+    const std::string path = dir_ + "/" + file;
+    std::ofstream out(path, std::ios::binary);
+    EXPECT_TRUE(model.SerializeToOstream(&out));
+    out.close();
+    return Run(absl::StrCat("--model ", path, " --input x=", dir_, "/x.npy --output-dir ", out_dir_));
+  }
+
   // The failure contract: exit code 1, one line, nothing written.
   std::string ExpectCleanFailure(const std::string& args) {
     const auto r = Run(args);
@@ -292,12 +301,7 @@ TEST_F(MpcRunTest, Bf16PrecisionAndKebabCaseFlags) {
 // .npy has no bf16: a bf16 model input is fed a float32 array, rounded on the way in, with
 // a note saying so; the result is the reference on the rounded input.
 TEST_F(MpcRunTest, Bf16ModelInputTakesAFloat32Array) {
-  const std::string model = dir_ + "/bf16_input.onnx";
-  {
-    std::ofstream out(model, std::ios::binary);
-    ASSERT_TRUE(Bf16InputModel().SerializeToOstream(&out));
-  }
-  const auto r = Run(absl::StrCat("--model ", model, " --input x=", dir_, "/x.npy --output-dir ", out_dir_));
+  const auto r = RunModel(Bf16InputModel(), "bf16_input.onnx");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("input 'x' is bf16 in the model; the f32 array was rounded to bf16"), std::string::npos)
       << r.output;
@@ -309,12 +313,7 @@ TEST_F(MpcRunTest, Bf16ModelInputTakesAFloat32Array) {
 
 // A training-mode export runs in evaluation mode, and says so.
 TEST_F(MpcRunTest, TrainingModeExportIsNoticedAndRunsInEvaluationMode) {
-  const std::string model = dir_ + "/train_mode.onnx";
-  {
-    std::ofstream out(model, std::ios::binary);
-    ASSERT_TRUE(TrainingModeDropoutModel().SerializeToOstream(&out));
-  }
-  const auto r = Run(absl::StrCat("--model ", model, " --input x=", dir_, "/x.npy --output-dir ", out_dir_));
+  const auto r = RunModel(TrainingModeDropoutModel(), "train_mode.onnx");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("exported in training mode (Dropout 'drop')"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("evaluation mode"), std::string::npos) << r.output;
