@@ -192,6 +192,7 @@ absl::StatusOr<std::vector<float>> Engine::GetParameter(const std::string& name)
 
 int64_t Engine::step() const { return impl_->step; }
 int64_t Engine::total_steps() const { return impl_->total_steps; }
+int64_t Engine::log_every_n_steps() const { return impl_->spec.log_every_n_steps(); }
 int64_t Engine::planned_peak_bytes() const { return impl_->train_program.results.memory_plan.plan.peak_bytes; }
 
 std::vector<OpProfile> Engine::Profile() const {

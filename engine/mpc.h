@@ -137,6 +137,8 @@ class Engine {
   absl::StatusOr<std::vector<float>> GetParameter(const std::string& name) const;
   int64_t step() const;
   int64_t total_steps() const;
+  // The spec's log_every_n_steps: a progress line every N steps (0: per epoch only).
+  int64_t log_every_n_steps() const;
   int64_t planned_peak_bytes() const;
   std::vector<OpProfile> Profile() const;
 

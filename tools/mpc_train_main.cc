@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   double epoch_loss_sum = 0;
   int64_t epoch_steps = 0;
   int64_t skipped = 0;
+  const int64_t every = e.log_every_n_steps();
   mpc::TrainCallbacks callbacks;
   callbacks.on_step = [&](const mpc::StepMetrics& s) {
     last_loss = s.loss;
@@ -91,6 +92,12 @@ int main(int argc, char** argv) {
       const int filled = static_cast<int>(width * s.step / std::max<int64_t>(1, total));
       std::printf("\r[%s%s] step %lld/%lld  loss %.4f  lr %.3g%s ", std::string(filled, '#').c_str(),
                   std::string(width - filled, '.').c_str(), static_cast<long long>(s.step),
+                  static_cast<long long>(total), s.loss, s.lr,
+                  skipped ? absl::StrFormat("  skipped %d", skipped).c_str() : "");
+      std::fflush(stdout);
+    } else if (!tty && every > 0 && s.step % every == 0) {
+      // Logs and CI get one plain line per N steps (the spec's log_every_n_steps).
+      std::printf("step %lld/%lld  loss %.4f  lr %.3g%s\n", static_cast<long long>(s.step),
                   static_cast<long long>(total), s.loss, s.lr,
                   skipped ? absl::StrFormat("  skipped %d", skipped).c_str() : "");
       std::fflush(stdout);
