@@ -1,4 +1,6 @@
-// Learning-rate schedules: constant, and linear warmup followed by cosine decay.
+// Learning-rate schedules: constant; linear warmup followed by cosine or linear decay to a
+// minimum at the last step; step decay. Each matches a torch.optim.lr_scheduler composition
+// (tests/golden/make_schedule_golden.py says which; tests/engine/lr_schedule_test.cc checks).
 #pragma once
 
 #include <cstdint>

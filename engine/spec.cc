@@ -90,6 +90,16 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec) {
     if (!(a.eps() > 0)) return FieldError("optimizer.adamw.eps", "must be > 0");
     if (a.weight_decay() < 0) return FieldError("optimizer.adamw.weight_decay", "must be >= 0");
   }
+  if (spec.schedule().has_warmup_linear()) {
+    const auto& w = spec.schedule().warmup_linear();
+    if (w.warmup_steps() < 0) return FieldError("schedule.warmup_linear.warmup_steps", "must be >= 0");
+    if (w.min_lr() < 0) return FieldError("schedule.warmup_linear.min_lr", "must be >= 0");
+  }
+  if (spec.schedule().has_step_decay()) {
+    const auto& d = spec.schedule().step_decay();
+    if (d.step_size() < 1) return FieldError("schedule.step_decay.step_size", "must be >= 1 (steps between decays)");
+    if (!(d.gamma() > 0)) return FieldError("schedule.step_decay.gamma", "must be > 0 (the factor per decay)");
+  }
   if (spec.schedule().has_warmup_cosine()) {
     const auto& w = spec.schedule().warmup_cosine();
     if (w.warmup_steps() < 0) return FieldError("schedule.warmup_cosine.warmup_steps", "must be >= 0");
