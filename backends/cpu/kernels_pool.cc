@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -194,11 +193,12 @@ inline void ForEachArgMaxScalar(const T* xp, const PoolGeom& g, F f) {
 // strict comparison, skipping masked taps: ties keep the first maximum, a NaN always
 // wins (PyTorch's rule, so it propagates as IEEE arithmetic would), and a window that
 // sees no input has index -1.
+// One thread's buffers, reused across the planes it pools. A is Acc<T>: f32 also for the
+// 16-bit formats, f64 for the reference kernels.
+template <typename A>
 struct MaxPoolScratch {
-  std::vector<float> rows;  // kh rows of `width` values (f32 also for the 16-bit formats)
-  std::vector<double> rows64;
-  std::vector<float> best_v;
-  std::vector<double> best_v64;
+  std::vector<A> rows;  // kh rows of `width` values
+  std::vector<A> best_v;
   std::vector<int32_t> best_i;
   std::vector<int64_t> row_base;
   std::vector<uint8_t> row_used;
@@ -242,24 +242,12 @@ MPC_ISA_CLONES void MaxWindowsAcross(const A* __restrict rows, int64_t width, co
 // Calls f(output index, argmax index or -1) for every window of one plane, a row of
 // windows at a time.
 template <typename T, typename F>
-inline void ForEachArgMaxVector(const T* xp, const PoolGeom& g, MaxPoolScratch& scratch, F f) {
+inline void ForEachArgMaxVector(const T* xp, const PoolGeom& g, MaxPoolScratch<cpu::Acc<T>>& scratch, F f) {
   using A = cpu::Acc<T>;
   const conv::Window2D& d = g.w;
   const int64_t width = g.scratch_width;
-  std::vector<A>& rows = [&]() -> std::vector<A>& {
-    if constexpr (std::is_same_v<A, double>) {
-      return scratch.rows64;
-    } else {
-      return scratch.rows;
-    }
-  }();
-  std::vector<A>& best_v = [&]() -> std::vector<A>& {
-    if constexpr (std::is_same_v<A, double>) {
-      return scratch.best_v64;
-    } else {
-      return scratch.best_v;
-    }
-  }();
+  std::vector<A>& rows = scratch.rows;
+  std::vector<A>& best_v = scratch.best_v;
   rows.resize(static_cast<size_t>(d.kh * width));
   best_v.resize(static_cast<size_t>(d.ow));
   scratch.best_i.resize(static_cast<size_t>(d.ow));
@@ -290,7 +278,7 @@ inline void ForEachArgMaxVector(const T* xp, const PoolGeom& g, MaxPoolScratch& 
 constexpr int64_t kVectorMinWindows = 16;
 
 template <typename T, typename F>
-inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch& scratch, F f) {
+inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch<cpu::Acc<T>>& scratch, F f) {
   if (g.w.ow >= kVectorMinWindows) return ForEachArgMaxVector(xp, g, scratch, f);
   ForEachArgMaxScalar(xp, g, f);
 }
@@ -306,7 +294,7 @@ struct MaxPoolKernel {
       T* y = ctx.outputs[0].as<T>();
 #pragma omp parallel
       {
-        MaxPoolScratch scratch;
+        MaxPoolScratch<cpu::Acc<T>> scratch;
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < g.planes; ++p) {
           const T* xp = x + p * d.ih * d.iw;
@@ -339,7 +327,7 @@ struct MaxPoolGradKernel {
       {
         // One accumulator plane per thread, cleared per plane (not allocated per plane).
         std::vector<A> acc(disjoint ? 0 : static_cast<size_t>(d.ih * d.iw));
-        MaxPoolScratch scratch;
+        MaxPoolScratch<cpu::Acc<T>> scratch;
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < g.planes; ++p) {
           const T* xp = x + p * d.ih * d.iw;

@@ -8,7 +8,6 @@
 #include <random>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_isa.h"
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
@@ -19,11 +18,6 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-Backend& Cpu() {
-  static Backend* backend = CreateCpuBackend().release();
-  return *backend;
-}
 
 TEST(ParallelRangesTest, EveryIndexOnceInOrderedRanges) {
   for (int64_t n : {0, 1, 63, 64, 65, 1000, 32768, 32769, 100003}) {
@@ -59,7 +53,7 @@ Tensor RunOp(const std::string& op, const std::vector<Tensor>& inputs, DType dty
   Value* y = b.Op(op, values, std::move(attrs));
   EXPECT_TRUE(b.status().ok()) << b.status();
   g.SetOutputs({y});
-  auto ex = testing::ExecutorFor(g, Cpu());
+  auto ex = testing::ExecutorFor(g, testing::CpuBackend());
   EXPECT_TRUE(ex.ok()) << ex.status();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor in = inputs[i].dtype() == DType::kBool ? inputs[i] : inputs[i].CastTo(dtype);
