@@ -29,6 +29,8 @@ mpc_require_python_module(numpy python3-numpy)
 mpc_require_python_module(onnx python3-onnx)
 mpc_require_python_module(torch python3-torch)
 mpc_require_python_module(torchvision python3-torchvision)
+mpc_require_python_module(matplotlib python3-matplotlib)  # tools/plot_metrics.py and its test
+mpc_require_python_module(google.protobuf python3-protobuf)  # tests/tools/read_tensorboard.py
 
 find_path(MPC_FASHION_MNIST_DIR NAMES train-images-idx3-ubyte.gz PATHS /usr/share/datasets/fashion-mnist
           NO_DEFAULT_PATH DOC "Fashion-MNIST's IDX files (Debian package dataset-fashion-mnist)")

@@ -93,7 +93,7 @@ void BatchIterator::Seek(int64_t epoch, int64_t batch_in_epoch) {
   BuildOrder();
 }
 
-void BatchIterator::Next(Tensor* features, Tensor* labels) {
+void BatchIterator::Next(Tensor* features, Tensor* labels, std::vector<Tensor>* more_inputs) {
   const int64_t per_epoch = batches_per_epoch();
   if (per_epoch == 0) return;  // see the file comment: the caller rejects this setup
   CheckBatchTensor("features", *features, data_->features, batch_size_);
@@ -101,6 +101,18 @@ void BatchIterator::Next(Tensor* features, Tensor* labels) {
   const int64_t* rows = order_.data() + batch_ * batch_size_;
   CopyRows(data_->features, rows, batch_size_, features);
   CopyRows(data_->labels, rows, batch_size_, labels);
+  if (more_inputs) {
+    if (more_inputs->size() != data_->more_inputs.size()) {
+      std::fprintf(stderr, "BatchIterator::Next: %zu tensors for the dataset's %zu more inputs\n", more_inputs->size(),
+                   data_->more_inputs.size());
+      std::abort();
+    }
+    for (size_t i = 0; i < more_inputs->size(); ++i) {
+      const NamedArray& array = data_->more_inputs[i];
+      CheckBatchTensor(array.input.c_str(), (*more_inputs)[i], array.values, batch_size_);
+      CopyRows(array.values, rows, batch_size_, &(*more_inputs)[i]);
+    }
+  }
   if (++batch_ == per_epoch) {
     ++epoch_;
     batch_ = 0;

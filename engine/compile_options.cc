@@ -105,8 +105,18 @@ Precision PrecisionFromSpec(PrecisionSpec::Compute compute) {
 
 CompileOptions CompileOptionsFromSpec(const TrainSpec& spec) {
   CompileOptions o;
-  o.loss.kind = spec.loss().type() == LossSpec::MEAN_SQUARED_ERROR ? AttachLossOptions::Kind::kMeanSquaredError
-                                                                   : AttachLossOptions::Kind::kSoftmaxCrossEntropy;
+  switch (spec.loss().type()) {
+    case LossSpec::SOFTMAX_CROSS_ENTROPY:
+      o.loss.kind = AttachLossOptions::Kind::kSoftmaxCrossEntropy;
+      break;
+    case LossSpec::MEAN_SQUARED_ERROR:
+      o.loss.kind = AttachLossOptions::Kind::kMeanSquaredError;
+      break;
+    case LossSpec::BINARY_CROSS_ENTROPY_WITH_LOGITS:
+      o.loss.kind = AttachLossOptions::Kind::kBinaryCrossEntropyWithLogits;
+      break;
+  }
+  o.loss.label_smoothing = spec.loss().label_smoothing();
   o.loss.labels = spec.labels_input();
   o.loss.batch_size = spec.batch_size();
   o.autocast = Autocast(spec.precision());
@@ -114,6 +124,13 @@ CompileOptions CompileOptionsFromSpec(const TrainSpec& spec) {
   o.fp8 = Fp8(spec);
   o.loss_scaling = LossScaling(spec);
   o.optimizer = Optimizer(spec.optimizer());
+  for (const ParamGroupSpec& g : spec.param_groups()) {
+    o.optimizer.groups.push_back({g.pattern(), g.has_weight_decay(), g.weight_decay(), g.lr_scale()});
+  }
+  o.accumulate_steps = spec.accumulate_steps();
+  o.freeze.assign(spec.freeze().begin(), spec.freeze().end());
+  o.ema.enabled = spec.has_ema();
+  o.ema.decay = spec.ema().decay();
   return o;
 }
 

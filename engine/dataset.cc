@@ -84,6 +84,28 @@ absl::StatusOr<Dataset> LoadNpySource(const NpyData& npy, const std::string& bas
     return WithPrefix(data.status(),
                       FieldForError(data.status(), features, field + ".features", labels, field + ".labels", field));
   }
+  // The model's other inputs: float arrays as f32, integer ones (ids) as i64, row for row.
+  for (int i = 0; i < npy.inputs_size(); ++i) {
+    const NpyInput& in = npy.inputs(i);
+    const std::string path = absl::StrCat(field, ".inputs[", i, "]");
+    if (in.input().empty()) return absl::InvalidArgumentError(absl::StrCat(path, ".input: name the model input"));
+    if (in.file().empty()) return absl::InvalidArgumentError(absl::StrCat(path, ".file: give the .npy file"));
+    for (const NamedArray& earlier : data->more_inputs) {
+      if (earlier.input == in.input()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ".input: '", in.input(), "' is fed twice"));
+      }
+    }
+    const std::string file = Resolve(in.file(), base_dir);
+    absl::StatusOr<Tensor> values = ReadNpy(file);
+    if (!values.ok()) return WithPrefix(values.status(), path + ".file");
+    if (values->shape().empty() || values->shape()[0] != data->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".file: ", file, " has shape ",
+                                                     ShapeToString(values->shape()), " but the features have ",
+                                                     data->size(), " rows; every input needs one row per example"));
+    }
+    const DType dtype = IsFloating(values->dtype()) ? DType::kF32 : DType::kI64;
+    data->more_inputs.push_back({in.input(), values->dtype() == dtype ? *std::move(values) : values->CastTo(dtype)});
+  }
   return data;
 }
 
@@ -195,6 +217,7 @@ absl::StatusOr<Dataset> LoadDataSource(const DataSource& source, const std::stri
   if (source.limit() > 0 && source.limit() < data.size()) {
     data.features = FirstRows(data.features, source.limit());
     data.labels = FirstRows(data.labels, source.limit());
+    for (NamedArray& more : data.more_inputs) more.values = FirstRows(more.values, source.limit());
   }
   // Non-finite data would train the weights into NaN: refuse it, naming where it is.
   std::string features_file = field_path, labels_file = field_path;
@@ -205,6 +228,11 @@ absl::StatusOr<Dataset> LoadDataSource(const DataSource& source, const std::stri
   const std::string fix = "every value must be finite: fix or drop that example";
   MPC_RETURN_IF_ERROR(CheckFinite(data.features, features_file, fix));
   MPC_RETURN_IF_ERROR(CheckFinite(data.labels, labels_file, fix));
+  for (int i = 0; i < static_cast<int>(data.more_inputs.size()); ++i) {
+    MPC_RETURN_IF_ERROR(CheckFinite(data.more_inputs[i].values,
+                                    absl::StrCat(field_path, ".npy.inputs[", i, "] (", data.more_inputs[i].input, ")"),
+                                    fix));
+  }
   // Features are f32, or i64 token ids; scaling only makes sense for values, so scaled
   // integer features become f32 first.
   const float scale = source.scale(), shift = source.shift();

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "graph/tensor.h"
@@ -11,9 +12,16 @@
 
 namespace mpc {
 
+// One more model input's data: [N, ...] rows, f32 or i64.
+struct NamedArray {
+  std::string input;  // the model input it feeds
+  Tensor values;
+};
+
 struct Dataset {
-  Tensor features;  // [N, ...] f32
-  Tensor labels;    // [N] i64 class indices, or [N, ...] f32 regression targets
+  Tensor features;                      // [N, ...] f32 (or i64 ids): the spec's features_input
+  Tensor labels;                        // [N] i64 class indices, or [N, ...] f32 regression targets
+  std::vector<NamedArray> more_inputs;  // the model's other inputs (npy.inputs), row for row
   int64_t size() const { return features.shape().empty() ? 0 : features.shape()[0]; }
 };
 
@@ -54,8 +62,9 @@ class BatchIterator {
   void Seek(int64_t epoch, int64_t batch_in_epoch);
 
   // Copies the next batch into preallocated tensors shaped [B, ...features] and
-  // [B, ...labels], then advances (rolling over to the next epoch).
-  void Next(Tensor* features, Tensor* labels);
+  // [B, ...labels] (and, when given, one per Dataset::more_inputs, in that order), then
+  // advances (rolling over to the next epoch).
+  void Next(Tensor* features, Tensor* labels, std::vector<Tensor>* more_inputs = nullptr);
 
  private:
   void BuildOrder();

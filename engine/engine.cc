@@ -5,6 +5,7 @@
 // engine_setup.cc, evaluation in evaluation.cc.
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -26,15 +27,26 @@ absl::StatusOr<Tensor> Engine::Impl::ReadModelShaped(const std::string& name) co
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
+int64_t Engine::Impl::MicroBatchesPerStep() const { return std::max(1, train_program.results.grad_accumulation.steps); }
+
+bool Engine::Impl::AtEpochEnd() const {
+  // With accumulation, the micro-batches left over at an epoch's end (fewer than a step
+  // needs) are skipped, like a data loader's drop_last: the epoch ends there.
+  return batches->batch_in_epoch() == 0 ||
+         batches->batches_per_epoch() - batches->batch_in_epoch() < MicroBatchesPerStep();
+}
+
 absl::StatusOr<StepMetrics> Engine::Step() {
   Impl& m = *impl_;
+  const Program& p = m.train_program;
+  const GradAccumulationResult& accumulation = p.results.grad_accumulation;
+  const int64_t micro_batches = m.MicroBatchesPerStep();
+  if (micro_batches > 1 && m.AtEpochEnd() && m.batches->batch_in_epoch() != 0) {
+    m.batches->Seek(m.batches->epoch() + 1, 0);
+  }
   StepMetrics out;
   out.epoch = m.last_epoch = m.batches->epoch();
-  m.batches->Next(&m.feature_batch, &m.label_batch);
   out.lr = LearningRateAt(m.spec, m.step, m.total_steps);
-  const Program& p = m.train_program;
-  MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.features_input, m.feature_batch));
-  MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.labels_input, m.label_batch));
   MPC_RETURN_IF_ERROR(
       m.train_exec->SetInput(p.results.optimizer.learning_rate->name, Tensor::Scalar(static_cast<float>(out.lr))));
   const LossScalingResult& scaling = p.results.loss_scaling;
@@ -42,17 +54,38 @@ absl::StatusOr<StepMetrics> Engine::Step() {
     MPC_ASSIGN_OR_RETURN(Tensor scale, m.train_exec->ReadPersistent(scaling.loss_scale->name));
     out.loss_scale = scale.GetAsDouble(0);
   }
-  // --check-numerics every step, --tensor-stats every N-th: the observer sees each node.
+  // --check-numerics every step, --tensor-stats every N-th: the observer sees each node
+  // (of the micro-batch that applies the step, when accumulating).
   const NumericsSpec& numerics = m.spec.numerics();
   const int64_t stats_every = numerics.tensor_stats_every_n_steps();
   const bool stats = stats_every > 0 && (m.step + 1) % stats_every == 0;
-  if (m.numerics) {
-    m.numerics->BeginStep(m.step + 1, numerics.check_every_op(), stats);
-    m.train_exec->SetObserver(numerics.check_every_op() || stats ? m.numerics.get() : nullptr);
+  // The step's loss: the mean over its micro-batches, i.e. over all its examples.
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    const bool last = micro == micro_batches - 1;
+    m.batches->Next(&m.feature_batch, &m.label_batch, &m.more_input_batches);
+    MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.features_input, m.feature_batch));
+    MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.labels_input, m.label_batch));
+    for (size_t i = 0; i < m.more_input_batches.size(); ++i) {
+      MPC_RETURN_IF_ERROR(m.train_exec->SetInput(m.train_data.more_inputs[i].input, m.more_input_batches[i]));
+    }
+    if (micro_batches > 1) {
+      MPC_RETURN_IF_ERROR(m.train_exec->SetInput(accumulation.first->name, Tensor::Scalar(micro == 0 ? 1.0f : 0.0f)));
+      MPC_RETURN_IF_ERROR(m.train_exec->SetInput(accumulation.hold->name, Tensor::Scalar(last ? 0.0f : 1.0f)));
+    }
+    if (m.numerics) {
+      const bool observe = last && (numerics.check_every_op() || stats);
+      if (observe) m.numerics->BeginStep(m.step + 1, numerics.check_every_op(), stats);
+      m.train_exec->SetObserver(observe ? m.numerics.get() : nullptr);
+    }
+    // Each micro-batch draws its own dropout masks; the step index (which fault injection
+    // keys on) is the optimizer step's.
+    const uint64_t seed = m.spec.seed() + static_cast<uint64_t>(micro) * 0x9E3779B97F4A7C15ull;
+    MPC_RETURN_IF_ERROR(m.train_exec->Run(seed, m.step));
+    MPC_ASSIGN_OR_RETURN(Tensor loss, m.train_exec->Fetch(p.loss_output));
+    loss_sum += loss.GetAsDouble(0);
   }
-  MPC_RETURN_IF_ERROR(m.train_exec->Run(m.spec.seed(), m.step));
-  MPC_ASSIGN_OR_RETURN(Tensor loss, m.train_exec->Fetch(p.loss_output));
-  out.loss = loss.GetAsDouble(0);
+  out.loss = micro_batches == 1 ? loss_sum : loss_sum / static_cast<double>(micro_batches);
   if (m.numerics) {
     out.overflow_node = m.numerics->overflow_node();
     out.tensor_stats = m.numerics->TakeStats();
@@ -80,7 +113,7 @@ absl::StatusOr<StepMetrics> Engine::Step() {
   return out;
 }
 
-absl::StatusOr<EvalMetrics> Engine::Evaluate() { return impl_->RunEval(); }
+absl::StatusOr<EvalMetrics> Engine::Evaluate(Weights weights) { return impl_->RunEval(weights == Weights::kAverage); }
 
 absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
   Impl& m = *impl_;
@@ -95,9 +128,14 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
     summary.evaluated = true;
     m.metrics->WriteEval(e);
     if (callbacks.on_eval) callbacks.on_eval(e);
+    if (m.ema_eval_exec) {  // and with the averaged weights (spec ema.evaluate)
+      MPC_ASSIGN_OR_RETURN(EvalMetrics averaged, m.RunEval(/*averaged_weights=*/true));
+      m.metrics->WriteEval(averaged);
+      if (callbacks.on_eval) callbacks.on_eval(averaged);
+    }
     return absl::OkStatus();
   };
-  const int64_t per_epoch = m.batches->batches_per_epoch();
+  const int64_t per_epoch = m.batches->batches_per_epoch() / m.MicroBatchesPerStep();  // optimizer steps
   const int64_t total_epochs = per_epoch ? (m.total_steps + per_epoch - 1) / per_epoch : 0;
   while (m.step < m.total_steps) {
     MPC_ASSIGN_OR_RETURN(StepMetrics s, Step());
@@ -112,7 +150,7 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
       m.metrics->WriteSummary(summary, std::string(st.message()));
       return st;
     }
-    const bool epoch_end = m.batches->batch_in_epoch() == 0;
+    const bool epoch_end = m.AtEpochEnd();
     if (eval_enabled && eval.every_n_steps() > 0 && m.step % eval.every_n_steps() == 0) {
       MPC_RETURN_IF_ERROR(evaluate());
     } else if (eval_enabled && epoch_end && eval.at_epoch_end()) {
@@ -146,8 +184,20 @@ absl::Status Engine::LoadCheckpoint(const std::string& dir) {
   return absl::OkStatus();
 }
 
-absl::Status Engine::ExportOnnx(const std::string& path) {
+absl::Status Engine::ExportOnnx(const std::string& path, Weights weights) {
   Impl& m = *impl_;
+  // The averaged weights: each trained parameter's `<name>.ema` state (frozen ones have none
+  // and export as they are).
+  std::map<std::string, std::string> source;
+  if (weights == Weights::kAverage) {
+    const auto& averaged = m.train_program.results.ema.averaged;
+    if (averaged.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot export the averaged weights to ", path,
+                       ": the spec keeps no moving average; add ema { decay: 0.999 }"));
+    }
+    source.insert(averaged.begin(), averaged.end());
+  }
   // A fresh forward graph from the model file, with the trained weights and the
   // model's own state (batch-norm running statistics) swapped in.
   ImportOptions import;
@@ -155,7 +205,8 @@ absl::Status Engine::ExportOnnx(const std::string& path) {
   MPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxFile(m.model_path, import));
   for (ValueKind kind : {ValueKind::kParameter, ValueKind::kState}) {
     for (Value* p : graph->ValuesOfKind(kind)) {
-      MPC_ASSIGN_OR_RETURN(p->data, m.ReadModelShaped(p->name));
+      auto it = source.find(p->name);
+      MPC_ASSIGN_OR_RETURN(p->data, m.ReadModelShaped(it == source.end() ? p->name : it->second));
       if (const int64_t bad = p->data.NonFiniteCount(); bad > 0) {
         return absl::FailedPreconditionError(absl::StrCat("not exporting ", path, " at step ", m.step, ": '", p->name,
                                                           "' holds ", bad, " non-finite value", bad == 1 ? "" : "s"));
@@ -164,6 +215,9 @@ absl::Status Engine::ExportOnnx(const std::string& path) {
   }
   ExportOptions options;
   options.metadata["mpc.trained_steps"] = absl::StrCat(m.step);
+  if (weights == Weights::kAverage) {
+    options.metadata["mpc.weights"] = absl::StrCat("ema decay ", m.spec.ema().decay());
+  }
   options.batch_dim_param = "batch";  // loads again with any batch size
   return ExportOnnxFile(*graph, options, path);
 }
@@ -193,6 +247,7 @@ absl::StatusOr<std::vector<float>> Engine::GetParameter(const std::string& name)
 int64_t Engine::step() const { return impl_->step; }
 int64_t Engine::total_steps() const { return impl_->total_steps; }
 int64_t Engine::log_every_n_steps() const { return impl_->spec.log_every_n_steps(); }
+bool Engine::keeps_weight_average() const { return !impl_->train_program.results.ema.averaged.empty(); }
 int64_t Engine::planned_peak_bytes() const { return impl_->train_program.results.memory_plan.plan.peak_bytes; }
 
 std::vector<OpProfile> Engine::Profile() const {

@@ -28,10 +28,15 @@ struct Engine::Impl {
   std::unique_ptr<Backend> backend;
   Program train_program, eval_program;
   std::unique_ptr<Executor> train_exec, eval_exec;
+  // spec ema.evaluate: the evaluation program again, its parameters renamed to the training
+  // program's `<name>.ema` state, so it runs on the averaged weights (null otherwise).
+  Program ema_eval_program;
+  std::unique_ptr<Executor> ema_eval_exec;
   Dataset train_data, eval_data;
   bool has_eval_data = false;
   std::unique_ptr<BatchIterator> batches;
   Tensor feature_batch, label_batch;
+  std::vector<Tensor> more_input_batches;  // one per train_data.more_inputs
   int64_t step = 0;
   int64_t last_epoch = 0;     // epoch of the most recent step (the iterator may have rolled over)
   int64_t skipped_steps = 0;  // this process's count (not checkpointed)
@@ -55,7 +60,12 @@ struct Engine::Impl {
   absl::Status ResumeAndOpenMetrics();
 
   absl::Status CheckDataMatchesModel(const Dataset& data, const Program& program, const std::string& what) const;
-  absl::StatusOr<EvalMetrics> RunEval();  // evaluation.cc
+  // evaluation.cc; `averaged_weights`: with the moving average (ema_eval_exec).
+  absl::StatusOr<EvalMetrics> RunEval(bool averaged_weights = false);
+  // Gradient accumulation: micro-batches per optimizer step (1 without), and whether the
+  // batch position is at an epoch's end (no room left for a whole step).
+  int64_t MicroBatchesPerStep() const;
+  bool AtEpochEnd() const;
   // A parameter or state tensor as the model shapes it (padding removed).
   absl::StatusOr<Tensor> ReadModelShaped(const std::string& name) const;
 };

@@ -1,12 +1,15 @@
 // Engine::Create: from options to a run ready to step. The spec (with the command
 // line's overrides), the data, the compiled training and evaluation programs, their
 // executors, the batch iterator, and the checkpoint to resume from, each in its own step.
+#include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
 #include "engine/checkpoint.h"
@@ -20,23 +23,34 @@ namespace {
 
 // Gives the features the model input's dtype: integer data feeds a float input as
 // values (IDX bytes, .npy ints); a float file cannot feed integer ids (embeddings).
-absl::Status MatchFeatureDType(Dataset& data, const Value& input, const std::string& what) {
-  const DType have = data.features.dtype();
+absl::Status MatchInputDType(Tensor& values, const Value& input, const std::string& what) {
+  const DType have = values.dtype();
   if (have == input.dtype) return absl::OkStatus();
   if (IsFloating(input.dtype)) {
-    data.features = data.features.CastTo(DType::kF32);
-    if (input.dtype != DType::kF32) data.features = data.features.CastTo(input.dtype);
+    values = values.CastTo(DType::kF32);
+    if (input.dtype != DType::kF32) values = values.CastTo(input.dtype);
     return absl::OkStatus();
   }
   if (!IsFloating(have)) {
-    data.features = data.features.CastTo(input.dtype);
+    values = values.CastTo(input.dtype);
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("the ", what, " features are ", DTypeName(have), " but model input '", input.name, "' takes ",
-                   DTypeName(input.dtype),
-                   " (integer ids, e.g. for an embedding); save the features as an integer .npy "
-                   "array and do not set scale/shift"));
+  return absl::InvalidArgumentError(absl::StrCat("the ", what, " are ", DTypeName(have), " but model input '",
+                                                 input.name, "' takes ", DTypeName(input.dtype),
+                                                 " (integer ids, e.g. for an embedding); save them as an integer .npy "
+                                                 "array (and do not set scale/shift for the features)"));
+}
+
+// The features and every more input converted to the dtype of the model input they feed.
+absl::Status MatchFeatureDType(Dataset& data, const Program& program, const std::string& what) {
+  const Graph& g = *program.graph;
+  MPC_RETURN_IF_ERROR(MatchInputDType(data.features, *g.FindValue(program.features_input), what + " features"));
+  for (NamedArray& more : data.more_inputs) {
+    const Value* input = g.FindValue(more.input);
+    if (!input || input->kind != ValueKind::kInput) continue;  // reported by CheckDataMatchesModel
+    MPC_RETURN_IF_ERROR(MatchInputDType(more.values, *input, absl::StrCat(what, " input '", more.input, "' values")));
+  }
+  return absl::OkStatus();
 }
 
 // What a checkpoint must match: the optimizer and every persistent value's name, dtype
@@ -133,10 +147,18 @@ absl::Status Engine::Impl::CompilePrograms() {
   popts.batch_size = eval_batch_size;
   popts.training = false;
   MPC_ASSIGN_OR_RETURN(eval_program, CompileProgram(spec, backend->capabilities(), popts));
-  const Value* features_input = train_program.graph->FindValue(train_program.features_input);
-  MPC_RETURN_IF_ERROR(MatchFeatureDType(train_data, *features_input, "training data"));
+  if (spec.ema().evaluate()) {
+    MPC_ASSIGN_OR_RETURN(ema_eval_program, CompileProgram(spec, backend->capabilities(), popts));
+    std::map<std::string, std::string> averaged(train_program.results.ema.averaged.begin(),
+                                                train_program.results.ema.averaged.end());
+    for (Value* p : ema_eval_program.graph->ValuesOfKind(ValueKind::kParameter)) {
+      auto it = averaged.find(p->name);
+      if (it != averaged.end()) MPC_RETURN_IF_ERROR(ema_eval_program.graph->RenameValue(p, it->second));
+    }
+  }
+  MPC_RETURN_IF_ERROR(MatchFeatureDType(train_data, train_program, "training data"));
   if (has_eval_data) {
-    MPC_RETURN_IF_ERROR(MatchFeatureDType(eval_data, *features_input, "evaluation data"));
+    MPC_RETURN_IF_ERROR(MatchFeatureDType(eval_data, train_program, "evaluation data"));
     if (RowShape(eval_data.labels) != popts.label_row && spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
       return absl::InvalidArgumentError(
           absl::StrCat("the evaluation labels have shape ", ShapeToString(RowShape(eval_data.labels)),
@@ -153,6 +175,10 @@ absl::Status Engine::Impl::CreateExecutors() {
   MPC_ASSIGN_OR_RETURN(train_exec, Executor::Create(*train_program.graph, train_program.results.memory_plan, *backend));
   MPC_ASSIGN_OR_RETURN(
       eval_exec, Executor::Create(*eval_program.graph, eval_program.results.memory_plan, *backend, train_exec.get()));
+  if (ema_eval_program.graph) {
+    MPC_ASSIGN_OR_RETURN(ema_eval_exec, Executor::Create(*ema_eval_program.graph, ema_eval_program.results.memory_plan,
+                                                         *backend, train_exec.get()));
+  }
   train_exec->EnableProfiling(options.profile);
   eval_exec->EnableProfiling(options.profile);
   return absl::OkStatus();
@@ -162,14 +188,27 @@ absl::Status Engine::Impl::CreateExecutors() {
 absl::Status Engine::Impl::PrepareBatches() {
   const int64_t batch = spec.batch_size();
   batches = std::make_unique<BatchIterator>(&train_data, batch, spec.train_data().shuffle(), spec.seed());
-  const int64_t per_epoch = batches->batches_per_epoch();
-  total_steps = spec.has_steps() ? spec.steps() : per_epoch * (spec.has_epochs() ? spec.epochs() : 1);
+  const int64_t micro_batches = MicroBatchesPerStep();
+  const int64_t steps_per_epoch = batches->batches_per_epoch() / micro_batches;
+  if (steps_per_epoch == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field accumulate_steps: ", micro_batches, " micro-batches of ",
+                                                   batch, " examples need ", micro_batches * batch,
+                                                   " training examples per step but there are ", train_data.size(),
+                                                   "; lower accumulate_steps or batch_size"));
+  }
+  total_steps = spec.has_steps() ? spec.steps() : steps_per_epoch * (spec.has_epochs() ? spec.epochs() : 1);
   Shape fshape{batch};
   for (int64_t d : RowShape(train_data.features)) fshape.push_back(d);
   Shape lshape{batch};
   for (int64_t d : RowShape(train_data.labels)) lshape.push_back(d);
   feature_batch = Tensor(train_data.features.dtype(), fshape);
   label_batch = Tensor(train_data.labels.dtype(), lshape);
+  more_input_batches.clear();
+  for (const NamedArray& more : train_data.more_inputs) {
+    Shape shape{batch};
+    for (int64_t d : RowShape(more.values)) shape.push_back(d);
+    more_input_batches.emplace_back(more.values.dtype(), shape);
+  }
   fingerprint = Fingerprint(train_program, spec);
   return absl::OkStatus();
 }
@@ -216,6 +255,48 @@ absl::Status Engine::Impl::ResumeAndOpenMetrics() {
   return absl::OkStatus();
 }
 
+// Every model input is fed: the features, and each other one by exactly one npy.inputs
+// array with as many values per example as the input takes (ids within their tables).
+namespace {
+
+absl::Status CheckMoreInputs(const Dataset& data, const Program& program, const std::string& what) {
+  for (const std::string& name : program.model_inputs) {
+    if (name == program.features_input) continue;
+    const bool fed = std::any_of(data.more_inputs.begin(), data.more_inputs.end(),
+                                 [&](const NamedArray& a) { return a.input == name; });
+    if (!fed) {
+      return absl::InvalidArgumentError(absl::StrCat("the ", what, " feeds nothing to model input '", name,
+                                                     "'; add npy { inputs { input: \"", name,
+                                                     "\" file: \"....npy\" } } to its data source"));
+    }
+  }
+  for (const NamedArray& more : data.more_inputs) {
+    const Value* input = program.graph->FindValue(more.input);
+    const bool is_model_input =
+        std::find(program.model_inputs.begin(), program.model_inputs.end(), more.input) != program.model_inputs.end();
+    if (!input || !is_model_input || more.input == program.features_input) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the ", what, " feeds model input '", more.input, "' through npy.inputs, but ",
+          more.input == program.features_input
+              ? "that is features_input, fed by npy.features"
+              : "the model has no such input; its inputs are: " + absl::StrJoin(program.model_inputs, ", ")));
+    }
+    const Shape model_row(input->shape.begin() + 1, input->shape.end());
+    const Shape data_row = RowShape(more.values);
+    if (NumElements(model_row) != NumElements(data_row)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape mismatch: the ", what, " input '", more.input, "' has rows of shape ",
+                       ShapeToString(data_row), " (", NumElements(data_row), " values) but the model input takes ",
+                       ShapeToString(model_row), " (", NumElements(model_row), " values) per example"));
+    }
+    MPC_RETURN_IF_ERROR(
+        CheckGatherIndices(*input, more.values, absl::StrCat("the ", what, " input '", more.input, "'")));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Engine::Impl::CheckDataMatchesModel(const Dataset& data, const Program& program,
                                                  const std::string& what) const {
   const Value* features = program.graph->FindValue(program.features_input);
@@ -228,6 +309,7 @@ absl::Status Engine::Impl::CheckDataMatchesModel(const Dataset& data, const Prog
         NumElements(model_row), " values) per example; check the data files and the model"));
   }
   MPC_RETURN_IF_ERROR(CheckGatherIndices(*features, data.features, absl::StrCat("the ", what, " features")));
+  MPC_RETURN_IF_ERROR(CheckMoreInputs(data, program, what));
   const Value* logits = program.graph->FindValue(program.logits_output);
   if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
     if (data.labels.dtype() != DType::kI64 || data.labels.shape().empty()) {
@@ -237,6 +319,11 @@ absl::Status Engine::Impl::CheckDataMatchesModel(const Dataset& data, const Prog
                                                      "(or [N, T] for one class per position)"));
     }
     const int64_t classes = logits->shape.back();
+    if (spec.eval().top_k() > classes) {
+      return absl::InvalidArgumentError(absl::StrCat("spec field eval.top_k: ", spec.eval().top_k(),
+                                                     " is more than the model's ", classes, " classes (output '",
+                                                     logits->name, "'); use 1..", classes, " or 0 for off"));
+    }
     for (int64_t i = 0; i < data.labels.num_elements(); ++i) {
       const int64_t label = data.labels.data<int64_t>()[i];
       if (label < 0 || label >= classes) {
@@ -249,8 +336,9 @@ absl::Status Engine::Impl::CheckDataMatchesModel(const Dataset& data, const Prog
     const Shape logit_row(logits->shape.begin() + 1, logits->shape.end());
     if (data.labels.dtype() != DType::kF32 || NumElements(RowShape(data.labels)) != NumElements(logit_row)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the ", what, " targets are ", DTypeName(data.labels.dtype()), ShapeToString(data.labels.shape()),
-          "; mean squared error needs f32 ", "targets with ", NumElements(logit_row), " values per example"));
+          "the ", what, " targets are ", DTypeName(data.labels.dtype()), ShapeToString(data.labels.shape()), "; ",
+          spec.loss().type() == LossSpec::MEAN_SQUARED_ERROR ? "mean squared error" : "binary cross-entropy",
+          " needs f32 targets with ", NumElements(logit_row), " values per example"));
     }
   }
   return absl::OkStatus();

@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, c
     switch (value->kind) {
       case ValueKind::kActivation: {
         auto it = memory.plan.offsets.find(value);
-        if (it == memory.plan.offsets.end()) continue;  // produced by no node: unused
+        if (it == memory.plan.offsets.end()) continue;  // produced by no node (or a state's bytes: below)
         ex->location_[value] = static_cast<char*>(ex->arena_) + it->second;
         break;
       }
@@ -74,6 +74,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, c
       }
     }
   }
+  for (const auto& [out, state] : memory.plan.state_aliases) ex->location_[out] = ex->location_.at(state);
   for (Node* node : memory.order) {
     Step step;
     step.node = node;

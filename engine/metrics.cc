@@ -83,10 +83,29 @@ void MetricsWriter::WriteTrain(const StepMetrics& m) {
   }
 }
 
+// [v0,v1,...] with JsonNumber's formatting.
+static std::string JsonArray(const std::vector<double>& values) {
+  std::vector<std::string> items;
+  items.reserve(values.size());
+  for (double v : values) items.push_back(JsonNumber(v));
+  return absl::StrCat("[", absl::StrJoin(items, ","), "]");
+}
+
 void MetricsWriter::WriteEval(const EvalMetrics& m) {
-  WriteLine(absl::StrCat("{\"kind\":\"eval\",\"step\":", m.step, ",\"epoch\":", m.epoch,
-                         ",\"loss\":", JsonNumber(m.loss), ",\"accuracy\":", JsonNumber(m.accuracy),
-                         ",\"examples\":", m.examples, "}"));
+  std::string line =
+      absl::StrCat("{\"kind\":\"eval\",\"step\":", m.step, ",\"epoch\":", m.epoch, ",\"loss\":", JsonNumber(m.loss),
+                   ",\"accuracy\":", JsonNumber(m.accuracy), ",\"examples\":", m.examples);
+  // Classification metrics only where they apply (see EvalMetrics).
+  if (m.top_k > 1 && m.top_k_accuracy >= 0) {
+    absl::StrAppend(&line, ",\"top_k\":", m.top_k, ",\"top_k_accuracy\":", JsonNumber(m.top_k_accuracy));
+  }
+  if (m.macro_f1 >= 0) {
+    absl::StrAppend(&line, ",\"macro_f1\":", JsonNumber(m.macro_f1), ",\"precision\":", JsonArray(m.class_precision),
+                    ",\"recall\":", JsonArray(m.class_recall), ",\"f1\":", JsonArray(m.class_f1));
+  }
+  if (m.perplexity >= 0) absl::StrAppend(&line, ",\"perplexity\":", JsonNumber(m.perplexity));
+  if (m.averaged_weights) absl::StrAppend(&line, ",\"weights\":\"ema\"");  // the moving average's evaluation
+  WriteLine(line + "}");
 }
 
 void MetricsWriter::WriteSummary(const TrainSummary& s, const std::string& stopped) {

@@ -85,6 +85,13 @@ struct EvalMetrics {
   double loss = 0;
   double accuracy = 0;  // classification losses only
   int64_t examples = 0;
+  // The metrics below are negative (or empty) where they do not apply.
+  int top_k = 0;                                                // eval.top_k when > 1
+  double top_k_accuracy = -1;                                   // the label among the top_k largest logits
+  double macro_f1 = -1;                                         // classification: unweighted mean of the per-class F1
+  std::vector<double> class_precision, class_recall, class_f1;  // per class, index = class id
+  bool averaged_weights = false;  // evaluated with the moving average of the weights (spec ema)
+  double perplexity = -1;         // one class per position (language models): exp(mean loss)
 };
 
 struct TrainSummary {
@@ -120,14 +127,18 @@ class Engine {
   absl::StatusOr<TrainSummary> Train(const TrainCallbacks& callbacks = {});
   // One training step on the next batch.
   absl::StatusOr<StepMetrics> Step();
+  // Which weights an evaluation or export uses: the trained ones, or their moving average
+  // (spec `ema`; evaluating it needs ema.evaluate, which compiles its evaluation program).
+  enum class Weights { kTrained, kAverage };
   // Evaluates on the spec's eval data (or the training data when there is none).
-  absl::StatusOr<EvalMetrics> Evaluate();
+  absl::StatusOr<EvalMetrics> Evaluate(Weights weights = Weights::kTrained);
 
   // Atomic checkpoint write (temp file, fsync, rename) into `dir`; and its inverse.
   absl::Status SaveCheckpoint(const std::string& dir);
   absl::Status LoadCheckpoint(const std::string& dir);
-  // The model as ONNX with the trained weights.
-  absl::Status ExportOnnx(const std::string& path);
+  // The model as ONNX with the trained weights, or with their moving average (spec `ema`;
+  // an error when the spec keeps none).
+  absl::Status ExportOnnx(const std::string& path, Weights weights = Weights::kTrained);
 
   std::vector<std::string> ParameterNames() const;
   // Persistent non-parameter state: optimizer moments and step counters, the loss
@@ -140,6 +151,8 @@ class Engine {
   // The spec's log_every_n_steps: a progress line every N steps (0: per epoch only).
   int64_t log_every_n_steps() const;
   int64_t planned_peak_bytes() const;
+  // Whether the spec keeps a moving average of the weights (`ema`).
+  bool keeps_weight_average() const;
   std::vector<OpProfile> Profile() const;
 
   struct Impl;

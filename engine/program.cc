@@ -29,7 +29,8 @@ absl::StatusOr<Value*> PickFeatures(const Graph& g, const TrainSpec& spec, const
   if (g.inputs().size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat("the model ", model, " has ", g.inputs().size(), " inputs (",
                                                    absl::StrJoin(Names(g.inputs()), ", "),
-                                                   "); set features_input in the spec"));
+                                                   "); set features_input in the spec, and feed the others from "
+                                                   "train_data.npy.inputs"));
   }
   return g.inputs()[0];
 }
@@ -60,6 +61,7 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   MPC_ASSIGN_OR_RETURN(program.graph, ImportOnnxFile(options.model_path, import));
   Graph& g = *program.graph;
   program.forward_nodes = static_cast<int64_t>(g.nodes().size());
+  for (const Value* in : g.inputs()) program.model_inputs.push_back(in->name);
   for (const Value* p : g.ValuesOfKind(ValueKind::kParameter)) program.parameter_count += NumElements(p->shape);
 
   MPC_ASSIGN_OR_RETURN(Value * features, PickFeatures(g, spec, options.model_path));

@@ -20,9 +20,10 @@ struct Program {
   std::map<int, std::string> node_origin;  // Node::id -> the pass that created it (or "model")
   std::vector<PassReport> report;
   std::string features_input;
-  std::string labels_input;   // training programs only
-  std::string logits_output;  // the model output the loss reads
-  std::string loss_output;    // training programs only
+  std::vector<std::string> model_inputs;  // every input of the imported model, features_input among them
+  std::string labels_input;               // training programs only
+  std::string logits_output;              // the model output the loss reads
+  std::string loss_output;                // training programs only
   int64_t batch_size = 0;
   int64_t forward_nodes = 0;    // nodes of the imported model
   int64_t parameter_count = 0;  // trainable elements

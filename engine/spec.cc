@@ -2,6 +2,7 @@
 #include "engine/spec.h"
 
 #include <cmath>
+#include <regex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -60,6 +61,40 @@ absl::Status ValidateData(const DataSource& d, const std::string& path) {
   return absl::OkStatus();
 }
 
+// A full-match regex over parameter names, compiled once here so a bad one is a spec error.
+absl::Status ValidateNamePattern(const std::string& pattern, const std::string& path) {
+  if (pattern.empty()) return FieldError(path, "is empty; give a regex over parameter names, e.g. \".*bias\"");
+  try {
+    std::regex re(pattern);
+  } catch (const std::regex_error& e) {
+    return FieldError(path, absl::StrCat("'", pattern, "' is not a valid regex: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+// Accumulation, parameter groups, freezing and the weight average.
+absl::Status ValidateTrainerFields(const TrainSpec& spec) {
+  if (spec.accumulate_steps() < 1) {
+    return FieldError("accumulate_steps", absl::StrCat(spec.accumulate_steps(), " must be >= 1 (1: no accumulation)"));
+  }
+  for (int i = 0; i < spec.param_groups_size(); ++i) {
+    const ParamGroupSpec& g = spec.param_groups(i);
+    const std::string path = absl::StrCat("param_groups[", i, "]");
+    MPC_RETURN_IF_ERROR(ValidateNamePattern(g.pattern(), path + ".pattern"));
+    if (g.has_weight_decay() && !(g.weight_decay() >= 0)) return FieldError(path + ".weight_decay", "must be >= 0");
+    if (!(g.lr_scale() >= 0) || !std::isfinite(g.lr_scale())) {
+      return FieldError(path + ".lr_scale", "must be a finite number >= 0 (0 keeps the group's weights fixed)");
+    }
+  }
+  for (int i = 0; i < spec.freeze_size(); ++i) {
+    MPC_RETURN_IF_ERROR(ValidateNamePattern(spec.freeze(i), absl::StrCat("freeze[", i, "]")));
+  }
+  if (spec.has_ema() && !(spec.ema().decay() > 0 && spec.ema().decay() < 1)) {
+    return FieldError("ema.decay", absl::StrCat(spec.ema().decay(), " must be in (0, 1), e.g. 0.999"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateTrainSpec(const TrainSpec& spec) {
@@ -74,6 +109,22 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec) {
     if (spec.eval().every_n_steps() < 0) return FieldError("eval.every_n_steps", "must be >= 0");
     if (spec.eval().has_batch_size() && spec.eval().batch_size() <= 0)
       return FieldError("eval.batch_size", "must be > 0");
+    // The upper bound (the model's classes) is checked once the model is compiled.
+    if (spec.eval().top_k() < 0) {
+      return FieldError("eval.top_k", absl::StrCat(spec.eval().top_k(), " must be >= 0 (0: off)"));
+    }
+    if (spec.eval().top_k() > 0 && spec.loss().type() != LossSpec::SOFTMAX_CROSS_ENTROPY) {
+      return FieldError("eval.top_k", "top-k accuracy needs loss.type SOFTMAX_CROSS_ENTROPY; remove eval.top_k");
+    }
+  }
+  const float smoothing = spec.loss().label_smoothing();
+  if (!(smoothing >= 0 && smoothing < 1)) {
+    return FieldError("loss.label_smoothing",
+                      absl::StrCat(smoothing, " must be in [0, 1) (0: off; PyTorch's usual value is 0.1)"));
+  }
+  if (smoothing > 0 && spec.loss().type() != LossSpec::SOFTMAX_CROSS_ENTROPY) {
+    return FieldError("loss.label_smoothing",
+                      "applies only to loss.type SOFTMAX_CROSS_ENTROPY; remove it or change the loss type");
   }
   if (spec.optimizer().has_sgd()) {
     const SgdSpec& s = spec.optimizer().sgd();
@@ -119,6 +170,7 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec) {
     return FieldError("numerics.min_loss_scale", "must be a finite number >= 0 (0: never stop)");
   }
   if (n.tensor_stats_every_n_steps() < 0) return FieldError("numerics.tensor_stats_every_n_steps", "must be >= 0");
+  MPC_RETURN_IF_ERROR(ValidateTrainerFields(spec));
   return absl::OkStatus();
 }
 

@@ -53,6 +53,10 @@ struct OpDef {
   // Output 0 is input 0's bytes unchanged under another shape (Reshape and its kin): the
   // memory plan places it at the input's offset, so its copy kernel finds src == dst.
   bool view = false;
+  // Output 0 is input 0, persistent state that the op rewrites in place and also hands on
+  // as an activation (AccumulateGradient's running sum): the memory plan gives the output
+  // the state's bytes instead of arena space.
+  bool output_is_state_input = false;
   PaddingRule padding = PaddingRule::kOpaque;
 };
 

@@ -11,6 +11,12 @@
 // it from the new master weight in the same pass, replacing a Cast per step.
 //   MultiSgdUpdate / MultiAdamWUpdate: the same updates for N parameters in one node
 //   (layout in graph/multi_tensor_update.h), created by the fuse-updates pass.
+//   AccumulateGradient(acc, grad, first) -> sum   gradient accumulation (accumulate_steps):
+//     sum = (first != 0 ? 0 : acc) + grad, and acc = sum in place; the output is what the
+//     optimizer step reads on the micro-batch that applies it.
+//   EmaUpdate(ema, param[, skip])                 attr decay, gated: the weight average,
+//     ema = decay * ema + (1 - decay) * param, in place; with gated=1 a nonzero skip flag
+//     leaves it as it was.
 #include <set>
 
 #include "base/status_macros.h"
@@ -121,6 +127,48 @@ void RegisterTrainingOps(OpRegistry& r) {
   adamw.infer = InferUpdate;
   r.Register(adamw);
 
+  OpDef accumulate;
+  accumulate.name = "AccumulateGradient";
+  accumulate.domain = "mpc";
+  accumulate.min_inputs = accumulate.max_inputs = 3;
+  accumulate.min_outputs = accumulate.max_outputs = 1;
+  accumulate.has_side_effects = true;       // writes the accumulator
+  accumulate.output_is_state_input = true;  // the sum is the accumulator's bytes: no second copy
+  accumulate.infer = [](const Node& n) -> Types {
+    const Value* acc = n.inputs[0];
+    const Value* grad = n.inputs[1];
+    if (acc->dtype != DType::kF32 || grad->dtype != DType::kF32 || acc->shape != grad->shape) {
+      return absl::InvalidArgumentError(absl::StrCat("accumulator '", acc->name, "' and gradient '", grad->name,
+                                                     "' must both be f32 of one shape; they are ",
+                                                     DTypeName(acc->dtype), ShapeToString(acc->shape), " and ",
+                                                     DTypeName(grad->dtype), ShapeToString(grad->shape)));
+    }
+    MPC_RETURN_IF_ERROR(CheckScalarF32(n, 2));
+    return std::vector<TensorType>{{DType::kF32, acc->shape}};
+  };
+  r.Register(accumulate);
+
+  OpDef ema;
+  ema.name = "EmaUpdate";
+  ema.domain = "mpc";
+  ema.min_inputs = 2;
+  ema.max_inputs = 3;  // + skip (gated=1)
+  ema.min_outputs = ema.max_outputs = 0;
+  ema.has_side_effects = true;
+  ema.infer = [](const Node& n) -> Types {
+    MPC_RETURN_IF_ERROR(CheckStateLike(n, 0, n.inputs[1]));
+    if (n.inputs[1]->dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("weight '", n.inputs[1]->name, "' must be f32"));
+    }
+    const bool gated = n.attrs.GetInt("gated", 0) != 0;
+    if (gated != (n.inputs.size() == 3)) {
+      return absl::InvalidArgumentError("EmaUpdate takes a skip flag exactly when gated=1");
+    }
+    if (gated) MPC_RETURN_IF_ERROR(CheckScalarF32(n, 2));
+    return std::vector<TensorType>{};
+  };
+  r.Register(ema);
+
   for (const char* name : {"MultiSgdUpdate", "MultiAdamWUpdate"}) {
     OpDef multi;
     multi.name = name;
@@ -142,7 +190,8 @@ void RegisterTrainingOps(OpRegistry& r) {
 //                                                               reads the gradients only
 //   ClipByGlobalNorm(g1..gN) -> (g1*c .. gN*c, global_norm)    attr max_norm
 //   InjectNonFinite(g) -> g'                                    attrs step, value (test hook)
-//   UpdateLossScale(scale, growth_tracker, found_nonfinite)     in place; attrs growth_factor,
+//   UpdateLossScale(scale, growth_tracker, found_nonfinite[, hold])  in place (a nonzero hold
+//                                                               leaves both); attrs growth_factor,
 //                                                               backoff_factor, growth_interval,
 //                                                               min_scale, max_scale
 // found_nonfinite is an f32 scalar, 1 when any gradient element is inf or NaN.
@@ -207,7 +256,8 @@ void RegisterLossScalingOps(OpRegistry& r) {
   OpDef update;
   update.name = "UpdateLossScale";
   update.domain = "mpc";
-  update.min_inputs = update.max_inputs = 3;
+  update.min_inputs = 3;
+  update.max_inputs = 4;  // + hold: nonzero on micro-batches that do not apply the step
   update.min_outputs = update.max_outputs = 0;
   update.has_side_effects = true;
   update.infer = [](const Node& n) -> absl::StatusOr<std::vector<TensorType>> {

@@ -15,6 +15,45 @@ absl::StatusOr<Value*> FindOutput(const Graph& g, const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("the model has no output named '", name, "'"));
 }
 
+// A mean over every element, as a scalar.
+Value* MeanOfAll(GraphBuilder& b, Value* x) {
+  AttrMap attrs;
+  attrs.Set("keepdims", int64_t{0});
+  return b.Op("ReduceMean", {x}, std::move(attrs));
+}
+
+// PyTorch's label smoothing: with target (1-eps)*onehot + eps/C the loss is
+// (1-eps)*CE + eps*mean_c(-log_softmax(x)_c), and averaging over the rows too gives
+// eps*mean(-LogSoftmax(x)) over every element. Composed rather than a kernel attribute, so
+// every backend has it; LogSoftmax and ReduceMean are autocast deny ops, which keeps the
+// whole sum f32 (docs/autocast.md).
+Value* SmoothCrossEntropy(GraphBuilder& b, Value* logits, Value* cross_entropy, double eps) {
+  AttrMap axis;
+  axis.Set("axis", int64_t{-1});
+  Value* log_probs = b.Op("LogSoftmax", {logits}, std::move(axis));
+  Value* uniform = b.Neg(MeanOfAll(b, log_probs));
+  return b.Add(b.Mul(cross_entropy, b.ScalarConstant(1.0 - eps, DType::kF32)),
+               b.Mul(uniform, b.ScalarConstant(eps, DType::kF32)));
+}
+
+// PyTorch's numerically stable BCEWithLogitsLoss, mean over elements:
+// max(x,0) - x*y + log(1 + exp(-|x|)), with max(x,0) = Relu(x) and -|x| = x - 2*Relu(x)
+// (there is no Abs op). exp(-|x|) is in (0, 1], so neither Exp nor Log can overflow. Its
+// gradient through these ops is sigmoid(x) - y for x of either sign (at x = 0 too, where
+// ReluGrad is 0), a sum of terms of size ~1 that cancel: each must be f32. So the loss reads
+// the logits through an explicit Cast to f32 (a no-op now; autocast keeps a model's casts,
+// so under bf16 it is the one cast of the logits and its gradient the one cast back):
+// Relu, a clear op, would otherwise follow a bf16 Gemm into bf16 (docs/autocast.md).
+Value* BinaryCrossEntropyWithLogits(GraphBuilder& b, Value* logits, Value* y) {
+  AttrMap to_f32;
+  to_f32.Set("to", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));
+  Value* x = b.Op("Cast", {logits}, std::move(to_f32));
+  Value* relu = b.Op("Relu", {x});
+  Value* neg_abs = b.Sub(x, b.Add(relu, relu));
+  Value* softplus = b.Op("Log", {b.Add(b.Op("Exp", {neg_abs}), b.ScalarConstant(1.0, DType::kF32))});
+  return MeanOfAll(b, b.Add(b.Sub(relu, b.Mul(x, y)), softplus));
+}
+
 }  // namespace
 
 absl::StatusOr<bool> AttachLossPass::Run(Graph& g) {
@@ -30,6 +69,13 @@ absl::StatusOr<bool> AttachLossPass::Run(Graph& g) {
   if (o.kind == AttachLossOptions::Kind::kMeanSquaredError) {
     labels = g.AddInput(o.labels, logits->dtype, logits->shape);
     loss = b.Op("MeanSquaredError", {logits, labels});
+  } else if (o.kind == AttachLossOptions::Kind::kBinaryCrossEntropyWithLogits) {
+    if (!IsFloating(logits->dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("binary cross-entropy needs float logits; output '", logits->name,
+                                                     "' is ", DTypeName(logits->dtype)));
+    }
+    labels = g.AddInput(o.labels, DType::kF32, logits->shape);
+    loss = BinaryCrossEntropyWithLogits(b, logits, labels);
   } else {
     Shape label_row = o.label_row;
     if (label_row.empty() && logits->shape.size() == 2 && logits->shape[0] != o.batch_size &&
@@ -53,6 +99,13 @@ absl::StatusOr<bool> AttachLossPass::Run(Graph& g) {
     AttrMap attrs;
     attrs.Set("reduction", std::string("mean"));
     loss = b.Op("SoftmaxCrossEntropyLoss", {logits, flat_labels}, std::move(attrs));
+    if (o.label_smoothing != 0) {
+      if (!(o.label_smoothing > 0 && o.label_smoothing < 1)) {
+        return absl::InvalidArgumentError(absl::StrCat("label smoothing ", o.label_smoothing,
+                                                       " must be in [0, 1) (spec field loss.label_smoothing)"));
+      }
+      loss = SmoothCrossEntropy(b, logits, loss, o.label_smoothing);
+    }
   }
   MPC_RETURN_IF_ERROR(b.status());
   result_->loss = loss;

@@ -1,9 +1,13 @@
 // Reverse-mode differentiation over the graph (see autodiff.h).
 #include "passes/autodiff.h"
 
+#include <algorithm>
+#include <regex>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "graph/graph_builder.h"
 #include "graph/op_registry.h"
@@ -88,7 +92,41 @@ absl::StatusOr<std::vector<Value*>> BuildGradients(Graph& graph, Value* loss, co
 
 absl::StatusOr<bool> AutodiffPass::Run(Graph& graph) {
   if (!loss_->loss) return absl::FailedPreconditionError("no loss to differentiate; attach-loss must run first");
-  std::vector<Value*> params = graph.ValuesOfKind(ValueKind::kParameter);
+  std::vector<std::regex> freeze;
+  for (const std::string& pattern : freeze_) {
+    try {
+      freeze.emplace_back(pattern);
+    } catch (const std::regex_error& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("freeze pattern '", pattern, "' is not a valid regex: ", e.what()));
+    }
+  }
+  result_->frozen.clear();
+  std::vector<Value*> params;
+  for (Value* p : graph.ValuesOfKind(ValueKind::kParameter)) {
+    const bool frozen =
+        std::any_of(freeze.begin(), freeze.end(), [&](const std::regex& re) { return std::regex_match(p->name, re); });
+    if (frozen) {
+      result_->frozen.push_back(p->name);
+    } else {
+      params.push_back(p);
+    }
+  }
+  // A pattern that freezes nothing is a typo, not a request: say so rather than train it all.
+  for (size_t i = 0; i < freeze.size(); ++i) {
+    const auto all = graph.ValuesOfKind(ValueKind::kParameter);
+    if (std::none_of(all.begin(), all.end(), [&](const Value* p) { return std::regex_match(p->name, freeze[i]); })) {
+      std::vector<std::string> names;
+      for (const Value* p : all) names.push_back(p->name);
+      return absl::InvalidArgumentError(
+          absl::StrCat("freeze pattern '", freeze_[i],
+                       "' matches no parameter (a full match of the name); parameters: ", absl::StrJoin(names, ", ")));
+    }
+  }
+  if (!freeze.empty() && params.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("the freeze patterns match all ", result_->frozen.size(),
+                                                   " parameters; nothing is left to train"));
+  }
   MPC_ASSIGN_OR_RETURN(std::vector<Value*> grads, BuildGradients(graph, loss_->loss, params, &result_->loss_seed));
   result_->param_grads.clear();
   for (size_t i = 0; i < params.size(); ++i) {

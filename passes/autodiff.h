@@ -5,6 +5,9 @@
 // seed land in AutodiffResult.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "passes/compile_results.h"
 #include "passes/pass.h"
 
@@ -12,13 +15,18 @@ namespace mpc {
 
 class AutodiffPass : public Pass {
  public:
-  AutodiffPass(const LossResult* loss, AutodiffResult* result) : loss_(loss), result_(result) {}
+  // `freeze`: full-match regexes over parameter names. A frozen parameter is not
+  // differentiated: what only its gradient needed is never built (or is dead code that
+  // simplify removes), and it gets no update (AutodiffResult::frozen lists it).
+  AutodiffPass(const LossResult* loss, AutodiffResult* result, std::vector<std::string> freeze = {})
+      : loss_(loss), result_(result), freeze_(std::move(freeze)) {}
   std::string_view name() const override { return "autodiff"; }
   absl::StatusOr<bool> Run(Graph& graph) override;
 
  private:
   const LossResult* loss_;
   AutodiffResult* result_;
+  std::vector<std::string> freeze_;
 };
 
 // The differentiation itself, usable outside a pipeline (gradient-check tests):

@@ -69,8 +69,19 @@ struct PadDimsResult {
 // loss-scaling (scales the seed, unscales the gradients), optimizer (when loss-scaling
 // produced no gradients of its own).
 struct AutodiffResult {
-  ParamGrads param_grads;      // d(loss)/d(parameter), as the backward graph computes them
-  Value* loss_seed = nullptr;  // dL/dL, a constant 1 until loss-scaling replaces its uses
+  ParamGrads param_grads;           // d(loss)/d(parameter), as the backward graph computes them
+  Value* loss_seed = nullptr;       // dL/dL, a constant 1 until loss-scaling replaces its uses
+  std::vector<std::string> frozen;  // parameters left out (freeze patterns): no gradient, no update
+};
+
+// Writer: accumulate-gradients. Readers: loss-scaling and optimizer (the gradients they
+// check and apply, and the hold flag that keeps them from acting on a micro-batch that
+// does not end a step), the engine (feeds the flags, runs `steps` micro-batches a step).
+struct GradAccumulationResult {
+  int steps = 1;           // micro-batches per optimizer step
+  ParamGrads param_grads;  // (parameter, gradient summed so far); empty when steps == 1
+  Value* first = nullptr;  // scalar f32 input: 1 on a step's first micro-batch
+  Value* hold = nullptr;   // scalar f32 input: 1 on every micro-batch but a step's last
 };
 
 // Writer: fp8. Readers: the engine (fp8.report_tensor metrics), the report.
@@ -110,15 +121,31 @@ struct LossScalingResult {
 // Writer: optimizer. Reader: the engine (feeds the scheduled rate every step).
 struct OptimizerResult {
   Value* learning_rate = nullptr;  // scalar f32 input
+  // Every update, with the parameter group that set it (-1: the optimizer's own settings).
+  struct ParamUpdate {
+    std::string param;
+    int group = -1;
+    float weight_decay = 0;
+    float lr_scale = 1;
+  };
+  std::vector<ParamUpdate> updates;
+  Value* skip = nullptr;  // the flag every update is gated on (null: ungated)
+};
+
+// Writer: ema. Readers: the engine (evaluates and exports the averaged weights), the report.
+struct EmaResult {
+  std::vector<std::pair<std::string, std::string>> averaged;  // (parameter, its average's state)
 };
 
 // The buffer plan: every activation gets an offset in one arena.
 struct MemoryPlan {
   std::map<const Value*, int64_t> offsets;  // activations only
-  int64_t peak_bytes = 0;                   // arena size
-  int64_t total_activation_bytes = 0;       // what one buffer per activation would take
-  int64_t persistent_bytes = 0;             // parameters + state, outside the arena
-  int64_t unplanned_bytes = 0;              // inputs + constants + persistent, outside the arena
+  // Activations that are a persistent value's bytes (OpDef::output_is_state_input), not in the arena.
+  std::map<const Value*, const Value*> state_aliases;
+  int64_t peak_bytes = 0;              // arena size
+  int64_t total_activation_bytes = 0;  // what one buffer per activation would take
+  int64_t persistent_bytes = 0;        // parameters + state, outside the arena
+  int64_t unplanned_bytes = 0;         // inputs + constants + persistent, outside the arena
 };
 
 // Writer: memory-plan. Readers: the executor (runs nodes in `order` over the arena), the
@@ -138,8 +165,10 @@ struct CompileResults {
   AutodiffResult autodiff;
   Fp8Result fp8;
   Fp8LowerResult fp8_lower;
+  GradAccumulationResult grad_accumulation;
   LossScalingResult loss_scaling;
   OptimizerResult optimizer;
+  EmaResult ema;
   MemoryPlanResult memory_plan;
 };
 

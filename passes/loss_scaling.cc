@@ -16,7 +16,7 @@ namespace {
 
 // Dynamic mode: UpdateLossScale backs off on overflow and grows after growth_interval
 // clean steps, after every reader of this step's scale (the new one applies next step).
-absl::Status AddScaleUpdate(Graph& g, const LossScalingOptions& ls, const LossScalingResult& result) {
+absl::Status AddScaleUpdate(Graph& g, const LossScalingOptions& ls, const LossScalingResult& result, Value* hold) {
   if (ls.growth_interval <= 0)
     return absl::InvalidArgumentError("spec field loss_scaling.growth_interval: must be > 0");
   if (!(ls.growth_factor > 1)) return absl::InvalidArgumentError("spec field loss_scaling.growth_factor: must be > 1");
@@ -30,8 +30,10 @@ absl::Status AddScaleUpdate(Graph& g, const LossScalingOptions& ls, const LossSc
   attrs.Set("growth_interval", static_cast<int64_t>(ls.growth_interval));
   attrs.Set("min_scale", ls.min_scale);
   attrs.Set("max_scale", ls.max_scale);
-  MPC_ASSIGN_OR_RETURN(Node * update, g.AddNode("UpdateLossScale", {result.loss_scale, tracker, result.found_nonfinite},
-                                                std::move(attrs), g.UniqueName("loss_scaling/update_scale")));
+  std::vector<Value*> inputs{result.loss_scale, tracker, result.found_nonfinite};
+  if (hold) inputs.push_back(hold);
+  MPC_ASSIGN_OR_RETURN(Node * update, g.AddNode("UpdateLossScale", std::move(inputs), std::move(attrs),
+                                                g.UniqueName("loss_scaling/update_scale")));
   for (Node* reader : result.loss_scale->consumers) {
     if (reader != update) update->control_deps.push_back(reader);
   }
@@ -53,7 +55,8 @@ absl::StatusOr<bool> LossScalingPass::Run(Graph& g) {
   if (autodiff_->param_grads.empty()) return absl::FailedPreconditionError("no gradients; autodiff must run first");
   GraphBuilder b(&g, "loss_scaling/");
   ParamGrads& param_grads = result.param_grads;
-  param_grads = autodiff_->param_grads;
+  const bool accumulating = accumulation_ && !accumulation_->param_grads.empty();
+  param_grads = accumulating ? accumulation_->param_grads : autodiff_->param_grads;
 
   // Test hook: a non-finite value in one parameter's gradient at one step.
   for (int i = 0; i < static_cast<int>(faults.size()); ++i) {
@@ -115,7 +118,8 @@ absl::StatusOr<bool> LossScalingPass::Run(Graph& g) {
     g.AddOutput(result.grad_norm);
   }
   if (result.found_nonfinite) g.AddOutput(result.found_nonfinite);
-  if (mode == Mode::kDynamic) MPC_RETURN_IF_ERROR(AddScaleUpdate(g, ls, result));
+  if (mode == Mode::kDynamic)
+    MPC_RETURN_IF_ERROR(AddScaleUpdate(g, ls, result, accumulating ? accumulation_->hold : nullptr));
   return true;
 }
 

@@ -47,9 +47,15 @@ struct LossScalingOptions {
 
 class LossScalingPass : public Pass {
  public:
+  // `accumulation` (optional): with gradient accumulation the summed gradients are checked
+  // and applied, and the scale changes only on a step's last micro-batch.
   LossScalingPass(LossScalingOptions options, const AutocastResult* autocast, const AutodiffResult* autodiff,
-                  LossScalingResult* result)
-      : options_(std::move(options)), autocast_(autocast), autodiff_(autodiff), result_(result) {}
+                  LossScalingResult* result, const GradAccumulationResult* accumulation = nullptr)
+      : options_(std::move(options)),
+        autocast_(autocast),
+        autodiff_(autodiff),
+        result_(result),
+        accumulation_(accumulation) {}
   std::string_view name() const override { return "loss-scaling"; }
   absl::StatusOr<bool> Run(Graph& graph) override;
 
@@ -58,6 +64,7 @@ class LossScalingPass : public Pass {
   const AutocastResult* autocast_;
   const AutodiffResult* autodiff_;
   LossScalingResult* result_;
+  const GradAccumulationResult* accumulation_;
 };
 
 }  // namespace mpc

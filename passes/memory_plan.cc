@@ -45,6 +45,16 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node
       owner[n->outputs[0]] = it == owner.end() ? in : it->second;
     }
   }
+  // An output that is a persistent input's bytes takes no arena space.
+  for (const Node* n : order) {
+    const OpDef* def = OpRegistry::Global().Find(n->op);
+    if (!def || !def->output_is_state_input || n->inputs.empty() || n->outputs.empty()) continue;
+    const Value* state = n->inputs[0];
+    const Value* out = n->outputs[0];
+    if (state->persistent() && state->bytes() == out->bytes() && state->dtype == out->dtype && !graph.IsOutput(out)) {
+      plan.state_aliases[out] = state;
+    }
+  }
   absl::flat_hash_map<const Value*, size_t> interval_of;
   std::vector<Interval> intervals;
   for (const auto& v : graph.values()) {
@@ -54,7 +64,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node
       if (v->persistent()) plan.persistent_bytes += bytes;
       continue;
     }
-    if (!v->producer || owner.contains(v.get())) continue;
+    if (!v->producer || owner.contains(v.get()) || plan.state_aliases.count(v.get()) > 0) continue;
     Interval iv{v.get(), Align(std::max<int64_t>(1, static_cast<int64_t>(v->bytes()))), position[v->producer], 0};
     iv.last = iv.first;
     interval_of[v.get()] = intervals.size();
@@ -62,7 +72,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node
     plan.total_activation_bytes += iv.size;
   }
   for (const auto& v : graph.values()) {
-    if (v->kind != ValueKind::kActivation || !v->producer) continue;
+    if (v->kind != ValueKind::kActivation || !v->producer || plan.state_aliases.count(v.get()) > 0) continue;
     auto it = owner.find(v.get());
     Interval& iv = intervals[interval_of[it == owner.end() ? v.get() : it->second]];
     for (const Node* c : v->consumers) iv.last = std::max(iv.last, position[c]);

@@ -1,8 +1,13 @@
 // Emission of optimizer updates and state (see optimizer.h).
 #include "passes/optimizer.h"
 
+#include <algorithm>
+#include <regex>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "graph/graph_builder.h"
 
 namespace mpc {
 
@@ -40,34 +45,83 @@ absl::Status FuseLowPrecisionCopy(Graph& graph, Value* param, Node* update) {
 
 absl::StatusOr<bool> OptimizerPass::Run(Graph& graph) {
   const OptimizerOptions& opt = options_;
-  const ParamGrads& param_grads =
-      loss_scaling_->param_grads.empty() ? autodiff_->param_grads : loss_scaling_->param_grads;
-  Value* found_nonfinite = loss_scaling_->found_nonfinite;
+  OptimizerResult& result = *result_;
+  result = OptimizerResult{};
+  const bool accumulating = accumulation_ && !accumulation_->param_grads.empty();
+  const ParamGrads& param_grads = !loss_scaling_->param_grads.empty() ? loss_scaling_->param_grads
+                                  : accumulating                      ? accumulation_->param_grads
+                                                                      : autodiff_->param_grads;
   if (param_grads.empty()) {
     return absl::FailedPreconditionError("no parameter gradients; the autodiff pass must run first");
   }
-  Value* lr = result_->learning_rate = graph.AddInput("lr", DType::kF32, {});
+  GraphBuilder b(&graph, "optimizer/");
+  // The gate: loss scaling's overflow flag, and while accumulating also the hold flag (the
+  // two are 0 or 1, so their sum is nonzero when either is set).
+  Value* skip = loss_scaling_->found_nonfinite;
+  if (accumulating) skip = skip ? b.Op("Add", {skip, accumulation_->hold}) : accumulation_->hold;
+  MPC_RETURN_IF_ERROR(b.status());
+  result.skip = skip;
+  std::vector<std::regex> patterns;
+  for (const OptimizerOptions::Group& group : opt.groups) {
+    try {
+      patterns.emplace_back(group.pattern);
+    } catch (const std::regex_error& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter group pattern '", group.pattern, "' is not a valid regex: ", e.what()));
+    }
+  }
+  // A group that matches no trained parameter is a typo: say so rather than ignore it.
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    if (std::none_of(param_grads.begin(), param_grads.end(),
+                     [&](const auto& pg) { return std::regex_match(pg.first->name, patterns[i]); })) {
+      std::vector<std::string> names;
+      for (const auto& pg : param_grads) names.push_back(pg.first->name);
+      return absl::InvalidArgumentError(absl::StrCat("parameter group ", i, " pattern '", opt.groups[i].pattern,
+                                                     "' matches no trained parameter (a full match of the name); "
+                                                     "trained parameters: ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+  }
+  Value* lr = result.learning_rate = graph.AddInput("lr", DType::kF32, {});
+  std::vector<Value*> group_lr(opt.groups.size(), nullptr);  // lr * lr_scale, one per group that scales
   for (auto& [param, grad] : param_grads) {
+    OptimizerResult::ParamUpdate decided{param->name, -1, opt.weight_decay, 1.0f};
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      if (!std::regex_match(param->name, patterns[i])) continue;
+      const OptimizerOptions::Group& group = opt.groups[i];
+      decided.group = static_cast<int>(i);
+      if (group.has_weight_decay) decided.weight_decay = group.weight_decay;
+      decided.lr_scale = group.lr_scale;
+      break;
+    }
+    result.updates.push_back(decided);
+    Value* param_lr = lr;
+    if (decided.lr_scale != 1.0f) {
+      Value*& scaled = group_lr[decided.group];
+      if (!scaled) scaled = b.Op("Mul", {lr, b.ScalarConstant(decided.lr_scale, DType::kF32)});
+      MPC_RETURN_IF_ERROR(b.status());
+      param_lr = scaled;
+    }
     const Tensor zeros(DType::kF32, param->shape);
     AttrMap attrs;
-    std::vector<Value*> inputs{param, grad, lr};
+    std::vector<Value*> inputs{param, grad, param_lr};
     if (opt.kind == OptimizerOptions::Kind::kAdamW) {
       attrs.Set("beta1", opt.beta1);
       attrs.Set("beta2", opt.beta2);
       attrs.Set("eps", opt.eps);
-      attrs.Set("weight_decay", opt.weight_decay);
+      attrs.Set("weight_decay", decided.weight_decay);
       inputs.push_back(graph.AddState(param->name + ".adam_m", zeros));
       inputs.push_back(graph.AddState(param->name + ".adam_v", zeros));
       inputs.push_back(graph.AddState(param->name + ".adam_step", Tensor::Scalar(0.0f)));
     } else {
       attrs.Set("momentum", opt.momentum);
       attrs.Set("nesterov", static_cast<int64_t>(opt.nesterov));
-      attrs.Set("weight_decay", opt.weight_decay);
+      attrs.Set("weight_decay", decided.weight_decay);
       if (opt.momentum != 0.0f) inputs.push_back(graph.AddState(param->name + ".momentum", zeros));
     }
-    if (found_nonfinite) {
+    if (skip) {
       attrs.Set("gated", int64_t{1});
-      inputs.push_back(found_nonfinite);
+      inputs.push_back(skip);
     }
     const char* op = opt.kind == OptimizerOptions::Kind::kAdamW ? "AdamWUpdate" : "SgdUpdate";
     MPC_ASSIGN_OR_RETURN(Node * update, graph.AddNode(op, std::move(inputs), std::move(attrs),

@@ -4,10 +4,12 @@
 
 #include <memory>
 
+#include "passes/accumulate_gradients.h"
 #include "passes/attach_loss.h"
 #include "passes/autodiff.h"
 #include "passes/batch_norm_stats.h"
 #include "passes/defer_widening_casts.h"
+#include "passes/ema.h"
 #include "passes/fold_output_casts.h"
 #include "passes/fold_transposes.h"
 #include "passes/fp8_lower.h"
@@ -40,15 +42,20 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // before autodiff (the backward graph is built on the padded weights).
   p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));
   // The backward graph, once the forward graph is final.
-  p.Add(std::make_unique<AutodiffPass>(&r->loss, &r->autodiff));
+  p.Add(std::make_unique<AutodiffPass>(&r->loss, &r->autodiff, o.freeze));
   // FP8 GEMMs: after autodiff, because it converts the backward GEMMs with their forward.
   p.Add(std::make_unique<Fp8Pass>(o.fp8, caps, &r->autocast, &r->autodiff, &r->fp8));
   // Real FP8 GEMMs where the device has them: right after the emulation they replace.
   p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, caps, &r->fp8_lower));
+  // Gradient accumulation (accumulate_steps > 1): the seed divided by K and the gradients
+  // summed across micro-batches, before the passes that check and apply them.
+  p.Add(std::make_unique<AccumulateGradientsPass>(o.accumulate_steps, &r->autodiff, &r->grad_accumulation));
   // Loss scaling: needs the gradients and the seed; before the updates it gates.
-  p.Add(std::make_unique<LossScalingPass>(o.loss_scaling, &r->autocast, &r->autodiff, &r->loss_scaling));
+  p.Add(std::make_unique<LossScalingPass>(o.loss_scaling, &r->autocast, &r->autodiff, &r->loss_scaling,
+                                          &r->grad_accumulation));
   // The updates on the FP32 master weights, gated on the overflow flag.
-  p.Add(std::make_unique<OptimizerPass>(o.optimizer, &r->autodiff, &r->loss_scaling, &r->optimizer));
+  p.Add(std::make_unique<OptimizerPass>(o.optimizer, &r->autodiff, &r->loss_scaling, &r->optimizer,
+                                        &r->grad_accumulation));
   // Clean-up of the complete graph: CSE, folding, dead code.
   p.Add(std::make_unique<SimplifyPass>());
   // GEMM + ReLU epilogues: on the simplified graph, where the pattern is canonical.
@@ -60,6 +67,9 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   p.Add(std::make_unique<FoldOutputCastsPass>());
   // Multi-tensor updates: once every update exists and nothing rewrites them.
   p.Add(std::make_unique<FuseUpdatesPass>());
+  // The weight average after each weight's update: after fuse-updates, so it orders itself
+  // after the node that will write the weight.
+  p.Add(std::make_unique<EmaPass>(o.ema, &r->optimizer, &r->ema));
   // Widening casts (the bf16 conv weight gradients' casts to f32) run next to their first
   // reader: the order the memory plan follows, so it goes right before the plan.
   p.Add(std::make_unique<DeferWideningCastsPass>());

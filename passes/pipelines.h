@@ -3,9 +3,10 @@
 // options from CompileOptions, the device's Capabilities, and pointers into one
 // CompileResults (passes/compile_results.h) for what it reads and writes.
 //
-//   training:   set-mode, batch-norm-stats, attach-loss, autocast, pad-dims, autodiff, fp8,
-//               fp8-lower, loss-scaling, optimizer, simplify, fuse-epilogues, fuse-updates,
-//               memory-plan
+//   training:   set-mode, batch-norm-stats, attach-loss, fuse-gelu, autocast, pad-dims, autodiff,
+//               fp8, fp8-lower, accumulate-gradients, loss-scaling, optimizer, simplify,
+//               fuse-epilogues, fold-transposes, fold-output-casts, fuse-updates, ema,
+//               defer-widening-casts, memory-plan
 //   evaluation: set-mode, select-outputs, autocast, pad-dims, fp8, fp8-lower, simplify,
 //               fuse-epilogues, memory-plan
 #pragma once
@@ -17,6 +18,7 @@
 #include "passes/attach_loss.h"
 #include "passes/autocast.h"
 #include "passes/compile_results.h"
+#include "passes/ema.h"
 #include "passes/fp8.h"
 #include "passes/loss_scaling.h"
 #include "passes/optimizer.h"
@@ -33,6 +35,9 @@ struct CompileOptions {
   Fp8Options fp8;
   LossScalingOptions loss_scaling;
   OptimizerOptions optimizer;
+  int accumulate_steps = 1;         // micro-batches per optimizer step (accumulate-gradients)
+  std::vector<std::string> freeze;  // parameters not trained (autodiff)
+  EmaOptions ema;
   // Evaluation only: keep every model output instead of the logits (mpc run), and keep
   // the model's own training_mode instead of evaluation mode.
   bool keep_all_outputs = false;

@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
 # Trains the default model (Fashion-MNIST MLP) after installing and building what it
 # needs. Uses the GPU when mpc was built with CUDA and a GPU is present; otherwise the CPU.
+# Then draws the run (tools/plot_metrics.py) into runs/fashion_mlp.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh mpc_train
 mkdir -p runs
-exec build/mpc-train --spec models/fashion_mlp/fashion_mlp.spec --device auto \
-  --metrics runs/fashion_mlp.metrics.jsonl --checkpoint_dir runs/fashion_mlp_checkpoint \
-  --export_onnx runs/fashion_mlp.trained.onnx "$@"
+metrics=runs/fashion_mlp.metrics.jsonl
+# Metrics newer than this marker were written by this run (not left from an earlier one).
+started=$(mktemp)
+trap 'rm -f "$started"' EXIT
+status=0
+build/mpc-train --spec models/fashion_mlp/fashion_mlp.spec --device auto \
+  --metrics "$metrics" --checkpoint_dir runs/fashion_mlp_checkpoint \
+  --export_onnx runs/fashion_mlp.trained.onnx "$@" || status=$?
+# Plotted even when training failed (a diverged run is worth seeing); a failed plot is
+# reported but never changes the exit status, which stays mpc-train's.
+if [ -s "$metrics" ] && [ "$metrics" -nt "$started" ]; then
+  if /usr/bin/python3 tools/plot_metrics.py "$metrics" --out runs/fashion_mlp.png; then
+    echo "train.sh: plotted the run into runs/fashion_mlp.png"
+  else
+    echo "train.sh: plotting $metrics failed (above); the training's result is unaffected" >&2
+  fi
+fi
+exit "$status"

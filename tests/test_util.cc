@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "backends/cpu/cpu_backend.h"
 #include "passes/memory_plan.h"
@@ -60,5 +61,12 @@ absl::StatusOr<std::unique_ptr<Executor>> ExecutorFor(const Graph& graph, Backen
 }
 
 std::string FashionMnistPath(const std::string& file) { return std::string(MPC_FASHION_MNIST_DIR) + "/" + file; }
+
+std::vector<double> ReadLosses(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> out;
+  for (double v; in >> v;) out.push_back(v);
+  return out;
+}
 
 }  // namespace mpc::testing

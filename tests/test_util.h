@@ -3,6 +3,7 @@
 
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
@@ -23,6 +24,8 @@ std::string SourcePath(const std::string& relative);
 // python3 with the reference packages, and a file of the Fashion-MNIST dataset.
 std::string Python();
 std::string FashionMnistPath(const std::string& file);
+// The numbers of a golden losses file (one per line, as the tests/golden scripts write them).
+std::vector<double> ReadLosses(const std::string& path);
 // One CPU backend shared by a test binary (its kernel registry is built once).
 Backend& CpuBackend();
 // An executor for a hand-built graph: its topological order and memory plan, as the

@@ -46,9 +46,25 @@ std::string CompileReportJson(const Program& p) {
     fp8_emulated.push_back(
         absl::StrFormat("{\"node\":\"%s\",\"reason\":\"%s\"}", JsonEscape(node), JsonEscape(reason)));
   }
+  // What is trained and how: frozen parameters (no gradient in the program), each update's
+  // group, gradient accumulation and the weight average.
+  std::vector<std::string> frozen, updates, averaged;
+  for (const std::string& name : r.autodiff.frozen) frozen.push_back(absl::StrCat("\"", JsonEscape(name), "\""));
+  for (const OptimizerResult::ParamUpdate& u : r.optimizer.updates) {
+    updates.push_back(absl::StrFormat("{\"param\":\"%s\",\"group\":%d,\"weight_decay\":%s,\"lr_scale\":%s}",
+                                      JsonEscape(u.param), u.group, JsonNumber(u.weight_decay),
+                                      JsonNumber(u.lr_scale)));
+  }
+  for (const auto& [param, state] : r.ema.averaged) averaged.push_back(absl::StrCat("\"", JsonEscape(param), "\""));
+  const std::string training =
+      p.loss_output.empty()
+          ? std::string()
+          : absl::StrCat("\"training\":{\"frozen\":[", absl::StrJoin(frozen, ","), "],\"updates\":[",
+                         absl::StrJoin(updates, ","), "],\"accumulate_steps\":", r.grad_accumulation.steps,
+                         ",\"ema\":[", absl::StrJoin(averaged, ","), "]},");
   const MemoryPlan& m = r.memory_plan.plan;
   return absl::StrCat(
-      "{\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
+      "{", training, "\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", r.autocast.casts_inserted,
                       DTypeName(r.autocast.compute_dtype)),
       "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"padding\":[", absl::StrJoin(padding, ","), "],",
@@ -118,6 +134,21 @@ std::string CompileSummaryText(const Program& p) {
                                                                         r.fp8_lower.emulated[0].second, ")"));
     }
   }
+  if (!r.autodiff.frozen.empty()) {
+    absl::StrAppendFormat(&out, "autodiff: %d parameters frozen (no gradient, no update): %s\n",
+                          r.autodiff.frozen.size(), absl::StrJoin(r.autodiff.frozen, ", "));
+  }
+  int grouped = 0;
+  for (const OptimizerResult::ParamUpdate& u : r.optimizer.updates) grouped += u.group >= 0;
+  if (grouped > 0) {
+    absl::StrAppendFormat(&out, "optimizer: %d of %d parameters set by parameter groups\n", grouped,
+                          r.optimizer.updates.size());
+  }
+  if (r.grad_accumulation.steps > 1) {
+    absl::StrAppendFormat(&out, "accumulate-gradients: %d micro-batches of %d per optimizer step\n",
+                          r.grad_accumulation.steps, p.batch_size);
+  }
+  if (!r.ema.averaged.empty()) absl::StrAppendFormat(&out, "ema: %d parameters averaged\n", r.ema.averaged.size());
   const MemoryPlan& m = r.memory_plan.plan;
   absl::StrAppendFormat(&out,
                         "model: %d nodes, %d parameters (batch %d)\n"

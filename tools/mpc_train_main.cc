@@ -1,10 +1,11 @@
-// mpc-train: trains a model as a TrainSpec describes. Uses nothing but engine/mpc.h,
-// the public embedding API. On a terminal it draws a progress bar; otherwise it prints
-// one plain line per epoch (and every log_every_n_steps). Exit code 1 on any error,
-// with a one-line message.
+// mpc-train: trains a model as a TrainSpec describes. Uses engine/mpc.h, the public
+// embedding API, and engine/tensorboard_writer.h for --tensorboard. On a terminal it draws
+// a progress bar; otherwise it prints one plain line per epoch (and every
+// log_every_n_steps). Exit code 1 on any error, with a one-line message.
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -12,15 +13,20 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "engine/mpc.h"
+#include "engine/tensorboard_writer.h"
 #include "tools/flag_normalize.h"
 
 ABSL_FLAG(std::string, model, "", "ONNX model (.onnx or text .onnxtxt); overrides the spec's `model`");
 ABSL_FLAG(std::string, spec, "", "training spec, mpc.TrainSpec in protobuf text format (required)");
 ABSL_FLAG(std::string, metrics, "", "write JSON Lines metrics (train/eval/summary records) to this file");
+ABSL_FLAG(std::string, tensorboard, "",
+          "write TensorBoard event files (scalars: train/, eval/, fp8/, stats/) into this directory");
 ABSL_FLAG(std::string, checkpoint_dir, "", "checkpoint directory; overrides the spec's checkpoint.dir");
 ABSL_FLAG(std::string, device, "", "cpu, cuda, or auto (the GPU when available); overrides the spec's device");
 ABSL_FLAG(bool, resume, false, "continue from the checkpoint in the checkpoint directory, if there is one");
 ABSL_FLAG(std::string, export_onnx, "", "after training, write the model with its trained weights here");
+ABSL_FLAG(std::string, export_ema_onnx, "",
+          "after training, write the model with the moving average of its weights here (needs `ema` in the spec)");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides the spec's precision.compute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0, "pad Gemm weights to this multiple (1: no padding); overrides the spec");
@@ -42,9 +48,10 @@ int Fail(const std::string& message) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trains a model on the CPU (or GPU) backend.\n"
-      "usage: mpc-train --spec S [--model M] [--metrics FILE] [--checkpoint_dir DIR] [--device cpu|cuda|auto]\n"
+      "usage: mpc-train --spec S [--model M] [--metrics FILE] [--tensorboard DIR] [--checkpoint_dir DIR]\n"
+      "                 [--device cpu|cuda|auto]\n"
       "                 [--precision f32|tf32|bf16|fp16|fp8] [--loss-scaling off|dynamic|static:S]\n"
-      "                 [--pad-multiple N] [--resume] [--export_onnx FILE] [--profile]\n"
+      "                 [--pad-multiple N] [--resume] [--export_onnx FILE] [--export_ema_onnx FILE] [--profile]\n"
       "                 [--check-numerics] [--tensor-stats N]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -67,6 +74,28 @@ int main(int argc, char** argv) {
   auto engine = mpc::Engine::Create(options);
   if (!engine.ok()) return Fail(std::string(engine.status().message()));
   mpc::Engine& e = **engine;
+  // Asked for before training, so a spec without an average fails now, not after the run.
+  const std::string export_ema_path = absl::GetFlag(FLAGS_export_ema_onnx);
+  if (!export_ema_path.empty() && !e.keeps_weight_average()) {
+    return Fail("--export_ema_onnx: the spec keeps no moving average of the weights; add ema { decay: 0.999 }");
+  }
+  // Opened after the spec is validated (a bad spec leaves no empty event file behind) and
+  // before the first step. A write that fails later stops the logging, not the training:
+  // a warning then, and exit code 1 after the run.
+  std::unique_ptr<mpc::TensorBoardWriter> tensorboard;
+  absl::Status tensorboard_error;
+  if (const std::string dir = absl::GetFlag(FLAGS_tensorboard); !dir.empty()) {
+    auto writer = mpc::TensorBoardWriter::Open(dir);
+    if (!writer.ok()) return Fail(std::string(writer.status().message()));
+    tensorboard = std::move(*writer);
+  }
+  auto log_tensorboard = [&](const absl::Status& st) {
+    if (st.ok()) return;
+    std::fprintf(stderr, "\nmpc-train: warning: %s; no more TensorBoard records this run\n",
+                 std::string(st.message()).c_str());
+    tensorboard_error = st;
+    tensorboard.reset();
+  };
   const bool tty = isatty(STDOUT_FILENO);
   const int64_t total = e.total_steps();
   std::printf("mpc-train: %lld steps, planned activation memory %.1f MiB%s\n", static_cast<long long>(total),
@@ -81,6 +110,7 @@ int main(int argc, char** argv) {
   const int64_t every = e.log_every_n_steps();
   mpc::TrainCallbacks callbacks;
   callbacks.on_step = [&](const mpc::StepMetrics& s) {
+    if (tensorboard) log_tensorboard(tensorboard->WriteStep(s));
     last_loss = s.loss;
     skipped += s.skipped;
     if (!s.skipped) {
@@ -105,7 +135,15 @@ int main(int argc, char** argv) {
   };
   std::string last_eval;
   callbacks.on_eval = [&](const mpc::EvalMetrics& m) {
+    if (tensorboard) log_tensorboard(tensorboard->WriteEval(m));
+    if (m.averaged_weights) {  // follows the trained weights' evaluation (spec ema.evaluate)
+      absl::StrAppendFormat(&last_eval, "  ema: loss %.4f  accuracy %.4f", m.loss, m.accuracy);
+      return;
+    }
     last_eval = absl::StrFormat("  eval loss %.4f  accuracy %.4f", m.loss, m.accuracy);
+    if (m.macro_f1 >= 0) absl::StrAppendFormat(&last_eval, "  F1 %.4f", m.macro_f1);
+    if (m.top_k_accuracy >= 0) absl::StrAppendFormat(&last_eval, "  top-%d %.4f", m.top_k, m.top_k_accuracy);
+    if (m.perplexity >= 0) absl::StrAppendFormat(&last_eval, "  ppl %.3f", m.perplexity);
   };
   callbacks.on_epoch_end = [&](int64_t epoch, int64_t epochs) {
     if (tty) std::printf("\n");
@@ -139,5 +177,12 @@ int main(int argc, char** argv) {
     if (absl::Status st = e.ExportOnnx(export_path); !st.ok()) return Fail(std::string(st.message()));
     std::printf("exported %s\n", export_path.c_str());
   }
+  if (!export_ema_path.empty()) {
+    if (absl::Status st = e.ExportOnnx(export_ema_path, mpc::Engine::Weights::kAverage); !st.ok()) {
+      return Fail(std::string(st.message()));
+    }
+    std::printf("exported %s (moving average of the weights)\n", export_ema_path.c_str());
+  }
+  if (!tensorboard_error.ok()) return Fail(std::string(tensorboard_error.message()));
   return 0;
 }

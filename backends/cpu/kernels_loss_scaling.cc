@@ -123,6 +123,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateUpdateScale(const Node& node, Back
     float& scale = ctx.inputs[0].as<float>()[0];
     float& tracker = ctx.inputs[1].as<float>()[0];
     const bool overflow = ctx.inputs[2].as<float>()[0] != 0.0f;
+    // A micro-batch that does not apply the step (gradient accumulation) changes nothing.
+    if (ctx.inputs.size() > 3 && ctx.inputs[3].as<float>()[0] != 0.0f) return absl::OkStatus();
     if (overflow) {
       scale = std::max(scale * backoff, min_scale);
       tracker = 0;

@@ -8,7 +8,8 @@
 //     (norm + 1e-6)) (torch.nn.utils.clip_grad_norm_), so a NaN norm gives c = 1 and an
 //     infinite norm c = 0, exactly like std::min on the CPU.
 //   InjectNonFinite(g) -> g' (test hook): a copy, with element 0 set to inf/NaN at step `step`.
-//   UpdateLossScale(scale, growth_tracker, found_nonfinite): GradScaler.update, in place.
+//   UpdateLossScale(scale, growth_tracker, found_nonfinite[, hold]): GradScaler.update, in place
+//     (nothing when hold is nonzero: a micro-batch of gradient accumulation).
 // Every scalar (scale, flag, tracker) stays in device memory and is read by the kernels:
 // nothing here synchronises with the host.
 //
@@ -410,7 +411,8 @@ struct LossScaleRule {
 // One thread: PyTorch GradScaler.update as the CPU does it, std::min/std::max spelled
 // out so that NaN behaves the same ((b < a) ? b : a and (a < b) ? b : a).
 __global__ void UpdateLossScaleKernel(float* scale_ptr, float* tracker_ptr, const float* found_nonfinite,
-                                      LossScaleRule r) {
+                                      const float* hold, LossScaleRule r) {
+  if (hold != nullptr && *hold != 0.0f) return;  // a micro-batch that does not apply the step
   float scale = *scale_ptr, tracker = *tracker_ptr;
   if (*found_nonfinite != 0.0f) {
     const float backed_off = __fmul_rn(scale, r.backoff);
@@ -428,9 +430,10 @@ __global__ void UpdateLossScaleKernel(float* scale_ptr, float* tracker_ptr, cons
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateUpdateLossScale(const Node& node, Backend& backend) {
-  if (node.inputs.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat("UpdateLossScale node '", node.name, "' has ", node.inputs.size(),
-                                                   " inputs; expected (scale, growth_tracker, found_nonfinite)"));
+  if (node.inputs.size() != 3 && node.inputs.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UpdateLossScale node '", node.name, "' has ", node.inputs.size(),
+                     " inputs; expected (scale, growth_tracker, found_nonfinite[, hold])"));
   }
   LossScaleRule r;
   r.growth = node.attrs.GetFloat("growth_factor", 2.0f);
@@ -440,8 +443,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateUpdateLossScale(const Node& node, 
   r.max_scale = node.attrs.GetFloat("max_scale", 0.0f);
   if (r.max_scale <= 0) r.max_scale = std::numeric_limits<float>::max();
   return MakeCudaKernel(backend, [r](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+    const float* hold = ctx.inputs.size() > 3 ? ctx.inputs[3].as<float>() : nullptr;
     UpdateLossScaleKernel<<<1, 1, 0, stream>>>(ctx.inputs[0].as<float>(), ctx.inputs[1].as<float>(),
-                                               ctx.inputs[2].as<float>(), r);
+                                               ctx.inputs[2].as<float>(), hold, r);
     return LaunchStatus("UpdateLossScaleKernel");
   });
 }

@@ -9,6 +9,8 @@
 // is nonzero the update leaves parameter, state and step counter untouched. With
 // lowp_copy=1 the input before that flag (or the last) is the parameter's bf16/f16 copy,
 // rewritten from the new weight in the same pass (passes/optimizer.cc).
+// Also AccumulateGradient (gradient accumulation) and EmaUpdate (the weight average), the
+// CPU backend's formulas with the same rounding.
 //
 // Everything the CPU reads from a scalar tensor (lr, the flag, the step counter) is
 // device memory here and is read by the kernel, so a step never waits on the host. The
@@ -261,11 +263,48 @@ class CudaAdamWUpdate : public Kernel {
   unsigned* blocks_done_ = nullptr;
 };
 
+// ---- Gradient accumulation and the weight average -------------------------------------
+
+// AccumulateGradient(acc, grad, first) -> sum: sum = (first ? 0 : acc) + grad; acc = sum.
+// The flag is device memory, read by every thread (no host sync).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateAccumulateGradient(const Node&, Backend& backend) {
+  return MakeCudaKernel(backend, [](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+    float* acc = ctx.inputs[0].as<float>();
+    const float* g = ctx.inputs[1].as<float>();
+    const float* first = ctx.inputs[2].as<float>();
+    float* sum = ctx.outputs[0].as<float>();
+    return LaunchElementwise(ctx.inputs[0].num_elements(), stream, "AccumulateGradient", [=] __device__(int64_t i) {
+      const float s = *first != 0.0f ? g[i] : __fadd_rn(acc[i], g[i]);
+      acc[i] = s;
+      sum[i] = s;
+    });
+  });
+}
+
+// EmaUpdate(ema, param[, skip]): ema = decay * ema + (1 - decay) * param, rounded as the CPU
+// rounds it (two products, one sum, no fused multiply-add).
+absl::StatusOr<std::unique_ptr<Kernel>> CreateEmaUpdate(const Node& node, Backend& backend) {
+  const float decay = node.attrs.GetFloat("decay", 0.999f);
+  const float rest = 1.0f - decay;
+  const bool gated = node.attrs.GetInt("gated", 0) != 0;
+  return MakeCudaKernel(backend, [=](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+    float* ema = ctx.inputs[0].as<float>();
+    const float* p = ctx.inputs[1].as<float>();
+    const float* skip = gated ? ctx.inputs.back().as<float>() : nullptr;
+    return LaunchElementwise(ctx.inputs[0].num_elements(), stream, "EmaUpdate", [=] __device__(int64_t i) {
+      if (skip != nullptr && *skip != 0.0f) return;
+      ema[i] = __fadd_rn(__fmul_rn(decay, ema[i]), __fmul_rn(rest, p[i]));
+    });
+  });
+}
+
 }  // namespace
 
 void RegisterCudaOptimizerKernels(KernelRegistry& r) {
   r.Register("SgdUpdate", "cuda", DType::kF32, CudaSgdUpdate::Create);
   r.Register("AdamWUpdate", "cuda", DType::kF32, CudaAdamWUpdate::Create);
+  r.Register("AccumulateGradient", "cuda", DType::kF32, CreateAccumulateGradient);
+  r.Register("EmaUpdate", "cuda", DType::kF32, CreateEmaUpdate);
 }
 
 }  // namespace mpc::cuda

@@ -275,6 +275,33 @@ std::vector<OpCase> TrainingStepCases() {
     if (s.max_scale) c.attrs.Set("max_scale", s.max_scale);
     cases.push_back(std::move(c));
   }
+  // Gradient accumulation's hold flag: the scale and tracker stay as they are, overflow or not.
+  for (float found : {0.0f, 1.0f}) {
+    OpCase c = Make(absl::StrCat("UpdateLossScale_Held", found ? "_Overflow" : ""), "UpdateLossScale",
+                    {StateF32Values("scale", {}, {1024}), StateF32Values("growth_tracker", {}, {2}),
+                     ScalarF32("found_nonfinite", found), ScalarF32("hold", 1)},
+                    /*exact=*/true);
+    c.attrs.Set("growth_interval", int64_t{3});
+    cases.push_back(std::move(c));
+  }
+  // Gradient accumulation (the running sum, restarted on a step's first micro-batch) and the
+  // weight average, plain and held by the skip flag.
+  for (float first : {0.0f, 1.0f}) {
+    cases.push_back(Make(absl::StrCat("AccumulateGradient", first ? "_First" : "_Adds"), "AccumulateGradient",
+                         {StateF32("acc", p), XTyped("grad", p, DType::kF32), ScalarF32("first", first)},
+                         /*exact=*/true));
+  }
+  for (int gate : {-1, 0, 1}) {
+    std::vector<In> in = {StateF32("ema", p), StateF32("param", p)};
+    if (gate >= 0) in.push_back(ScalarF32("skip", gate));
+    OpCase c = Make(gate < 0 ? "EmaUpdate_Plain"
+                    : gate   ? "EmaUpdate_Skipped"
+                             : "EmaUpdate_GatedClean",
+                    "EmaUpdate", in, /*exact=*/true);  // the same two products and one sum, no FMA, on both backends
+    c.attrs.Set("decay", 0.9f);
+    if (gate >= 0) c.attrs.Set("gated", int64_t{1});
+    cases.push_back(std::move(c));
+  }
 
   // FP8 delayed scaling: quantize (recording the amax), then the scale update.
   for (auto [name, format, scale, history] : std::vector<std::tuple<const char*, const char*, float, bool>>{

@@ -36,14 +36,6 @@ std::string RunName(const ::testing::TestParamInfo<ZooRun>& info) {
   return absl::StrCat(info.param.model, "_", info.param.run);
 }
 
-std::vector<double> ReadLosses(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<double> out;
-  double v;
-  while (in >> v) out.push_back(v);
-  return out;
-}
-
 std::string GenerateGolden(const ZooRun& z) {
   const std::string dir = testing::MakeTempDir(absl::StrCat("zoo_", z.model, "_", z.run));
   const std::string script =
@@ -63,7 +55,7 @@ class ModelZooGoldenTest : public ::testing::TestWithParam<ZooRun> {};
 TEST_P(ModelZooGoldenTest, TwentyStepsMatchPyTorch) {
   const ZooRun& z = GetParam();
   const std::string dir = GenerateGolden(z);
-  const std::vector<double> expected = ReadLosses(dir + "/" + z.run + "_losses.txt");
+  const std::vector<double> expected = testing::ReadLosses(dir + "/" + z.run + "_losses.txt");
   ASSERT_EQ(expected.size(), 20u);
 
   EngineOptions options;

@@ -14,14 +14,6 @@
 namespace mpc {
 namespace {
 
-std::vector<double> ReadLosses(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<double> out;
-  double v;
-  while (in >> v) out.push_back(v);
-  return out;
-}
-
 class PyTorchGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PyTorchGoldenTest, TwentyStepsMatchPerStepAndFinalWeights) {
@@ -29,7 +21,7 @@ TEST_P(PyTorchGoldenTest, TwentyStepsMatchPerStepAndFinalWeights) {
   const bool bf16 = run.rfind("bf16_", 0) == 0;
   const double tolerance = bf16 ? 1e-2 : 1e-4;
   const std::string dir = testing::SourcePath("tests/golden/mlp/");
-  const std::vector<double> expected = ReadLosses(dir + run + "_losses.txt");
+  const std::vector<double> expected = testing::ReadLosses(dir + run + "_losses.txt");
   ASSERT_EQ(expected.size(), 20u);
 
   EngineOptions options;
