@@ -1,15 +1,21 @@
-// Checkpoints: FP32 master weights and every piece of persistent training state
-// (optimizer moments, step counters; later the loss scaler and FP8 meta) plus the
-// position in the run, as one mpc.Checkpoint proto written atomically to
-// DIR/checkpoint.pb. Loading validates everything before touching the live state,
-// so a bad checkpoint never leaves a half-restored model.
+// Checkpoints (format 2, docs/training.md "Checkpoints"): FP32 master weights and every
+// piece of persistent training state (optimizer moments and step counters, the loss
+// scaler, FP8 meta, EMA) plus the position in the run. One directory per checkpoint,
+// DIR/step-NNNNNNNN/: `tensors.bin` streamed tensor by tensor (no whole copy in memory,
+// no size limit) and `manifest.pb` written last (name, dtype, shape, bytes and CRC-32C per
+// tensor; itself checksummed). It is written under a temporary name and renamed into
+// place, then DIR/latest is rewritten atomically to name it; older ones beyond keep_last
+// are removed. Loading verifies every size and checksum before it writes anything into
+// the executor, so a bad checkpoint leaves the training state untouched.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/executor.h"
-#include "proto/checkpoint.pb.h"
 
 namespace mpc {
 
@@ -20,14 +26,55 @@ struct TrainingPosition {
   uint64_t seed = 0;
 };
 
-constexpr char kCheckpointFile[] = "checkpoint.pb";
+constexpr char kLatestFile[] = "latest";
+constexpr char kManifestFile[] = "manifest.pb";
+constexpr char kDataFile[] = "tensors.bin";
+constexpr char kOldCheckpointFile[] = "checkpoint.pb";  // format 1: refused, with a message
 
-std::string CheckpointPath(const std::string& dir);
-bool CheckpointExists(const std::string& dir);
+// What a checkpoint must match to load. The model part (optimizer and every precision
+// independent tensor) must be equal; a different precision part loads with the
+// precision-specific state re-derived or reset (and a notice saying so).
+struct CheckpointIdentity {
+  std::string model_fingerprint;
+  std::string optimizer;  // a description, e.g. "sgd momentum"
+  std::string precision_fingerprint;
+  std::string precision;  // a description, e.g. "compute bf16, loss scaling dynamic"
+};
 
-absl::Status SaveCheckpoint(const std::string& dir, const Executor& executor, const TrainingPosition& position,
-                            const std::string& model_fingerprint);
+// Precision-specific state: low-precision weight copies (`<param>.lowp`), the loss scale
+// and its growth tracker, FP8 scaling state (`<tensor>.fp8_*`).
+bool IsPrecisionState(const std::string& name);
+
+// The identity of a program's checkpoints from its persistent values.
+CheckpointIdentity MakeCheckpointIdentity(const std::vector<const Value*>& persistent, const std::string& optimizer,
+                                          const std::string& precision);
+
+// What a checkpoint directory holds.
+struct CheckpointDirContents {
+  bool exists = false;
+  bool has_latest = false;
+  bool old_format = false;                             // DIR/checkpoint.pb (format 1)
+  std::vector<std::pair<int64_t, std::string>> steps;  // step-NNNNNNNN directories, ascending
+  std::vector<std::string> temporaries;                // *.tmp.* left by interrupted writes
+  bool HoldsCheckpoint() const { return has_latest || old_format || !steps.empty(); }
+};
+CheckpointDirContents InspectCheckpointDir(const std::string& dir);
+
+// Writes the checkpoint of `position.step` into `dir`, points DIR/latest at it and keeps
+// the newest `keep_last` (0: all). Returns the checkpoint's directory.
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const Executor& executor,
+                                           const TrainingPosition& position, const CheckpointIdentity& identity,
+                                           int keep_last);
+
+// Loads the checkpoint DIR/latest names into `executor`. `notices` receives what the
+// load re-derived or reset (another precision) and anything else worth saying.
 absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor& executor,
-                                                const std::string& model_fingerprint);
+                                                const CheckpointIdentity& identity, std::vector<std::string>* notices);
+
+// Removes the *.tmp.* files and directories interrupted writes left in `dir` (none of a
+// live process), with a notice.
+absl::Status RemoveStaleTemporaries(const std::string& dir, std::vector<std::string>* notices);
+// Removes every checkpoint in `dir` (--overwrite_checkpoints), with a notice.
+absl::Status RemoveCheckpoints(const std::string& dir, std::vector<std::string>* notices);
 
 }  // namespace mpc

@@ -176,6 +176,14 @@ absl::StatusOr<Tensor> ParseLabels(const std::string& path, const std::string& b
 
 }  // namespace
 
+absl::StatusOr<Tensor> ParseIdxImages(const std::string& bytes, const std::string& source_name) {
+  return ParseImages(source_name, bytes);
+}
+
+absl::StatusOr<Tensor> ParseIdxLabels(const std::string& bytes, const std::string& source_name) {
+  return ParseLabels(source_name, bytes);
+}
+
 absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path) {
   Dataset data;
   {

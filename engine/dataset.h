@@ -28,10 +28,18 @@ struct Dataset {
 // IDX files (http://yann.lecun.com/exdb/mnist/ format), .gz decompressed with zlib.
 // Images become f32 [N, rows, cols] with raw byte values 0..255; labels i64 [N].
 absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path);
+// LoadIdx's parsers on a file's decompressed contents in memory; errors name `source_name`.
+// LoadIdx reads (and gunzips) each file and calls these; the fuzz targets
+// (tools/fuzz/idx_images_fuzzer.cc, idx_labels_fuzzer.cc) call them directly.
+absl::StatusOr<Tensor> ParseIdxImages(const std::string& bytes, const std::string& source_name);
+absl::StatusOr<Tensor> ParseIdxLabels(const std::string& bytes, const std::string& source_name);
 
 // .npy (format versions 1.0/2.0/3.0, C order, little-endian): f32, f64, f16, i64, i32,
 // u8, bool. Errors name the file and what is wrong with it.
 absl::StatusOr<Tensor> ReadNpy(const std::string& path);
+// The same from a .npy file's bytes in memory; errors name `source_name`. ReadNpy reads the
+// file and calls this; the fuzz target (tools/fuzz/npy_fuzzer.cc) calls it directly.
+absl::StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& source_name);
 absl::Status WriteNpy(const std::string& path, const Tensor& tensor);
 
 // Features from one .npy (converted to f32); labels from another: integer arrays become

@@ -173,12 +173,13 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
 absl::Status Engine::SaveCheckpoint(const std::string& dir) {
   Impl& m = *impl_;
   TrainingPosition pos{m.step, m.batches->epoch(), m.batches->batch_in_epoch(), m.spec.seed()};
-  return mpc::SaveCheckpoint(dir, *m.train_exec, pos, m.fingerprint);
+  return mpc::SaveCheckpoint(dir, *m.train_exec, pos, m.checkpoint_identity, m.spec.checkpoint().keep_last()).status();
 }
 
 absl::Status Engine::LoadCheckpoint(const std::string& dir) {
   Impl& m = *impl_;
-  MPC_ASSIGN_OR_RETURN(TrainingPosition pos, mpc::LoadCheckpoint(dir, *m.train_exec, m.fingerprint));
+  MPC_ASSIGN_OR_RETURN(TrainingPosition pos,
+                       mpc::LoadCheckpoint(dir, *m.train_exec, m.checkpoint_identity, &m.notices));
   m.step = pos.step;
   m.batches->Seek(pos.epoch, pos.batch_in_epoch);
   return absl::OkStatus();
@@ -245,6 +246,7 @@ absl::StatusOr<std::vector<float>> Engine::GetParameter(const std::string& name)
 }
 
 int64_t Engine::step() const { return impl_->step; }
+std::vector<std::string> Engine::notices() const { return impl_->notices; }
 int64_t Engine::total_steps() const { return impl_->total_steps; }
 int64_t Engine::log_every_n_steps() const { return impl_->spec.log_every_n_steps(); }
 bool Engine::keeps_weight_average() const { return !impl_->train_program.results.ema.averaged.empty(); }

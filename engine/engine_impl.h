@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "engine/checkpoint.h"
 #include "engine/dataset.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
@@ -42,7 +43,8 @@ struct Engine::Impl {
   int64_t skipped_steps = 0;  // this process's count (not checkpointed)
   int64_t total_steps = 0;
   int64_t eval_batch_size = 0;
-  std::string fingerprint;
+  CheckpointIdentity checkpoint_identity;  // what a checkpoint must match to load
+  std::vector<std::string> notices;        // Engine::notices()
   std::unique_ptr<MetricsWriter> metrics;
   std::vector<std::string> fp8_reported;       // FP8 tensors matching fp8.report_tensor
   std::unique_ptr<NumericsObserver> numerics;  // --check-numerics / --tensor-stats; null when off
@@ -58,6 +60,9 @@ struct Engine::Impl {
   absl::Status SelectFp8Reports();
   void SetUpNumerics();
   absl::Status ResumeAndOpenMetrics();
+  // Resume, refuse to overwrite, or start over, as the options say; the step resumed at
+  // (-1: none). Nothing in the checkpoint directory changes when it fails.
+  absl::StatusOr<int64_t> PrepareCheckpointDir();
 
   absl::Status CheckDataMatchesModel(const Dataset& data, const Program& program, const std::string& what) const;
   // evaluation.cc; `averaged_weights`: with the moving average (ema_eval_exec).

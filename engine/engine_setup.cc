@@ -7,8 +7,8 @@
 #include <map>
 #include <regex>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
@@ -54,16 +54,21 @@ absl::Status MatchFeatureDType(Dataset& data, const Program& program, const std:
 }
 
 // What a checkpoint must match: the optimizer and every persistent value's name, dtype
-// and model shape.
-std::string Fingerprint(const Program& program, const TrainSpec& spec) {
-  std::string key =
-      spec.optimizer().has_adamw() ? "adamw" : absl::StrCat("sgd", spec.optimizer().sgd().momentum() != 0);
+// and model shape; and, apart, the precision (compute dtype, loss scaling, FP8).
+CheckpointIdentity Identity(const Program& program, const TrainSpec& spec) {
+  const std::string optimizer =
+      spec.optimizer().has_adamw() ? "adamw" : (spec.optimizer().sgd().momentum() != 0 ? "sgd momentum" : "sgd");
+  bool dynamic = false;
+  for (const auto& node : program.graph->nodes()) dynamic = dynamic || node->op == "UpdateLossScale";
+  const LossScalingResult& scaling = program.results.loss_scaling;
+  const std::string precision =
+      absl::StrCat("precision ", absl::AsciiStrToLower(PrecisionSpec::Compute_Name(spec.precision().compute())),
+                   ", loss scaling ", scaling.loss_scale ? (dynamic ? "dynamic" : "static") : "off");
+  std::vector<const Value*> persistent;
   for (const auto& v : program.graph->values()) {
-    // Model shapes, so a padded and an unpadded run can share checkpoints.
-    const Shape& shape = v->logical_shape.empty() ? v->shape : v->logical_shape;
-    if (v->persistent()) key += absl::StrCat("|", v->name, ":", DTypeName(v->dtype), ShapeToString(shape));
+    if (v->persistent()) persistent.push_back(v.get());
   }
-  return absl::StrFormat("%016x", std::hash<std::string>()(key));
+  return MakeCheckpointIdentity(persistent, optimizer, precision);
 }
 
 }  // namespace
@@ -209,7 +214,7 @@ absl::Status Engine::Impl::PrepareBatches() {
     for (int64_t d : RowShape(more.values)) shape.push_back(d);
     more_input_batches.emplace_back(more.values.dtype(), shape);
   }
-  fingerprint = Fingerprint(train_program, spec);
+  checkpoint_identity = Identity(train_program, spec);
   return absl::OkStatus();
 }
 
@@ -244,15 +249,65 @@ void Engine::Impl::SetUpNumerics() {
 }
 
 absl::Status Engine::Impl::ResumeAndOpenMetrics() {
-  bool resumed = false;
-  if (options.resume && !checkpoint_dir.empty() && CheckpointExists(checkpoint_dir)) {
-    MPC_ASSIGN_OR_RETURN(TrainingPosition pos, mpc::LoadCheckpoint(checkpoint_dir, *train_exec, fingerprint));
+  MPC_ASSIGN_OR_RETURN(const int64_t resumed_at, PrepareCheckpointDir());
+  // Resumed: the metrics file keeps the records up to the checkpoint's step, then a
+  // "resume" marker; the interrupted session's later steps are logged again.
+  MPC_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(options.metrics_path, resumed_at));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Engine::Impl::PrepareCheckpointDir() {
+  const bool resume = options.resume || options.resume_if_present;
+  if (options.overwrite_checkpoints && resume) {
+    return absl::InvalidArgumentError(
+        "--overwrite_checkpoints (start over) contradicts --resume / --resume_if_present (continue); pass one");
+  }
+  const CheckpointSpec& cs = spec.checkpoint();
+  if (cs.keep_last() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field checkpoint.keep_last: ", cs.keep_last(),
+                                                   " is negative; keep the newest N checkpoints (N >= 1), 0 for all"));
+  }
+  if (checkpoint_dir.empty()) {
+    if (options.resume) {
+      return absl::InvalidArgumentError(
+          "--resume: no checkpoint directory to resume from; pass --checkpoint_dir DIR or set checkpoint.dir in the "
+          "spec");
+    }
+    return -1;
+  }
+  const CheckpointDirContents contents = InspectCheckpointDir(checkpoint_dir);
+  if (options.resume && !contents.HoldsCheckpoint()) {
+    return absl::NotFoundError(absl::StrCat(
+        "--resume: ", contents.exists ? "there is no checkpoint in " : "the checkpoint directory ", checkpoint_dir,
+        contents.exists ? "" : " does not exist",
+        " (mistyped?); to start a new run drop --resume, or pass --resume_if_present to resume only when a checkpoint "
+        "exists"));
+  }
+  int64_t resumed_at = -1;
+  const bool writes = cs.every_n_steps() > 0 || cs.at_end();
+  if (resume && contents.HoldsCheckpoint()) {
+    MPC_ASSIGN_OR_RETURN(TrainingPosition pos,
+                         mpc::LoadCheckpoint(checkpoint_dir, *train_exec, checkpoint_identity, &notices));
     step = pos.step;
     batches->Seek(pos.epoch, pos.batch_in_epoch);
-    resumed = true;
+    resumed_at = pos.step;
+  } else if (contents.HoldsCheckpoint() && options.overwrite_checkpoints) {
+    MPC_RETURN_IF_ERROR(RemoveCheckpoints(checkpoint_dir, &notices));
+  } else if (contents.HoldsCheckpoint() && writes) {
+    std::vector<std::string> names;
+    for (const auto& [s, name] : contents.steps) names.push_back(name);
+    if (contents.old_format) names.push_back(kOldCheckpointFile);
+    if (names.empty()) names.push_back(kLatestFile);
+    return absl::FailedPreconditionError(
+        absl::StrCat(checkpoint_dir, " already holds checkpoints of a run (", absl::StrJoin(names, ", "),
+                     "); this run would overwrite them: pass --resume to continue that run, --overwrite_checkpoints ",
+                     "to start over (removes them), or choose another --checkpoint_dir"));
+  } else if (options.resume_if_present) {
+    notices.push_back(
+        absl::StrCat("--resume_if_present: no checkpoint in ", checkpoint_dir, " yet; starting at step 0"));
   }
-  MPC_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(options.metrics_path, resumed));
-  return absl::OkStatus();
+  if (contents.exists) MPC_RETURN_IF_ERROR(RemoveStaleTemporaries(checkpoint_dir, &notices));
+  return resumed_at;
 }
 
 // Every model input is fed: the features, and each other one by exactly one npy.inputs

@@ -4,10 +4,15 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
 
 namespace mpc {
 
@@ -32,9 +37,46 @@ std::string JsonEscape(const std::string& s) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path, bool append) {
+namespace {
+
+// The step of a record ("step", or a summary's "steps"); -1 when it has none.
+int64_t RecordStep(const std::string& line) {
+  for (const char* key : {"\"step\":", "\"steps\":"}) {
+    const size_t at = line.find(key);
+    if (at == std::string::npos) continue;
+    int64_t step = 0;
+    const std::string digits = line.substr(at + std::strlen(key), 20);
+    const size_t end = digits.find_first_not_of("0123456789");
+    if (absl::SimpleAtoi(digits.substr(0, end), &step)) return step;
+  }
+  return -1;
+}
+
+// The file's records up to step `resumed_at` and a resume marker, written atomically.
+absl::Status TruncateForResume(const std::string& path, int64_t resumed_at) {
+  std::string kept;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    MPC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    // A last line without its newline was cut by the crash: dropped.
+    if (!text.empty() && text.back() != '\n')
+      text.erase(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+    for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      if (RecordStep(std::string(line)) <= resumed_at) absl::StrAppend(&kept, line, "\n");
+    }
+  }
+  absl::StrAppend(&kept, "{\"kind\":\"resume\",\"step\":", resumed_at, "}\n");
+  absl::Status st = WriteFileAtomically(path, kept);
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("--metrics ", path, ": ", st.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path, int64_t resumed_at) {
   if (path.empty()) return std::unique_ptr<MetricsWriter>(new MetricsWriter(nullptr));
-  std::FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
+  if (resumed_at >= 0) MPC_RETURN_IF_ERROR(TruncateForResume(path, resumed_at));
+  std::FILE* f = std::fopen(path.c_str(), resumed_at >= 0 ? "a" : "w");
   if (!f) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics ", path, ": cannot open for writing: ", std::strerror(errno)));

@@ -1,6 +1,6 @@
 // The --metrics file: JSON Lines, one record per training step ("train"), evaluation
-// ("eval") and a final "summary". Key names are an interface other tools rely on:
-// new keys may be added, these are never renamed.
+// ("eval") and a final "summary"; a resumed run adds {"kind":"resume","step":S}. Key names are an interface other tools
+// rely on: new keys may be added, these are never renamed.
 #pragma once
 
 #include <cstdio>
@@ -14,8 +14,11 @@ namespace mpc {
 
 class MetricsWriter {
  public:
-  // Opens (truncating, or appending when resuming) the file; an empty path writes nothing.
-  static absl::StatusOr<std::unique_ptr<MetricsWriter>> Open(const std::string& path, bool append);
+  // Opens the file, truncating it; an empty path writes nothing. `resumed_at` >= 0: a run
+  // resumed from the checkpoint of that step: the file keeps the records of steps up to
+  // it (those the interrupted run wrote after it are dropped, so they are not there
+  // twice; rewritten atomically), then gets a "resume" record, and is appended to.
+  static absl::StatusOr<std::unique_ptr<MetricsWriter>> Open(const std::string& path, int64_t resumed_at = -1);
   ~MetricsWriter();
 
   void WriteTrain(const StepMetrics& m);

@@ -27,11 +27,15 @@ struct EngineOptions {
   std::string device;          // overrides TrainSpec.device when set ("cpu", "cuda", "auto")
   std::string checkpoint_dir;  // overrides TrainSpec.checkpoint.dir when set
   std::string metrics_path;    // JSON Lines metrics file; empty: none
-  bool resume = false;         // continue from the checkpoint in checkpoint_dir, if any
-  bool profile = false;        // time every kernel; see Engine::Profile()
-  std::string precision;       // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16, fp8
-  std::string loss_scaling;    // overrides TrainSpec.loss_scaling: off, dynamic, static:S
-  int pad_multiple = 0;        // overrides TrainSpec.padding.multiple when > 0 (1 = off)
+  // Checkpoints (docs/training.md "Checkpoints"). A run that would overwrite the
+  // checkpoints in checkpoint_dir stops at Create unless one of these says what to do:
+  bool resume = false;                 // continue from the checkpoint in checkpoint_dir (an error if none)
+  bool resume_if_present = false;      // continue from it if there is one, else start at step 0 (schedulers)
+  bool overwrite_checkpoints = false;  // start over: remove the checkpoints in checkpoint_dir
+  bool profile = false;                // time every kernel; see Engine::Profile()
+  std::string precision;               // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16, fp8
+  std::string loss_scaling;            // overrides TrainSpec.loss_scaling: off, dynamic, static:S
+  int pad_multiple = 0;                // overrides TrainSpec.padding.multiple when > 0 (1 = off)
   // Overrides TrainSpec.numerics: check every op's outputs and stop at the first non-finite
   // one, naming it (a debugging mode: a host copy of every output); and tensor statistics
   // every N steps (StepMetrics::tensor_stats, the metrics file).
@@ -133,9 +137,16 @@ class Engine {
   // Evaluates on the spec's eval data (or the training data when there is none).
   absl::StatusOr<EvalMetrics> Evaluate(Weights weights = Weights::kTrained);
 
-  // Atomic checkpoint write (temp file, fsync, rename) into `dir`; and its inverse.
+  // A checkpoint of the current step into `dir` (DIR/step-NNNNNNNN/, written under a
+  // temporary name and renamed; DIR/latest then names it; the spec's keep_last newest
+  // stay); and loading the one DIR/latest names (every checksum verified first: a bad
+  // checkpoint changes nothing).
   absl::Status SaveCheckpoint(const std::string& dir);
   absl::Status LoadCheckpoint(const std::string& dir);
+  // What Create and LoadCheckpoint did that the user should know: a resume in another
+  // precision (what was re-derived or reset), leftovers of interrupted writes removed,
+  // checkpoints removed by overwrite_checkpoints, a resume_if_present that found nothing.
+  std::vector<std::string> notices() const;
   // The model as ONNX with the trained weights, or with their moving average (spec `ema`;
   // an error when the spec keeps none).
   absl::Status ExportOnnx(const std::string& path, Weights weights = Weights::kTrained);

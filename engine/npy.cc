@@ -261,6 +261,10 @@ absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
 
 absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   MPC_ASSIGN_OR_RETURN(std::string bytes, ReadFileBytes(path));
+  return ParseNpy(bytes, path);
+}
+
+absl::StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& path) {
   if (bytes.compare(0, kMagicLen, kMagic, kMagicLen) != 0) {
     return Bad(path, "not a .npy file (missing the \\x93NUMPY magic); write it with numpy.save");
   }

@@ -64,6 +64,26 @@ absl::Status ValidateData(const DataSource& d, const std::string& path) {
 // A full-match regex over parameter names, compiled once here so a bad one is a spec error.
 absl::Status ValidateNamePattern(const std::string& pattern, const std::string& path) {
   if (pattern.empty()) return FieldError(path, "is empty; give a regex over parameter names, e.g. \".*bias\"");
+  // libstdc++'s std::regex compiles recursively, several stack frames per character of
+  // the pattern: ~20,000 characters overflow the stack (found fuzzing ParseTrainSpec, see
+  // tests/fuzz_regressions/train_spec/). Parameter names are short; so are their patterns.
+  constexpr size_t kMaxPatternLength = 1024;
+  if (pattern.size() > kMaxPatternLength) {
+    return FieldError(path, absl::StrCat("is ", pattern.size(), " characters long; a name pattern may have at most ",
+                                         kMaxPatternLength));
+  }
+  // libstdc++ 12 reads a repetition count ("{n,m}") or a back-reference ("\\n") into a long
+  // without an overflow check: 20 digits are signed overflow (UB; found by tools/fuzz/
+  // train_spec_fuzzer, tests/fuzz_regressions/train_spec/crash-31295ca2...). Bound them.
+  for (size_t i = 0; i < pattern.size();) {
+    size_t end = i;
+    while (end < pattern.size() && absl::ascii_isdigit(static_cast<unsigned char>(pattern[end]))) ++end;
+    if (end - i > 9 && i > 0 && (pattern[i - 1] == '{' || pattern[i - 1] == ',' || pattern[i - 1] == '\\')) {
+      return FieldError(path, absl::StrCat("has a repetition count or back-reference of ", end - i,
+                                           " digits; at most 9 are allowed"));
+    }
+    i = end > i ? end : i + 1;
+  }
   try {
     std::regex re(pattern);
   } catch (const std::regex_error& e) {

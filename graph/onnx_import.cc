@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
+#include "graph/onnx_expand.h"
 #include "graph/op_registry.h"
 #include "graph/ops_tensor.h"
 
@@ -448,6 +449,7 @@ class Importer {
   std::string SupportedOps() const {
     std::vector<std::string> names = OpRegistry::Global().OpNames();
     names.push_back("Constant");
+    for (const std::string& expanded : OnnxExpansionOps()) names.push_back(expanded);
     std::sort(names.begin(), names.end());
     return absl::StrJoin(names, " ");
   }
@@ -484,6 +486,7 @@ class Importer {
         return Define(node.output(0), graph_->AddState(node.output(0), src->data), where);
       }
     }
+    if (!mpc_domain && HasOnnxExpansion(op)) return ImportExpanded(node, name, where);
     MPC_RETURN_IF_ERROR(CheckOpSupported(name, op, mpc_domain, where));
     MPC_ASSIGN_OR_RETURN(std::vector<Value*> inputs, ResolveInputs(node, where));
     MPC_ASSIGN_OR_RETURN(AttrMap attrs, ConvertAttributes(node, where));
@@ -504,6 +507,21 @@ class Importer {
     return AddImportedNode(node, name, std::move(inputs), std::move(attrs), where);
   }
 
+  // An op imported as a small graph of mpc's ops (graph/onnx_expand.h); its output keeps
+  // the ONNX name.
+  absl::Status ImportExpanded(const onnx::NodeProto& node, const std::string& name, const std::string& where) {
+    MPC_ASSIGN_OR_RETURN(std::vector<Value*> inputs, ResolveInputs(node, where));
+    MPC_ASSIGN_OR_RETURN(AttrMap attrs, ConvertAttributes(node, where));
+    auto outputs = ExpandOnnxNode(*graph_, node.op_type(), name, inputs, attrs);
+    if (!outputs.ok()) return WithPrefix(outputs.status(), absl::StrCat(source_, " (opset ", opset_, "): "));
+    if (node.output_size() != 1) return Error(absl::StrCat(where, " must have exactly one output"));
+    Value* out = (*outputs)[0];
+    if (!node.output(0).empty() && !graph_->FindValue(node.output(0))) {
+      MPC_RETURN_IF_ERROR(graph_->RenameValue(out, node.output(0)));
+    }
+    return Define(node.output(0), out, where);
+  }
+
   // Every op the model uses that mpc lacks, in one error (a user re-exporting or asking
   // for ops wants the whole list, not one op per attempt): each op with its node count and
   // first node, in the order the model first uses them.
@@ -520,6 +538,7 @@ class Importer {
       if (!IsOnnxDomain(node.domain()) && !mpc_domain) continue;  // ImportNode names the domain
       if (node.op_type() == "Constant" && !mpc_domain) continue;  // imported as a value
       if (OpRegistry::Global().Find(node.op_type()) != nullptr) continue;
+      if (!mpc_domain && HasOnnxExpansion(node.op_type())) continue;  // graph/onnx_expand.h
       Use& use = missing[node.op_type()];
       if (use.count++ == 0) {
         use.first_node = NodeName(node, i);
@@ -687,6 +706,10 @@ class Importer {
 
 absl::StatusOr<onnx::ModelProto> ReadOnnxModelFile(const std::string& path) {
   MPC_ASSIGN_OR_RETURN(std::string data, ReadFileToString(path));
+  return ParseOnnxModelBytes(data, path);
+}
+
+absl::StatusOr<onnx::ModelProto> ParseOnnxModelBytes(const std::string& data, const std::string& path) {
   if (data.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the file is empty, expected an ONNX model"));
   }
@@ -739,6 +762,12 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& m
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path, const ImportOptions& options) {
   MPC_ASSIGN_OR_RETURN(onnx::ModelProto model, ReadOnnxModelFile(path));
   return ImportOnnxModel(model, options, path);
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxBytes(const std::string& data, const ImportOptions& options,
+                                                       const std::string& source_name) {
+  MPC_ASSIGN_OR_RETURN(onnx::ModelProto model, ParseOnnxModelBytes(data, source_name));
+  return ImportOnnxModel(model, options, source_name);
 }
 
 }  // namespace mpc

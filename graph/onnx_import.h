@@ -35,4 +35,11 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& m
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path, const ImportOptions& options);
 
+// The same from a model's bytes in memory (binary or text protobuf, as a file would hold);
+// errors name `source_name`. ImportOnnxFile is ReadFileToString + this; the fuzz target
+// (tools/fuzz/onnx_import_fuzzer.cc) calls it directly.
+absl::StatusOr<onnx::ModelProto> ParseOnnxModelBytes(const std::string& data, const std::string& source_name);
+absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxBytes(const std::string& data, const ImportOptions& options,
+                                                       const std::string& source_name);
+
 }  // namespace mpc

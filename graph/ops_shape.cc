@@ -39,7 +39,12 @@ Types InferReshape(const Node& n) {
     }
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("Reshape: invalid dimension ", d));
     out[i] = d;
-    known *= d;
+    // Checked: a corrupt target ([2, 2^62, ...]) overflowed int64 here (UB; found by
+    // tools/fuzz/onnx_import_fuzzer, tests/fuzz_regressions/onnx_import/crash-cbfe75bc...).
+    if (__builtin_mul_overflow(known, d, &known)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Reshape: the target shape [", absl::StrJoin(target, ","), "] is too large"));
+    }
   }
   const int64_t total = NumElements(in);
   if (infer_at >= 0) {

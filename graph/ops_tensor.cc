@@ -619,7 +619,8 @@ void RegisterTensorOps(OpRegistry& r) {
   slice_grad.domain = "mpc";
   r.Register(slice_grad);
 
-  for (auto [name, infer] : {std::pair{"Squeeze", InferSqueeze}, std::pair{"Unsqueeze", InferUnsqueeze}}) {
+  // &Infer*: clang deduces pair<..., function type> from a bare function name (g++ decays it).
+  for (auto [name, infer] : {std::pair{"Squeeze", &InferSqueeze}, std::pair{"Unsqueeze", &InferUnsqueeze}}) {
     OpDef d = Def(name, 1, 2, infer, ReshapeBackFirst);
     d.view = true;  // the same bytes with a unit axis removed or added
     r.Register(d);

@@ -11,8 +11,14 @@ metrics=runs/fashion_mlp.metrics.jsonl
 started=$(mktemp)
 trap 'rm -f "$started"' EXIT
 status=0
+# Safe to run again: a new run replaces the previous run's checkpoints, unless the
+# arguments say to resume them (--resume, --resume_if_present).
+checkpoints=--overwrite_checkpoints
+for arg in "$@"; do
+  case "$arg" in --resume* | --overwrite*) checkpoints= ;; esac
+done
 build/mpc-train --spec models/fashion_mlp/fashion_mlp.spec --device auto \
-  --metrics "$metrics" --checkpoint_dir runs/fashion_mlp_checkpoint \
+  --metrics "$metrics" --checkpoint_dir runs/fashion_mlp_checkpoint $checkpoints \
   --export_onnx runs/fashion_mlp.trained.onnx "$@" || status=$?
 # Plotted even when training failed (a diverged run is worth seeing); a failed plot is
 # reported but never changes the exit status, which stays mpc-train's.

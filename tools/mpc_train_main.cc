@@ -23,7 +23,14 @@ ABSL_FLAG(std::string, tensorboard, "",
           "write TensorBoard event files (scalars: train/, eval/, fp8/, stats/) into this directory");
 ABSL_FLAG(std::string, checkpoint_dir, "", "checkpoint directory; overrides the spec's checkpoint.dir");
 ABSL_FLAG(std::string, device, "", "cpu, cuda, or auto (the GPU when available); overrides the spec's device");
-ABSL_FLAG(bool, resume, false, "continue from the checkpoint in the checkpoint directory, if there is one");
+ABSL_FLAG(bool, resume, false,
+          "continue from the newest checkpoint in the checkpoint directory (an error when there is none)");
+ABSL_FLAG(bool, resume_if_present, false,
+          "continue from the newest checkpoint in the checkpoint directory if there is one, else start at step 0 "
+          "(for job schedulers that restart jobs)");
+ABSL_FLAG(bool, overwrite_checkpoints, false,
+          "start over although the checkpoint directory holds checkpoints: removes them (without this, such a run "
+          "stops at start)");
 ABSL_FLAG(std::string, export_onnx, "", "after training, write the model with its trained weights here");
 ABSL_FLAG(std::string, export_ema_onnx, "",
           "after training, write the model with the moving average of its weights here (needs `ema` in the spec)");
@@ -51,7 +58,8 @@ int main(int argc, char** argv) {
       "usage: mpc-train --spec S [--model M] [--metrics FILE] [--tensorboard DIR] [--checkpoint_dir DIR]\n"
       "                 [--device cpu|cuda|auto]\n"
       "                 [--precision f32|tf32|bf16|fp16|fp8] [--loss-scaling off|dynamic|static:S]\n"
-      "                 [--pad-multiple N] [--resume] [--export_onnx FILE] [--export_ema_onnx FILE] [--profile]\n"
+      "                 [--pad-multiple N] [--resume | --resume_if_present | --overwrite_checkpoints]\n"
+      "                 [--export_onnx FILE] [--export_ema_onnx FILE] [--profile]\n"
       "                 [--check-numerics] [--tensor-stats N]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -63,6 +71,8 @@ int main(int argc, char** argv) {
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.device = absl::GetFlag(FLAGS_device);
   options.resume = absl::GetFlag(FLAGS_resume);
+  options.resume_if_present = absl::GetFlag(FLAGS_resume_if_present);
+  options.overwrite_checkpoints = absl::GetFlag(FLAGS_overwrite_checkpoints);
   options.profile = absl::GetFlag(FLAGS_profile);
   options.precision = absl::GetFlag(FLAGS_precision);
   options.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
@@ -74,6 +84,7 @@ int main(int argc, char** argv) {
   auto engine = mpc::Engine::Create(options);
   if (!engine.ok()) return Fail(std::string(engine.status().message()));
   mpc::Engine& e = **engine;
+  for (const std::string& notice : e.notices()) std::printf("mpc-train: note: %s\n", notice.c_str());
   // Asked for before training, so a spec without an average fails now, not after the run.
   const std::string export_ema_path = absl::GetFlag(FLAGS_export_ema_onnx);
   if (!export_ema_path.empty() && !e.keeps_weight_average()) {

@@ -9,9 +9,10 @@ records carry them); the learning rate; the loss scale (log axis) with skipped s
 marked. A panel with nothing to show says so instead of drawing an empty axis.
 
 The record format is engine/metrics.{h,cc}: "kind" is train / eval / summary (other
-kinds, e.g. tensor_stats, are ignored); non-finite numbers are the strings "NaN",
-"Infinity" and "-Infinity". A resumed run appends to the same file and may repeat
-steps after its checkpoint: for each step the later record wins, as it describes the
+kinds, e.g. tensor_stats and a resumed run's "resume" marker, are ignored); non-finite
+numbers are the strings "NaN", "Infinity" and "-Infinity". A resumed run drops the
+records after its checkpoint's step before it goes on; files of older mpc versions
+repeat those steps instead: for each step the later record wins, as it describes the
 run that went on. Runs with Debian's python3 and python3-matplotlib (Agg, no display).
 Exit status 0 when the PNG was written, 1 with a message when the file is missing,
 unreadable or holds no train/eval records.

@@ -1,7 +1,8 @@
 """PyTorch golden data for mpc's "20 training steps of a ResNet match PyTorch" tests.
 
 For one torchvision architecture (resnet18 or resnet50, random init with
-torch.manual_seed(0), 10 classes, zero_init_residual=True), writes into OUT_DIR:
+torch.manual_seed(0), 10 classes, zero_init_residual=True; or mobilenet_v2,
+mobilenet_v3_small, densenet121 with their default init), writes into OUT_DIR:
 
   model.onnx          the initial model, opset 17, exported in training mode without
                       constant folding (batch norm keeps training_mode=1 and its running
@@ -53,9 +54,41 @@ LR, MOMENTUM, WEIGHT_DECAY = 0.001, 0.9, 1e-4
 NUM_CLASSES = 10
 
 
+class ClampSix(nn.Module):
+    """ReLU6 as torch.clamp: the same function and the same ONNX Clip, but with a bf16
+    backward on the CPU (torch 1.13 has no bf16 hardtanh_backward)."""
+
+    def forward(self, x):
+        return torch.clamp(x, 0.0, 6.0)
+
+
+def replace_relu6(module):
+    for name, child in module.named_children():
+        if isinstance(child, nn.ReLU6):
+            setattr(module, name, ClampSix())
+        else:
+            replace_relu6(child)
+
+
 def build_model(arch):
     torch.manual_seed(0)
-    return getattr(torchvision.models, arch)(num_classes=NUM_CLASSES, zero_init_residual=True)
+    if arch.startswith("resnet"):
+        return getattr(torchvision.models, arch)(num_classes=NUM_CLASSES, zero_init_residual=True)
+    # The architectures with ops mpc imports by expansion (graph/onnx_expand.h): ReLU6 as
+    # Clip (mobilenet_v2), HardSwish/HardSigmoid (mobilenet_v3_small), Pad (densenet121).
+    # Their classifiers' Dropout draws different masks in mpc and PyTorch: p = 0 (exported with
+    # ratio 0, the identity in both) so the comparison is of the arithmetic.
+    model = getattr(torchvision.models, arch)(num_classes=NUM_CLASSES)
+    replace_relu6(model)
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+        # MobileNet V2's residual blocks start as the identity, its zero_init_residual: with
+        # the default init and batch 4, PyTorch's own f32 and f64 runs differ by 4% at step 4
+        # (batch norm over few values amplifies rounding, as for the ResNets above).
+        if getattr(m, "use_res_connect", False) and arch == "mobilenet_v2":
+            nn.init.zeros_(m.conv[-1].weight)
+    return model
 
 
 def export_onnx(model, path, image):
@@ -113,7 +146,8 @@ def spec_text(run, steps, batch):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--arch", choices=["resnet18", "resnet50"], required=True)
+    parser.add_argument("--arch", choices=["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "densenet121"],
+                        required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=4)

@@ -298,10 +298,10 @@ TEST(OnnxImport, EveryUnsupportedOpIsListedInOneError) {
   onnx::ModelProto m = EmptyModel(17);
   onnx::GraphProto* g = m.mutable_graph();
   AddTensorInfo(g->mutable_input(), "x", kOnnxFloat, {-1, 8});
-  AddNode(g, "Clip", "relu6_a", {"x"}, {"a"});
+  AddNode(g, "Softplus", "softplus_a", {"x"}, {"a"});
   AddNode(g, "Relu", "", {"a"}, {"b"});
-  AddNode(g, "HardSwish", "hswish", {"b"}, {"c"});
-  AddNode(g, "Clip", "relu6_b", {"c"}, {"y"});
+  AddNode(g, "Selu", "selu", {"b"}, {"c"});
+  AddNode(g, "Softplus", "softplus_b", {"c"}, {"y"});
   AddTensorInfo(g->mutable_output(), "y", kOnnxFloat, {-1, 8});
   auto graph = ImportOnnxModel(m, Batch(2), "mobile.onnx");
   ASSERT_FALSE(graph.ok());
@@ -309,10 +309,10 @@ TEST(OnnxImport, EveryUnsupportedOpIsListedInOneError) {
   const std::string msg(graph.status().message());
   EXPECT_TRUE(HasText(msg, "mobile.onnx")) << msg;
   EXPECT_TRUE(HasText(msg, "2 ops")) << msg;
-  EXPECT_TRUE(HasText(msg, "'Clip' (2 nodes, first 'relu6_a')")) << msg;
-  EXPECT_TRUE(HasText(msg, "'HardSwish' (1 node: 'hswish')")) << msg;
-  EXPECT_FALSE(HasText(msg, "'Relu' (")) << msg;                  // supported ops are not among the missing
-  EXPECT_LT(msg.find("'Clip'"), msg.find("'HardSwish'")) << msg;  // in the order of first use
+  EXPECT_TRUE(HasText(msg, "'Softplus' (2 nodes, first 'softplus_a')")) << msg;
+  EXPECT_TRUE(HasText(msg, "'Selu' (1 node: 'selu')")) << msg;
+  EXPECT_FALSE(HasText(msg, "'Relu' (")) << msg;                 // supported ops are not among the missing
+  EXPECT_LT(msg.find("'Softplus'"), msg.find("'Selu'")) << msg;  // in the order of first use
 }
 
 TEST(OnnxImport, OldOpsetRejectedWithFix) {

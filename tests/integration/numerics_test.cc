@@ -52,7 +52,8 @@ class NumericsTest : public ::testing::Test {
   }
 
   testing::CommandResult Train(const std::string& spec, const std::string& flags) {
-    return testing::RunCommand(absl::StrCat(MPC_TRAIN_BIN, " --spec ", spec, " --metrics ", dir_, "/m.jsonl ", flags));
+    return testing::RunCommand(
+        absl::StrCat(MPC_TRAIN_BIN, " --spec ", spec, " --metrics ", dir_, "/m.jsonl --overwrite_checkpoints ", flags));
   }
 
   // The golden features with one value replaced.
@@ -105,7 +106,7 @@ TEST_F(NumericsTest, DivergingRunStopsAndKeepsOnlyAGoodCheckpoint) {
     EXPECT_TRUE(Contains(metrics, "\"stopped\":")) << metrics;
     EXPECT_FALSE(Contains(metrics, "null")) << metrics;
     // Whatever checkpoint is there loads and holds finite weights from before step 200.
-    if (std::filesystem::exists(dir_ + "/ckpt/checkpoint.pb")) {
+    if (std::filesystem::exists(dir_ + "/ckpt/latest")) {
       EngineOptions options;
       options.spec_path = spec;
       options.precision = precision;

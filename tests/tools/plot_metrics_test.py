@@ -40,6 +40,9 @@ def synthetic_run():
             records.append({"kind": "eval", "step": step, "epoch": step // 10 - 1, "loss": 0.9 / step,
                             "accuracy": 0.55 + step / 100, "examples": 100, "weights": "ema"})
     # The resume: steps 21 and 22 again (different losses) and onwards; step 25 skipped too.
+    # (An older mpc appended like this; today's rewrites the file to step 20 and writes the
+    # "resume" marker, which the plot ignores.)
+    records.append({"kind": "resume", "step": 20})
     for step in range(21, 31):
         records.append(train(step, 0.05, 32768.0 if step < 25 else 16384.0, skipped=step == 25))
         if step == 30:

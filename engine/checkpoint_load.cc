@@ -1,0 +1,283 @@
+// Checkpoint loading (see checkpoint.h): which checkpoint (DIR/latest), the manifest,
+// the identity checks with errors naming the difference, every size and checksum
+// verified, and only then the tensors written into the executor. Another precision
+// loads the precision-independent tensors and re-derives or resets the rest.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/crc32c.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
+#include "engine/checkpoint.h"
+#include "engine/checkpoint_format.h"
+
+namespace mpc {
+namespace fs = std::filesystem;
+namespace {
+
+std::string Describe(const std::string& dtype, const Shape& shape) { return dtype + ShapeToString(shape); }
+
+std::string StepNames(const CheckpointDirContents& contents) {
+  std::vector<std::string> names;
+  for (const auto& [step, name] : contents.steps) names.push_back(name);
+  return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
+// The checkpoint directory to load: the one DIR/latest names (or the newest complete one
+// when `latest` is missing, e.g. a crash between the rename and its update).
+absl::StatusOr<std::string> ResolveLatest(const std::string& dir, std::vector<std::string>* notices) {
+  const CheckpointDirContents contents = InspectCheckpointDir(dir);
+  if (!contents.exists) {
+    return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " does not exist"));
+  }
+  if (contents.has_latest) {
+    const std::string latest = (fs::path(dir) / kLatestFile).string();
+    MPC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(latest));
+    const std::string name(absl::StripAsciiWhitespace(text));
+    int64_t step = 0;
+    if (name.empty() || !ParseStepDirName(name, &step)) {
+      return absl::DataLossError(absl::StrCat(
+          latest, text.empty() ? " is empty (0 bytes)" : " does not name a checkpoint ('" + name.substr(0, 40) + "')",
+          "; write the name of a checkpoint in ", dir, " into it (available: ", StepNames(contents), ")"));
+    }
+    const std::string path = (fs::path(dir) / name).string();
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) {
+      return absl::NotFoundError(absl::StrCat(latest, " names ", name, ", which does not exist; write the name of a ",
+                                              "checkpoint in ", dir, " into it (available: ", StepNames(contents),
+                                              ")"));
+    }
+    return path;
+  }
+  for (auto it = contents.steps.rbegin(); it != contents.steps.rend(); ++it) {
+    std::error_code ec;
+    if (!fs::exists(fs::path(dir) / it->second / kManifestFile, ec)) continue;
+    if (notices) {
+      notices->push_back(
+          absl::StrCat(dir, "/", kLatestFile, " is missing; loading the newest complete checkpoint, ", it->second));
+    }
+    return (fs::path(dir) / it->second).string();
+  }
+  if (contents.old_format) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, "/", kOldCheckpointFile, " is a checkpoint in the old single-file format (format 1), which this mpc ",
+        "does not read; finish that run with the mpc that wrote it, or start over with --overwrite_checkpoints"));
+  }
+  return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir));
+}
+
+// Model and optimizer: the same, or an error naming what differs.
+absl::Status CheckModel(const CheckpointManifest& m, const std::vector<const Value*>& values,
+                        const CheckpointIdentity& identity, const std::string& where) {
+  if (m.optimizer() != identity.optimizer) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": written for a different optimizer: the checkpoint has optimizer state for '", m.optimizer(),
+        "', this spec trains with '", identity.optimizer, "'; use the checkpoint's optimizer, another checkpoint_dir, ",
+        "or --overwrite_checkpoints to start over"));
+  }
+  if (m.model_fingerprint() == identity.model_fingerprint) return absl::OkStatus();
+  std::map<std::string, std::string> in_checkpoint, in_model;
+  for (const CheckpointTensor& t : m.tensors()) {
+    if (!t.precision_state()) in_checkpoint[t.name()] = Describe(t.dtype(), Shape(t.shape().begin(), t.shape().end()));
+  }
+  for (const Value* v : values) {
+    if (!IsPrecisionState(v->name)) in_model[v->name] = Describe(DTypeName(v->dtype), ModelShape(*v));
+  }
+  std::vector<std::string> diffs;
+  for (const auto& [name, desc] : in_model) {
+    auto it = in_checkpoint.find(name);
+    if (it == in_checkpoint.end()) {
+      diffs.push_back(absl::StrCat("the model's '", name, "' ", desc, " is not in the checkpoint"));
+    } else if (it->second != desc) {
+      diffs.push_back(absl::StrCat("'", name, "' is ", it->second, " in the checkpoint but ", desc, " in the model"));
+    }
+  }
+  for (const auto& [name, desc] : in_checkpoint) {
+    if (!in_model.count(name))
+      diffs.push_back(absl::StrCat("the checkpoint's '", name, "' ", desc, " is not in the model"));
+  }
+  if (diffs.empty()) diffs.push_back("the tensors' order differs");
+  const size_t shown = std::min<size_t>(diffs.size(), 4);
+  return absl::FailedPreconditionError(
+      absl::StrCat(where, ": written for a different model: ",
+                   absl::StrJoin(std::vector<std::string>(diffs.begin(), diffs.begin() + shown), "; "),
+                   diffs.size() > shown ? absl::StrCat(" (and ", diffs.size() - shown, " more)") : "",
+                   "; use another checkpoint_dir or --overwrite_checkpoints to start over"));
+}
+
+// Every tensor's bytes against its size and CRC-32C, read in pieces.
+absl::Status VerifyData(const CheckpointManifest& m, const std::string& data_path, const std::string& where) {
+  std::error_code ec;
+  const auto size = fs::file_size(data_path, ec);
+  if (ec) {
+    return absl::DataLossError(
+        absl::StrCat(data_path, ": missing (", ec.message(), "); the checkpoint is incomplete: ", where));
+  }
+  if (static_cast<int64_t>(size) != m.data_bytes()) {
+    return absl::DataLossError(
+        absl::StrCat(data_path, size == 0 ? ": empty (0 bytes)" : absl::StrCat(": ", size, " bytes"),
+                     " but the manifest says ", m.data_bytes(),
+                     static_cast<int64_t>(size) < m.data_bytes() ? ": the file is truncated" : ": the file is corrupt",
+                     "; resume from an older checkpoint or start over with --overwrite_checkpoints"));
+  }
+  std::ifstream in(data_path, std::ios::binary);
+  if (!in) return absl::PermissionDeniedError(absl::StrCat(data_path, ": cannot open"));
+  std::vector<char> buffer(1 << 20);
+  for (const CheckpointTensor& t : m.tensors()) {
+    if (t.offset() < 0 || t.size_bytes() < 0 || t.offset() + t.size_bytes() > m.data_bytes()) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": tensor '", t.name(), "' lies outside ", kDataFile, " (corrupt manifest)"));
+    }
+    in.seekg(t.offset());
+    uint32_t crc = 0;
+    for (int64_t left = t.size_bytes(); left > 0;) {
+      const int64_t n = std::min<int64_t>(left, static_cast<int64_t>(buffer.size()));
+      if (!in.read(buffer.data(), n)) return absl::DataLossError(absl::StrCat(data_path, ": read failed"));
+      crc = Crc32cExtend(crc, buffer.data(), static_cast<size_t>(n));
+      left -= n;
+    }
+    if (crc != t.crc32c()) {
+      return absl::DataLossError(absl::StrCat(data_path, ": checksum mismatch at tensor '", t.name(), "' (bytes ",
+                                              t.offset(), "..", t.offset() + t.size_bytes(), "): the checkpoint is ",
+                                              "corrupt; resume from an older checkpoint (write its name into the ",
+                                              "directory's `latest` file) or start over with --overwrite_checkpoints"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "the loss scale and its growth tracker (to their initial values); the FP8 scaling
+// state (amax history, scales) of 3 tensors (...)"; other names listed as they are.
+std::string DescribeReset(const std::vector<std::string>& names, bool reset = true) {
+  std::vector<std::string> parts, fp8, other;
+  bool loss_scale = false;
+  for (const std::string& n : names) {
+    if (n == "loss_scale" || n == "loss_scale_growth_tracker") {
+      loss_scale = true;
+    } else if (const size_t at = n.find(".fp8_"); at != std::string::npos) {
+      if (std::find(fp8.begin(), fp8.end(), n.substr(0, at)) == fp8.end()) fp8.push_back(n.substr(0, at));
+    } else {
+      other.push_back(n);
+    }
+  }
+  if (loss_scale) {
+    parts.push_back(absl::StrCat("the loss scale and its growth tracker", reset ? " (to their initial values)" : ""));
+  }
+  if (!fp8.empty()) {
+    parts.push_back(absl::StrCat("the FP8 scaling state (amax history, scales) of ", fp8.size(), " tensor",
+                                 fp8.size() == 1 ? "" : "s", " (", absl::StrJoin(fp8, ", "), ")"));
+  }
+  if (!other.empty()) parts.push_back(absl::StrJoin(other, ", "));
+  return absl::StrJoin(parts, "; ");
+}
+
+absl::StatusOr<Tensor> ReadTensor(std::ifstream& in, const CheckpointTensor& t, DType dtype) {
+  Tensor out(dtype, Shape(t.shape().begin(), t.shape().end()));
+  in.seekg(t.offset());
+  if (!in.read(static_cast<char*>(out.raw()), static_cast<std::streamsize>(out.bytes()))) {
+    return absl::DataLossError(absl::StrCat("tensor '", t.name(), "': read failed"));
+  }
+  if (Crc32cExtend(0, out.raw(), out.bytes()) != t.crc32c()) {  // changed since it was verified
+    return absl::DataLossError(
+        absl::StrCat("tensor '", t.name(), "': checksum mismatch (the file changed while loading)"));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor& executor,
+                                                const CheckpointIdentity& identity, std::vector<std::string>* notices) {
+  MPC_ASSIGN_OR_RETURN(const std::string ckpt, ResolveLatest(dir, notices));
+  const std::string manifest_path = (fs::path(ckpt) / kManifestFile).string();
+  std::error_code ec;
+  if (!fs::exists(manifest_path, ec)) {
+    return absl::DataLossError(absl::StrCat(ckpt, ": missing manifest (", kManifestFile, "): the checkpoint is ",
+                                            "incomplete; resume from an older checkpoint or start over with ",
+                                            "--overwrite_checkpoints"));
+  }
+  MPC_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(manifest_path));
+  MPC_ASSIGN_OR_RETURN(const CheckpointManifest m, DecodeManifest(bytes, manifest_path));
+  const std::vector<const Value*> values = executor.PersistentValues();
+  MPC_RETURN_IF_ERROR(CheckModel(m, values, identity, ckpt));
+  const bool same_precision = m.precision_fingerprint() == identity.precision_fingerprint;
+  // Every tensor verified before anything is written: a bad checkpoint leaves the state as it was.
+  const std::string data_path = (fs::path(ckpt) / m.data_file()).string();
+  MPC_RETURN_IF_ERROR(VerifyData(m, data_path, ckpt));
+  std::map<std::string, const CheckpointTensor*> by_name;
+  for (const CheckpointTensor& t : m.tensors()) by_name[t.name()] = &t;
+  struct Load {
+    const Value* value;
+    const CheckpointTensor* entry;
+    DType dtype;
+  };
+  std::vector<Load> loads;
+  std::vector<std::string> recomputed, reset;
+  for (const Value* v : values) {
+    auto it = by_name.find(v->name);
+    const bool precision = IsPrecisionState(v->name);
+    if (precision && !same_precision) {
+      (absl::EndsWith(v->name, ".lowp") ? recomputed : reset).push_back(v->name);
+      continue;
+    }
+    if (it == by_name.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(ckpt, ": has no tensor '", v->name, "' (", m.precision(), "); the checkpoint is inconsistent"));
+    }
+    const CheckpointTensor& t = *it->second;
+    MPC_ASSIGN_OR_RETURN(DType dtype, DTypeFromName(t.dtype()));
+    const Shape shape(t.shape().begin(), t.shape().end());
+    if (dtype != v->dtype || shape != ModelShape(*v) ||
+        t.size_bytes() != static_cast<int64_t>(NumElements(shape) * DTypeSize(dtype))) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(ckpt, ": tensor '", v->name, "' is ", Describe(t.dtype(), shape), " (", t.size_bytes(),
+                       " bytes) but the model has ", Describe(DTypeName(v->dtype), ModelShape(*v))));
+    }
+    loads.push_back({v, &t, dtype});
+  }
+  std::ifstream in(data_path, std::ios::binary);
+  for (const Load& load : loads) {
+    MPC_ASSIGN_OR_RETURN(Tensor t, ReadTensor(in, *load.entry, load.dtype));
+    if (!load.value->logical_shape.empty()) t = t.PaddedTo(load.value->shape);  // the padded layout, zeros outside
+    MPC_RETURN_IF_ERROR(executor.WritePersistent(load.value->name, t));
+  }
+  // Another precision: the low-precision copies follow the master weights written above
+  // (Executor::WritePersistent); the loss scale and the FP8 state restart from their
+  // initial values.
+  if (!same_precision) {
+    for (const Value* v : values) {
+      if (IsPrecisionState(v->name) && !absl::EndsWith(v->name, ".lowp")) {
+        MPC_RETURN_IF_ERROR(executor.WritePersistent(v->name, v->data));
+      }
+    }
+    std::string notice = absl::StrCat("resumed ", ckpt, " (written with ", m.precision(), ") with ", identity.precision,
+                                      ": carried the FP32 master weights and optimizer state");
+    if (!recomputed.empty()) {
+      absl::StrAppend(&notice, "; recomputed from the master weights: ", absl::StrJoin(recomputed, ", "));
+    }
+    if (!reset.empty()) absl::StrAppend(&notice, "; reset: ", DescribeReset(reset));
+    std::vector<std::string> unused;
+    for (const CheckpointTensor& t : m.tensors()) {
+      if (t.precision_state()) unused.push_back(t.name());
+    }
+    if (!unused.empty()) {
+      absl::StrAppend(
+          &notice, "; not used (the checkpoint's precision-specific state): ", DescribeReset(unused, /*reset=*/false));
+    }
+    if (notices) notices->push_back(notice);
+  }
+  TrainingPosition pos;
+  pos.step = m.step();
+  pos.epoch = m.epoch();
+  pos.batch_in_epoch = m.batch_in_epoch();
+  pos.seed = m.seed();
+  return pos;
+}
+
+}  // namespace mpc
