@@ -3,12 +3,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "graph/op_registry.h"
 
 namespace mpc {
 namespace {
 
+// The node that writes a weight in place: by the time this pass runs, the only node with
+// side effects (OpDef::has_side_effects) reading a trained parameter is its update, plain or
+// fused, whatever the optimizer.
 bool WritesParameter(const Node& n) {
-  return n.op == "SgdUpdate" || n.op == "AdamWUpdate" || n.op == "MultiSgdUpdate" || n.op == "MultiAdamWUpdate";
+  const OpDef* def = OpRegistry::Global().Find(n.op);
+  return def != nullptr && def->has_side_effects;
 }
 
 }  // namespace
@@ -28,7 +33,9 @@ absl::StatusOr<bool> EmaPass::Run(Graph& g) {
     }
     Node* writer = nullptr;
     for (Node* reader : param->consumers) {
-      if (WritesParameter(*reader)) writer = reader;
+      if (!WritesParameter(*reader)) continue;
+      if (writer) return absl::InternalError(absl::StrCat("ema: two nodes write parameter '", u.param, "'"));
+      writer = reader;
     }
     if (!writer) return absl::InternalError(absl::StrCat("ema: no update writes parameter '", u.param, "'"));
     Value* average = g.AddState(param->name + ".ema", param->data);

@@ -1,9 +1,12 @@
-// Golden-spec rewriting and state snapshots for integration tests (see golden_spec_util.h).
+// Golden-spec rewriting, golden weight comparison and state snapshots for integration tests
+// (see golden_spec_util.h).
 #include "tests/integration/golden_spec_util.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
 #include "tests/test_util.h"
 
 namespace mpc::testing {
@@ -19,6 +22,14 @@ std::string WriteGoldenSpec(const std::string& run, const std::string& extra, co
   const std::string path = dir + "/" + file_name;
   std::ofstream(path) << text << "\n" << extra << "\n";
   return path;
+}
+
+void ExpectMatchesGoldenF32(const std::vector<float>& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(static_cast<int64_t>(got.size()), want.num_elements()) << what;
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    const double w = want.GetAsDouble(i), g = got[i];
+    ASSERT_LE(std::abs(g - w), 1e-4 * std::abs(w) + 1e-6) << what << "[" << i << "]";
+  }
 }
 
 std::map<std::string, std::vector<float>> SnapshotState(const Engine& engine) {

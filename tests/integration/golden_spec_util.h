@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/mpc.h"
+#include "graph/tensor.h"
 
 namespace mpc::testing {
 
@@ -14,6 +15,11 @@ namespace mpc::testing {
 // `extra` spec text appended; returns its path. `model` replaces the golden model path.
 std::string WriteGoldenSpec(const std::string& run, const std::string& extra, const std::string& dir,
                             const std::string& file_name, const std::string& model = "");
+
+// A trained f32 parameter against PyTorch's (a tests/golden/*_final/*.npy): each element
+// within 1e-4 relative with a 1e-6 absolute floor (elements near zero differ by float
+// rounding only; tests/golden/README.md). `what` names it in failures.
+void ExpectMatchesGoldenF32(const std::vector<float>& got, const Tensor& want, const std::string& what);
 
 // Every parameter and state tensor of an engine, by name (model shaped).
 std::map<std::string, std::vector<float>> SnapshotState(const Engine& engine);

@@ -12,6 +12,7 @@
 #include "engine/program.h"
 #include "engine/spec.h"
 #include "gtest/gtest.h"
+#include "tests/integration/golden_spec_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -41,11 +42,7 @@ TEST_P(ParamGroupsGoldenTest, MatchesTorchParamGroupsAndKeepsFrozenWeightsExact)
     ASSERT_TRUE(want.ok()) << want.status();
     auto got = (*engine)->GetParameter(name);
     ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(static_cast<int64_t>(got->size()), want->num_elements()) << name;
-    for (int64_t i = 0; i < want->num_elements(); ++i) {
-      const double w = want->GetAsDouble(i), g = (*got)[i];
-      ASSERT_LE(std::abs(g - w), 1e-4 * std::abs(w) + 1e-6) << run << " " << name << "[" << i << "]";
-    }
+    testing::ExpectMatchesGoldenF32(*got, *want, run + " " + name);
   }
   for (const std::string& state : (*engine)->StateNames()) {
     EXPECT_NE(state.rfind("0.weight.", 0), 0u) << "optimizer state for the frozen weight: " << state;

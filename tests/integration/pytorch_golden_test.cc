@@ -9,6 +9,7 @@
 #include "engine/dataset.h"
 #include "engine/mpc.h"
 #include "gtest/gtest.h"
+#include "tests/integration/golden_spec_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -54,10 +55,7 @@ TEST_P(PyTorchGoldenTest, TwentyStepsMatchPerStepAndFinalWeights) {
       EXPECT_LT(testing::RelativeError(mine, *want), bound) << run << " " << name;
       continue;
     }
-    for (int64_t i = 0; i < want->num_elements(); ++i) {
-      const double w = want->GetAsDouble(i), g = (*got)[i];
-      ASSERT_LE(std::abs(g - w), 1e-4 * std::abs(w) + 1e-6) << run << " " << name << "[" << i << "]";
-    }
+    testing::ExpectMatchesGoldenF32(*got, *want, run + " " + name);
   }
 }
 
