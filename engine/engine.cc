@@ -5,6 +5,7 @@
 // engine_setup.cc, evaluation in evaluation.cc.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -36,14 +37,43 @@ bool Engine::Impl::AtEpochEnd() const {
          batches->batches_per_epoch() - batches->batch_in_epoch() < MicroBatchesPerStep();
 }
 
+absl::Status Engine::Impl::CheckUsable() const {
+  if (failed_step.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the engine is in an undefined state: step ", step + 1, " failed midway (", failed_step,
+      ") and may have updated part of the parameters; LoadCheckpoint(dir) to restore a saved state, or create a new "
+      "Engine"));
+}
+
 absl::StatusOr<StepMetrics> Engine::Step() {
   Impl& m = *impl_;
+  MPC_RETURN_IF_ERROR(m.CheckUsable());
+  if (!m.has_train_data) {
+    return absl::FailedPreconditionError(
+        "Step(): the spec has no train_data to draw a batch from; pass the batch, Step(batch), or add train_data");
+  }
+  if (m.MicroBatchesPerStep() > 1 && m.AtEpochEnd() && m.batches->batch_in_epoch() != 0) {
+    m.batches->Seek(m.batches->epoch() + 1, 0);
+  }
+  const Program& p = m.train_program;
+  return m.RunStep([&m, &p](int64_t) -> absl::Status {
+    m.batches->Next(&m.feature_batch, &m.label_batch, &m.more_input_batches);
+    MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.features_input, m.feature_batch));
+    MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.labels_input, m.label_batch));
+    for (size_t i = 0; i < m.more_input_batches.size(); ++i) {
+      MPC_RETURN_IF_ERROR(m.train_exec->SetInput(m.train_data.more_inputs[i].input, m.more_input_batches[i]));
+    }
+    return absl::OkStatus();
+  });
+}
+
+namespace {
+
+// The step itself (Engine::Impl::RunStep's body).
+absl::StatusOr<StepMetrics> TakeStep(Engine::Impl& m, const std::function<absl::Status(int64_t micro)>& feed) {
   const Program& p = m.train_program;
   const GradAccumulationResult& accumulation = p.results.grad_accumulation;
   const int64_t micro_batches = m.MicroBatchesPerStep();
-  if (micro_batches > 1 && m.AtEpochEnd() && m.batches->batch_in_epoch() != 0) {
-    m.batches->Seek(m.batches->epoch() + 1, 0);
-  }
   StepMetrics out;
   out.epoch = m.last_epoch = m.batches->epoch();
   out.lr = LearningRateAt(m.spec, m.step, m.total_steps);
@@ -63,21 +93,18 @@ absl::StatusOr<StepMetrics> Engine::Step() {
   double loss_sum = 0;
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     const bool last = micro == micro_batches - 1;
-    m.batches->Next(&m.feature_batch, &m.label_batch, &m.more_input_batches);
-    MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.features_input, m.feature_batch));
-    MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.labels_input, m.label_batch));
-    for (size_t i = 0; i < m.more_input_batches.size(); ++i) {
-      MPC_RETURN_IF_ERROR(m.train_exec->SetInput(m.train_data.more_inputs[i].input, m.more_input_batches[i]));
-    }
+    MPC_RETURN_IF_ERROR(feed(micro));
     if (micro_batches > 1) {
       MPC_RETURN_IF_ERROR(m.train_exec->SetInput(accumulation.first->name, Tensor::Scalar(micro == 0 ? 1.0f : 0.0f)));
       MPC_RETURN_IF_ERROR(m.train_exec->SetInput(accumulation.hold->name, Tensor::Scalar(last ? 0.0f : 1.0f)));
     }
-    if (m.numerics) {
-      const bool observe = last && (numerics.check_every_op() || stats);
-      if (observe) m.numerics->BeginStep(m.step + 1, numerics.check_every_op(), stats);
-      m.train_exec->SetObserver(observe ? m.numerics.get() : nullptr);
+    StepObserver* observer = nullptr;
+    if (m.numerics && last && (numerics.check_every_op() || stats)) {
+      m.numerics->BeginStep(m.step + 1, numerics.check_every_op(), stats);
+      observer = m.numerics.get();
     }
+    if (m.step_observer && last) observer = m.step_observer;
+    m.train_exec->SetObserver(observer);
     // Each micro-batch draws its own dropout masks; the step index (which fault injection
     // keys on) is the optimizer step's.
     const uint64_t seed = m.spec.seed() + static_cast<uint64_t>(micro) * 0x9E3779B97F4A7C15ull;
@@ -110,6 +137,16 @@ absl::StatusOr<StepMetrics> Engine::Step() {
     out.fp8[t + ".scale"] = scale.GetAsDouble(0);
   }
   out.step = ++m.step;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<StepMetrics> Engine::Impl::RunStep(const std::function<absl::Status(int64_t micro)>& feed) {
+  // Anything that fails from here on may have run part of the step (an optimizer update of
+  // some parameters but not others): the state is undefined until a checkpoint restores it.
+  absl::StatusOr<StepMetrics> out = TakeStep(*this, feed);
+  if (!out.ok()) failed_step = std::string(out.status().message());
   return out;
 }
 
@@ -172,6 +209,7 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
 
 absl::Status Engine::SaveCheckpoint(const std::string& dir) {
   Impl& m = *impl_;
+  MPC_RETURN_IF_ERROR(m.CheckUsable());  // never a checkpoint of a half-updated state
   TrainingPosition pos{m.step, m.batches->epoch(), m.batches->batch_in_epoch(), m.spec.seed()};
   return mpc::SaveCheckpoint(dir, *m.train_exec, pos, m.checkpoint_identity, m.spec.checkpoint().keep_last()).status();
 }
@@ -182,6 +220,7 @@ absl::Status Engine::LoadCheckpoint(const std::string& dir) {
                        mpc::LoadCheckpoint(dir, *m.train_exec, m.checkpoint_identity, &m.notices));
   m.step = pos.step;
   m.batches->Seek(pos.epoch, pos.batch_in_epoch);
+  m.failed_step.clear();  // every persistent value is the checkpoint's again
   return absl::OkStatus();
 }
 
@@ -203,7 +242,9 @@ absl::Status Engine::ExportOnnx(const std::string& path, Weights weights) {
   // model's own state (batch-norm running statistics) swapped in.
   ImportOptions import;
   import.batch_size = m.spec.batch_size();
-  MPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportOnnxFile(m.model_path, import));
+  MPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, m.model_bytes.empty()
+                                                         ? ImportOnnxFile(m.model_path, import)
+                                                         : ImportOnnxBytes(m.model_bytes, import, m.model_path));
   for (ValueKind kind : {ValueKind::kParameter, ValueKind::kState}) {
     for (Value* p : graph->ValuesOfKind(kind)) {
       auto it = source.find(p->name);
@@ -246,6 +287,7 @@ absl::StatusOr<std::vector<float>> Engine::GetParameter(const std::string& name)
 }
 
 int64_t Engine::step() const { return impl_->step; }
+int64_t Engine::skipped_steps() const { return impl_->skipped_steps; }
 std::vector<std::string> Engine::notices() const { return impl_->notices; }
 int64_t Engine::total_steps() const { return impl_->total_steps; }
 int64_t Engine::log_every_n_steps() const { return impl_->spec.log_every_n_steps(); }

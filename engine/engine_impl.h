@@ -3,6 +3,7 @@
 // checkpoints, export) and evaluation.cc (evaluation passes over the data).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "backends/backend.h"
 #include "engine/checkpoint.h"
 #include "engine/dataset.h"
+#include "engine/evaluation.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
 #include "engine/mpc.h"
@@ -25,6 +27,7 @@ struct Engine::Impl {
   TrainSpec spec;
   std::string spec_dir;
   std::string model_path;
+  std::string model_bytes;  // EngineOptions::model_bytes: the model comes from memory (model_path names it)
   std::string checkpoint_dir;
   std::unique_ptr<Backend> backend;
   Program train_program, eval_program;
@@ -34,7 +37,9 @@ struct Engine::Impl {
   Program ema_eval_program;
   std::unique_ptr<Executor> ema_eval_exec;
   Dataset train_data, eval_data;
+  bool has_train_data = true;  // false: a spec without train_data, fed only by Step(batch)
   bool has_eval_data = false;
+  Shape label_row;  // one example's labels without the batch axis (ProgramOptions::label_row)
   std::unique_ptr<BatchIterator> batches;
   Tensor feature_batch, label_batch;
   std::vector<Tensor> more_input_batches;  // one per train_data.more_inputs
@@ -50,6 +55,12 @@ struct Engine::Impl {
   std::unique_ptr<NumericsObserver> numerics;  // --check-numerics / --tensor-stats; null when off
   NumericsGuard guard;                         // when the run stops on non-finite numbers
   double loss_scale_after = 1;                 // the loss scale the next step uses (dynamic scaling changes it)
+  // Sees every node of the next steps' last micro-batch while set (Engine::Parity's
+  // capture); it takes the place of `numerics` there.
+  StepObserver* step_observer = nullptr;
+  // Why a step failed after it started running ("" while none has): the training state is
+  // then undefined and Step refuses until LoadCheckpoint restores one.
+  std::string failed_step;
 
   // Setup, in the order Engine::Create runs it (engine_setup.cc).
   absl::Status ResolveSpec(const EngineOptions& options);
@@ -64,9 +75,17 @@ struct Engine::Impl {
   // (-1: none). Nothing in the checkpoint directory changes when it fails.
   absl::StatusOr<int64_t> PrepareCheckpointDir();
 
+  // One optimizer step; `feed(micro)` sets the inputs of its micro-batch `micro` (the batch
+  // iterator's, or the caller's, engine_batches.cc). An error marks failed_step.
+  absl::StatusOr<StepMetrics> RunStep(const std::function<absl::Status(int64_t micro)>& feed);
+  // FailedPrecondition once a step has failed midway (failed_step).
+  absl::Status CheckUsable() const;
+
   absl::Status CheckDataMatchesModel(const Dataset& data, const Program& program, const std::string& what) const;
   // evaluation.cc; `averaged_weights`: with the moving average (ema_eval_exec).
   absl::StatusOr<EvalMetrics> RunEval(bool averaged_weights = false);
+  // How evaluation scores logits against labels of this row shape (the spec's loss).
+  EvalScorer::Options ScorerOptions(const Shape& label_row) const;
   // Gradient accumulation: micro-batches per optimizer step (1 without), and whether the
   // batch position is at an epoch's end (no room left for a whole step).
   int64_t MicroBatchesPerStep() const;

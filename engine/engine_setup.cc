@@ -71,12 +71,27 @@ CheckpointIdentity Identity(const Program& program, const TrainSpec& spec) {
   return MakeCheckpointIdentity(persistent, optimizer, precision);
 }
 
+// The spec from EngineOptions::spec_path or spec_text (exactly one), not yet overridden.
+absl::StatusOr<TrainSpec> ReadSpec(const EngineOptions& options) {
+  const bool require_train_data = !options.external_batches;
+  if (!options.spec_path.empty() && !options.spec_text.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EngineOptions: both spec_path (", options.spec_path, ") and spec_text are set; set exactly one"));
+  }
+  if (!options.spec_text.empty()) return ParseTrainSpec(options.spec_text, "spec_text", require_train_data);
+  if (options.spec_path.empty()) {
+    return absl::InvalidArgumentError(
+        "no training spec given: set EngineOptions::spec_path (--spec FILE) or EngineOptions::spec_text");
+  }
+  return LoadTrainSpec(options.spec_path, require_train_data);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   std::string device = options.device;
   if (device.empty()) {
-    auto spec = LoadTrainSpec(options.spec_path);
+    auto spec = ReadSpec(options);
     if (spec.ok()) device = spec->device();
   }
   if (device == "auto") {
@@ -109,31 +124,42 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateForDevice(const EngineOpti
 // The spec with the command line's overrides, the paths it names, and the backend.
 absl::Status Engine::Impl::ResolveSpec(const EngineOptions& opts) {
   options = opts;
-  if (options.spec_path.empty()) return absl::InvalidArgumentError("no training spec given (--spec FILE)");
-  MPC_ASSIGN_OR_RETURN(spec, LoadTrainSpec(options.spec_path));
+  MPC_ASSIGN_OR_RETURN(spec, ReadSpec(options));
   MPC_RETURN_IF_ERROR(ApplySpecOverrides({options.precision, options.loss_scaling, options.pad_multiple,
                                           options.check_numerics, options.tensor_stats_every_n_steps},
                                          &spec));
-  spec_dir = std::filesystem::path(options.spec_path).parent_path().string();
-  model_path = !options.model_path.empty() ? options.model_path : ResolvePath(spec_dir, spec.model());
+  // A spec file's relative paths are relative to its directory; spec text's to base_dir
+  // (empty: the current directory).
+  spec_dir =
+      !options.spec_text.empty() ? options.base_dir : std::filesystem::path(options.spec_path).parent_path().string();
+  const std::string spec_name = !options.spec_text.empty() ? "spec_text" : options.spec_path;
+  model_bytes = options.model_bytes;
+  model_path = !model_bytes.empty()          ? std::string("(EngineOptions::model_bytes)")
+               : !options.model_path.empty() ? options.model_path
+                                             : ResolvePath(spec_dir, spec.model());
   if (model_path.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(options.spec_path, ": no model: set `model` in the spec or pass --model"));
+        absl::StrCat(spec_name, ": no model: set `model` in the spec, pass --model or set EngineOptions::model_bytes"));
   }
-  checkpoint_dir =
-      !options.checkpoint_dir.empty() ? options.checkpoint_dir : ResolvePath(spec_dir, spec.checkpoint().dir());
+  checkpoint_dir = !options.use_checkpoint_dir       ? std::string()
+                   : !options.checkpoint_dir.empty() ? options.checkpoint_dir
+                                                     : ResolvePath(spec_dir, spec.checkpoint().dir());
   MPC_ASSIGN_OR_RETURN(backend, CreateBackend(options.device.empty() ? spec.device() : options.device));
   return absl::OkStatus();
 }
 
 absl::Status Engine::Impl::LoadData() {
-  MPC_ASSIGN_OR_RETURN(train_data, LoadDataSource(spec.train_data(), spec_dir, "train_data"));
+  // Without train_data (EngineOptions::external_batches) every batch comes from the caller.
+  has_train_data = spec.has_train_data();
+  if (has_train_data) {
+    MPC_ASSIGN_OR_RETURN(train_data, LoadDataSource(spec.train_data(), spec_dir, "train_data"));
+  }
   if (spec.has_eval() && spec.eval().has_data()) {
     MPC_ASSIGN_OR_RETURN(eval_data, LoadDataSource(spec.eval().data(), spec_dir, "eval.data"));
     has_eval_data = true;
   }
   const int64_t batch = spec.batch_size();
-  if (train_data.size() < batch) {
+  if (has_train_data && train_data.size() < batch) {
     return absl::InvalidArgumentError(absl::StrCat("spec field batch_size: ", batch, " is larger than the ",
                                                    train_data.size(), " training examples"));
   }
@@ -145,8 +171,13 @@ absl::Status Engine::Impl::LoadData() {
 absl::Status Engine::Impl::CompilePrograms() {
   ProgramOptions popts;
   popts.model_path = model_path;
+  popts.model_bytes = model_bytes;
   popts.batch_size = spec.batch_size();
-  if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) popts.label_row = RowShape(train_data.labels);
+  // Without training data the labels are one class per example (sequence labels need it).
+  if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY && has_train_data) {
+    popts.label_row = RowShape(train_data.labels);
+  }
+  label_row = popts.label_row;
   popts.training = true;
   MPC_ASSIGN_OR_RETURN(train_program, CompileProgram(spec, backend->capabilities(), popts));
   popts.batch_size = eval_batch_size;
@@ -161,16 +192,17 @@ absl::Status Engine::Impl::CompilePrograms() {
       if (it != averaged.end()) MPC_RETURN_IF_ERROR(ema_eval_program.graph->RenameValue(p, it->second));
     }
   }
-  MPC_RETURN_IF_ERROR(MatchFeatureDType(train_data, train_program, "training data"));
+  if (has_train_data) MPC_RETURN_IF_ERROR(MatchFeatureDType(train_data, train_program, "training data"));
   if (has_eval_data) {
     MPC_RETURN_IF_ERROR(MatchFeatureDType(eval_data, train_program, "evaluation data"));
-    if (RowShape(eval_data.labels) != popts.label_row && spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
+    if (has_train_data && RowShape(eval_data.labels) != popts.label_row &&
+        spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
       return absl::InvalidArgumentError(
           absl::StrCat("the evaluation labels have shape ", ShapeToString(RowShape(eval_data.labels)),
                        " per example but the training labels ", ShapeToString(popts.label_row), "; they must agree"));
     }
   }
-  MPC_RETURN_IF_ERROR(CheckDataMatchesModel(train_data, train_program, "training data"));
+  if (has_train_data) MPC_RETURN_IF_ERROR(CheckDataMatchesModel(train_data, train_program, "training data"));
   if (has_eval_data) MPC_RETURN_IF_ERROR(CheckDataMatchesModel(eval_data, train_program, "evaluation data"));
   return absl::OkStatus();
 }
@@ -194,6 +226,22 @@ absl::Status Engine::Impl::PrepareBatches() {
   const int64_t batch = spec.batch_size();
   batches = std::make_unique<BatchIterator>(&train_data, batch, spec.train_data().shuffle(), spec.seed());
   const int64_t micro_batches = MicroBatchesPerStep();
+  checkpoint_identity = Identity(train_program, spec);
+  if (!has_train_data) {
+    // The caller's batches: no data to count epochs in, so the run's length is `steps`.
+    if (spec.has_epochs()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec field epochs: ", spec.epochs(),
+                       " epochs need train_data to count them in; with batches from the caller set steps: N instead"));
+    }
+    if (!spec.has_steps()) {
+      return absl::InvalidArgumentError(
+          "spec field steps: required when the batches come from the caller (no train_data); set steps: N, the "
+          "number of Step(batch) calls the learning-rate schedule spans");
+    }
+    total_steps = spec.steps();
+    return absl::OkStatus();
+  }
   const int64_t steps_per_epoch = batches->batches_per_epoch() / micro_batches;
   if (steps_per_epoch == 0) {
     return absl::InvalidArgumentError(absl::StrCat("spec field accumulate_steps: ", micro_batches, " micro-batches of ",
@@ -214,7 +262,6 @@ absl::Status Engine::Impl::PrepareBatches() {
     for (int64_t d : RowShape(more.values)) shape.push_back(d);
     more_input_batches.emplace_back(more.values.dtype(), shape);
   }
-  checkpoint_identity = Identity(train_program, spec);
   return absl::OkStatus();
 }
 

@@ -123,6 +123,22 @@ EvalMetrics EvalScorer::Metrics(int64_t examples) const {
   return out;
 }
 
+EvalScorer::Options Engine::Impl::ScorerOptions(const Shape& label_row) const {
+  // Class labels: one per example, or one per position (a language model's tokens);
+  // loss and accuracy are means over every labelled position.
+  const LossSpec::Type type = spec.loss().type();
+  const bool classify = type == LossSpec::SOFTMAX_CROSS_ENTROPY;
+  EvalScorer::Options so;
+  so.loss = classify                               ? EvalScorer::Loss::kSoftmaxCrossEntropy
+            : type == LossSpec::MEAN_SQUARED_ERROR ? EvalScorer::Loss::kMeanSquaredError
+                                                   : EvalScorer::Loss::kBinaryCrossEntropyWithLogits;
+  so.positions = classify ? NumElements(label_row) : 1;
+  so.label_smoothing = spec.loss().label_smoothing();
+  so.top_k = spec.eval().top_k();
+  so.language_model = classify && !label_row.empty();
+  return so;
+}
+
 absl::StatusOr<EvalMetrics> Engine::Impl::RunEval(bool averaged_weights) {
   // The averaged weights run in their own evaluation program, whose parameters are the
   // training program's `<name>.ema` state (engine_setup.cc).
@@ -130,10 +146,12 @@ absl::StatusOr<EvalMetrics> Engine::Impl::RunEval(bool averaged_weights) {
   if (!exec) {
     return absl::FailedPreconditionError("no averaged weights to evaluate; add ema { decay: 0.999 evaluate: true }");
   }
+  if (!has_eval_data && !has_train_data) {
+    return absl::FailedPreconditionError(
+        "Evaluate(): the spec has no eval.data or train_data to evaluate on; pass the batches, Evaluate(batches)");
+  }
   const Dataset& data = has_eval_data ? eval_data : train_data;
   const int64_t n = data.size(), b = eval_batch_size;
-  const LossSpec::Type type = spec.loss().type();
-  const bool classify = type == LossSpec::SOFTMAX_CROSS_ENTROPY;
   const int64_t row_elems = NumElements(RowShape(data.features));
   const size_t row_bytes = static_cast<size_t>(row_elems) * DTypeSize(data.features.dtype());
   Tensor features(data.features.dtype(), {b, row_elems});
@@ -142,17 +160,7 @@ absl::StatusOr<EvalMetrics> Engine::Impl::RunEval(bool averaged_weights) {
   for (const NamedArray& array : data.more_inputs) {
     more.emplace_back(array.values.dtype(), Shape{b, NumElements(RowShape(array.values))});
   }
-  // Class labels: one per example, or one per position (a language model's tokens);
-  // loss and accuracy are means over every labelled position.
-  EvalScorer::Options so;
-  so.loss = classify                               ? EvalScorer::Loss::kSoftmaxCrossEntropy
-            : type == LossSpec::MEAN_SQUARED_ERROR ? EvalScorer::Loss::kMeanSquaredError
-                                                   : EvalScorer::Loss::kBinaryCrossEntropyWithLogits;
-  so.positions = classify ? NumElements(RowShape(data.labels)) : 1;
-  so.label_smoothing = spec.loss().label_smoothing();
-  so.top_k = spec.eval().top_k();
-  so.language_model = classify && !RowShape(data.labels).empty();
-  EvalScorer scorer(so);
+  EvalScorer scorer(ScorerOptions(RowShape(data.labels)));
   for (int64_t start = 0; start < n; start += b) {
     const int64_t valid = std::min(b, n - start);
     // A last partial batch is padded with its first row; only `valid` rows count.

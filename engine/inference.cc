@@ -98,6 +98,7 @@ struct InferenceSession::Impl {
   InferenceOptions options;
   std::string source;
   onnx::ModelProto model;
+  std::string external_data_dir;  // the model file's directory (FromFile), for external data
   PrecisionSpec::Compute compute = PrecisionSpec::F32;
   std::vector<TensorSignature> inputs, outputs;
   std::vector<bool> rank_known;                               // per input: false when the model gives no shape at all
@@ -183,6 +184,7 @@ absl::StatusOr<std::unique_ptr<Compiled>> InferenceSession::Impl::Compile(const 
   }
   ImportOptions import;
   import.batch_size = 1;  // unused: no input dimension is dynamic any more
+  import.external_data_dir = external_data_dir;
   auto c = std::make_unique<Compiled>();
   c->backend = &on;
   Program& program = c->program;
@@ -255,7 +257,9 @@ const std::vector<std::string>& InferenceSession::notices() const { return impl_
 absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::FromFile(const std::string& path,
                                                                              const InferenceOptions& options) {
   MPC_ASSIGN_OR_RETURN(onnx::ModelProto model, ReadOnnxModelFile(path));  // parses, checks
-  return FromModel(model, options, path);
+  MPC_ASSIGN_OR_RETURN(std::unique_ptr<InferenceSession> session, FromModel(model, options, path));
+  session->impl_->external_data_dir = ModelDirectory(path);  // weights in side files stay there until compiled
+  return session;
 }
 
 absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::FromBytes(const std::string& bytes,

@@ -1,13 +1,27 @@
 // mpc: the one public header for embedding the engine in a C++ program.
 //
-//   auto engine = mpc::Engine::Create({.spec_path = "train.spec"});
+//   mpc::EngineOptions options;
+//   options.spec_path = "train.spec";
+//   auto engine = mpc::Engine::Create(options);
 //   if (!engine.ok()) { ... engine.status().message() ... }
 //   (*engine)->Train(callbacks);          // the whole run the spec describes
 //   (*engine)->SaveCheckpoint("ckpt");    // or Step() / Evaluate() one at a time
 //
+// Or with no files: options.spec_text, options.model_bytes, options.external_batches, and
+// Step(batch) / Evaluate(batches) on the caller's mpc::Batch of HostTensors.
+//
 // Everything behind it (graph, passes, backends) is private; this header depends only
-// on the standard library and abseil's Status types.
+// on the standard library and abseil's Status types. Installed as <prefix>/include/mpc/mpc.h
+// (#include "mpc/mpc.h", CMake: find_package(mpc) and mpc::mpc; docs/embedding.md).
+// Versioning is semantic: within a major version no source-incompatible change here.
 #pragma once
+
+// The version of the library this header belongs to. Kept equal to CMakeLists.txt's
+// project(VERSION): cmake/package.cmake stops the configure when they differ.
+#define MPC_VERSION_MAJOR 0
+#define MPC_VERSION_MINOR 1
+#define MPC_VERSION_PATCH 0
+#define MPC_VERSION_STRING "0.1.0"
 
 #include <cstdint>
 #include <functional>
@@ -22,8 +36,23 @@
 namespace mpc {
 
 struct EngineOptions {
-  std::string spec_path;       // mpc.TrainSpec in protobuf text format (required)
-  std::string model_path;      // overrides TrainSpec.model when set
+  // The spec: exactly one of spec_path (a file) and spec_text (its contents, e.g. built in
+  // code). Both are mpc.TrainSpec in protobuf text format (proto/train_spec.proto).
+  std::string spec_path;
+  std::string spec_text;
+  // What relative paths in spec_text (model, data files, checkpoint.dir) are relative to;
+  // empty: the current directory. (A spec_path's paths are relative to its directory.)
+  std::string base_dir;
+  std::string model_path;  // overrides TrainSpec.model when set
+  // The serialized ONNX ModelProto (the bytes of a .onnx file); overrides model_path and
+  // TrainSpec.model when set. Copied: the caller's string need not outlive Create. A model
+  // with external data (side files) cannot come as bytes.
+  std::string model_bytes;
+  // The caller feeds the training batches (Engine::Step(const Batch&)) and evaluation
+  // batches (Evaluate(const std::vector<Batch>&)): the spec needs no train_data, and then
+  // needs `steps` (no data to count epochs in). A spec's data sources, when it has them,
+  // still feed Step() and Evaluate() as well.
+  bool external_batches = false;
   std::string device;          // overrides TrainSpec.device when set ("cpu", "cuda", "auto")
   std::string checkpoint_dir;  // overrides TrainSpec.checkpoint.dir when set
   std::string metrics_path;    // JSON Lines metrics file; empty: none
@@ -41,7 +70,75 @@ struct EngineOptions {
   // every N steps (StepMetrics::tensor_stats, the metrics file).
   bool check_numerics = false;
   int tensor_stats_every_n_steps = 0;
+  // false: the engine neither inspects nor writes a checkpoint directory (the spec's
+  // checkpoint.dir is ignored, SaveCheckpoint still works on the directory it is given).
+  // For scratch runs beside a real one, such as Engine::Parity's.
+  bool use_checkpoint_dir = true;
 };
+
+// A tensor the caller owns and hands to Engine::Step / Evaluate: row-major,
+// little-endian bytes. The engine copies what it needs during the call and keeps no
+// reference, so the caller may reuse or free it as soon as the call returns.
+enum class HostDType { kFloat32, kBFloat16, kInt32, kInt64 };
+
+// "f32", "bf16", "i32", "i64": the names error messages use.
+inline const char* HostDTypeName(HostDType t) {
+  switch (t) {
+    case HostDType::kFloat32:
+      return "f32";
+    case HostDType::kBFloat16:
+      return "bf16";
+    case HostDType::kInt32:
+      return "i32";
+    case HostDType::kInt64:
+      return "i64";
+  }
+  return "?";
+}
+
+struct HostTensor {
+  HostDType dtype = HostDType::kFloat32;
+  std::vector<int64_t> shape;  // [batch, ...]; the leading axis is the batch
+  // num_elements() * element_size() bytes. bf16 elements are the upper 16 bits of the
+  // f32 value (as uint16_t).
+  std::vector<uint8_t> data;
+
+  int64_t num_elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  size_t element_size() const { return dtype == HostDType::kInt64 ? 8 : dtype == HostDType::kBFloat16 ? 2 : 4; }
+
+  // Typed constructors: copy `values` (shape's product of them) into a new tensor.
+  static HostTensor Float32(std::vector<int64_t> shape, const std::vector<float>& values) {
+    return Of(HostDType::kFloat32, std::move(shape), values.data(), values.size() * sizeof(float));
+  }
+  static HostTensor BFloat16(std::vector<int64_t> shape, const std::vector<uint16_t>& values) {
+    return Of(HostDType::kBFloat16, std::move(shape), values.data(), values.size() * sizeof(uint16_t));
+  }
+  static HostTensor Int32(std::vector<int64_t> shape, const std::vector<int32_t>& values) {
+    return Of(HostDType::kInt32, std::move(shape), values.data(), values.size() * sizeof(int32_t));
+  }
+  static HostTensor Int64(std::vector<int64_t> shape, const std::vector<int64_t>& values) {
+    return Of(HostDType::kInt64, std::move(shape), values.data(), values.size() * sizeof(int64_t));
+  }
+
+ private:
+  static HostTensor Of(HostDType dtype, std::vector<int64_t> shape, const void* values, size_t bytes) {
+    HostTensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    const uint8_t* begin = static_cast<const uint8_t*>(values);
+    t.data.assign(begin, begin + bytes);
+    return t;
+  }
+};
+
+// One batch: model input name -> tensor. It names the spec's features_input, the labels
+// (TrainSpec.labels_input, "labels" by default; Engine::labels_name()) and every other
+// input of the model (Engine::InputNames()).
+using Batch = std::map<std::string, HostTensor>;
 
 // Statistics of one tensor of a step (--tensor-stats): a forward activation, a gradient
 // (any output of the backward pass) or an FP8 quantization.
@@ -120,22 +217,105 @@ struct OpProfile {
   double total_ms = 0;
 };
 
+// Engine::Parity (`mpc parity`, docs/parity.md): the spec trained twice from the same
+// initial weights on the same batches, in FP32 and in a lower precision, and where the
+// two part ways.
+struct ParityOptions {
+  EngineOptions engine;   // the spec and its overrides (engine.precision is ignored)
+  std::string precision;  // compared with f32: tf32, bf16, fp16 (f16) or fp8
+  int64_t steps = 0;      // steps of both runs; 0: the spec's whole schedule
+  // 1-based steps at which every node output and parameter gradient is compared; empty:
+  // the first and the last step.
+  std::vector<int64_t> probe_steps;
+};
+
+// One value of a probed step: the lower-precision program's output against FP32's.
+struct ParityValue {
+  std::string value;  // the value's name (a parameter's name for a gradient row)
+  std::string node;   // the node that produced it, its op, "forward" or "backward"
+  std::string op;
+  std::string phase;
+  std::string dtype;  // its dtype in the lower-precision program
+  int64_t elements = 0;
+  // ||out - ref|| / ||ref|| over the whole tensor, ref the FP32 program's value
+  // (infinite when out holds a non-finite value and ref does not; see `cancelled`).
+  double relative_error = 0;
+  // The numerics contract's tolerance for the loosest dtype the value depends on
+  // (docs/numerics.md): f32 1e-5, tf32 1e-3, f16 2e-3, bf16 1e-2, f8 1e-1.
+  double tolerance = 0;
+  // The op cancelled its inputs almost exactly (FP32's output is below 1e-3 of their
+  // magnitude, e.g. a bias gradient that batch normalization makes zero): the error is
+  // then relative to the inputs' magnitude, FP32's own value being rounding noise.
+  bool cancelled = false;
+  std::string origin;  // the pass that created the node ("model" for the model's own nodes)
+  std::string reason;  // why autocast painted the node as it did ("" when it made no decision)
+};
+
+struct ParityProbe {
+  int64_t step = 0;  // 1-based
+  double loss_f32 = 0, loss_other = 0;
+  // Every floating-point node output both programs compute (same name and element count),
+  // in the lower-precision program's execution order; scaled gradients (loss scaling)
+  // are divided by the scale first.
+  std::vector<ParityValue> values;
+  std::vector<ParityValue> gradients;  // the gradient the optimizer applies, per parameter
+  int first_past_tolerance = -1;       // index into values: where the divergence starts (-1: none)
+  int64_t not_compared = 0;            // outputs only one program has (casts, fusions)
+};
+
+struct ParityReport {
+  std::string precision;
+  int64_t steps = 0;
+  std::vector<double> loss_f32, loss_other;  // per step
+  std::vector<bool> skipped_other;           // per step: the lower precision skipped it
+  std::vector<ParityProbe> probes;
+  EvalMetrics eval_f32, eval_other;  // after the last step
+  int64_t planned_peak_bytes_f32 = 0, planned_peak_bytes_other = 0;
+  double step_ms_f32 = 0, step_ms_other = 0;  // median wall time of a step (probe steps left out)
+  std::vector<std::string> notices;
+};
+
+// Errors: every call returns a Status; none throws or aborts on bad input. A step that
+// fails once it has started running (a kernel error, a numerics check stopping it) leaves
+// the training state undefined (parameters may be half updated): every later Step returns
+// FailedPrecondition until LoadCheckpoint restores a saved state (or create a new Engine).
+// Errors found before anything ran (a batch that does not fit) leave the Engine usable.
+//
+// Threading: an Engine is not thread-safe. Call it from one thread at a time (different
+// Engines may run on different threads).
 class Engine {
  public:
   // Loads the spec and model, compiles the training and evaluation programs and
   // initializes the training state (or restores it with options.resume).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  // Trains options.engine's spec in FP32 and in options.precision side by side (see
+  // ParityOptions); never touches a checkpoint directory.
+  static absl::StatusOr<ParityReport> Parity(const ParityOptions& options);
   ~Engine();
 
   // Runs the whole schedule of the spec: steps, evaluation, checkpoints, metrics.
   absl::StatusOr<TrainSummary> Train(const TrainCallbacks& callbacks = {});
-  // One training step on the next batch.
+  // One training step on the next batch of the spec's train_data.
   absl::StatusOr<StepMetrics> Step();
+  // One training step on the caller's batch: every model input and the labels, each
+  // [batch_size, ...] with the model input's dtype and values per example (the rows are
+  // reshaped as the model input needs, e.g. [B,28,28] feeds [B,784]); class labels i64
+  // [batch_size] in range. A batch that does not fit is an InvalidArgument naming the input
+  // and what was expected, and changes nothing. One batch is one optimizer step: the spec
+  // must have accumulate_steps 1 (or see StepMicroBatches).
+  absl::StatusOr<StepMetrics> Step(const Batch& batch);
+  // One optimizer step over accumulate_steps micro-batches (gradient accumulation), each as
+  // Step(batch) takes it; the loss is their mean. Every one is checked before any runs.
+  absl::StatusOr<StepMetrics> StepMicroBatches(const std::vector<Batch>& micro_batches);
   // Which weights an evaluation or export uses: the trained ones, or their moving average
   // (spec `ema`; evaluating it needs ema.evaluate, which compiles its evaluation program).
   enum class Weights { kTrained, kAverage };
   // Evaluates on the spec's eval data (or the training data when there is none).
   absl::StatusOr<EvalMetrics> Evaluate(Weights weights = Weights::kTrained);
+  // Evaluates on the caller's batches (as Step(batch) takes them, each with 1 to the
+  // evaluation batch size examples: eval.batch_size, else batch_size); the metrics are over
+  // all their examples.
+  absl::StatusOr<EvalMetrics> Evaluate(const std::vector<Batch>& batches, Weights weights = Weights::kTrained);
 
   // A checkpoint of the current step into `dir` (DIR/step-NNNNNNNN/, written under a
   // temporary name and renamed; DIR/latest then names it; the spec's keep_last newest
@@ -157,6 +337,18 @@ class Engine {
   std::vector<std::string> StateNames() const;
   // A parameter's current FP32 master value (or a state tensor's), row-major, model shaped.
   absl::StatusOr<std::vector<float>> GetParameter(const std::string& name) const;
+  // Sets a parameter's (or state tensor's) FP32 master value: `values` row-major, as many
+  // as the model shape holds (GetParameter's layout). The low-precision copy a bf16/fp16
+  // program computes with follows. An error names the parameter and both sizes.
+  absl::Status SetParameter(const std::string& name, const std::vector<float>& values);
+  // The model inputs a Batch feeds: the features_input first, then the others; and the
+  // name of the labels entry.
+  std::vector<std::string> InputNames() const;
+  std::string labels_name() const;
+  // The batch size every Step(batch) takes (TrainSpec.batch_size).
+  int64_t batch_size() const;
+  // Steps this Engine skipped (non-finite gradients under loss scaling) since it was created.
+  int64_t skipped_steps() const;
   int64_t step() const;
   int64_t total_steps() const;
   // The spec's log_every_n_steps: a progress line every N steps (0: per epoch only).

@@ -58,14 +58,21 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   program.batch_size = options.batch_size;
   ImportOptions import;
   import.batch_size = options.batch_size;
-  MPC_ASSIGN_OR_RETURN(program.graph, ImportOnnxFile(options.model_path, import));
+  const std::string model_name = !options.model_bytes.empty()  ? std::string("(model bytes)")
+                                 : !options.model_path.empty() ? options.model_path
+                                                               : std::string("(no model)");
+  if (!options.model_bytes.empty()) {
+    MPC_ASSIGN_OR_RETURN(program.graph, ImportOnnxBytes(options.model_bytes, import, model_name));
+  } else {
+    MPC_ASSIGN_OR_RETURN(program.graph, ImportOnnxFile(options.model_path, import));
+  }
   Graph& g = *program.graph;
   program.forward_nodes = static_cast<int64_t>(g.nodes().size());
   for (const Value* in : g.inputs()) program.model_inputs.push_back(in->name);
   for (const Value* p : g.ValuesOfKind(ValueKind::kParameter)) program.parameter_count += NumElements(p->shape);
 
-  MPC_ASSIGN_OR_RETURN(Value * features, PickFeatures(g, spec, options.model_path));
-  MPC_ASSIGN_OR_RETURN(Value * logits, PickLogits(g, spec, options.model_path));
+  MPC_ASSIGN_OR_RETURN(Value * features, PickFeatures(g, spec, model_name));
+  MPC_ASSIGN_OR_RETURN(Value * logits, PickLogits(g, spec, model_name));
   program.features_input = features->name;
   program.logits_output = logits->name;
   if (features->shape.empty() || features->shape[0] != options.batch_size) {

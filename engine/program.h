@@ -31,6 +31,9 @@ struct Program {
 
 struct ProgramOptions {
   std::string model_path;
+  // The serialized ONNX ModelProto in memory (EngineOptions::model_bytes): imported instead
+  // of model_path when set; model_path (if any) then only names the model in errors.
+  std::string model_bytes;
   int64_t batch_size = 1;
   // The shape of one example's labels without the batch axis: empty for one class per
   // example; [T, ...] for one class per position (sequence models), whose labels are

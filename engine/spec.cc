@@ -117,13 +117,16 @@ absl::Status ValidateTrainerFields(const TrainSpec& spec) {
 
 }  // namespace
 
-absl::Status ValidateTrainSpec(const TrainSpec& spec) {
+absl::Status ValidateTrainSpec(const TrainSpec& spec, bool require_train_data) {
   if (spec.batch_size() <= 0) return FieldError("batch_size", absl::StrCat(spec.batch_size(), " must be > 0"));
   if (spec.has_epochs() && spec.has_steps()) return FieldError("epochs", "set either epochs or steps, not both");
   if (spec.has_epochs() && spec.epochs() <= 0) return FieldError("epochs", absl::StrCat(spec.epochs(), " must be > 0"));
   if (spec.has_steps() && spec.steps() <= 0) return FieldError("steps", absl::StrCat(spec.steps(), " must be > 0"));
-  if (!spec.has_train_data()) return FieldError("train_data", "is required");
-  MPC_RETURN_IF_ERROR(ValidateData(spec.train_data(), "train_data"));
+  if (!spec.has_train_data() && require_train_data) {
+    return FieldError("train_data",
+                      "is required (a program that feeds its own batches sets EngineOptions::external_batches)");
+  }
+  if (spec.has_train_data()) MPC_RETURN_IF_ERROR(ValidateData(spec.train_data(), "train_data"));
   if (spec.has_eval()) {
     if (spec.eval().has_data()) MPC_RETURN_IF_ERROR(ValidateData(spec.eval().data(), "eval.data"));
     if (spec.eval().every_n_steps() < 0) return FieldError("eval.every_n_steps", "must be >= 0");
@@ -194,7 +197,8 @@ absl::Status ValidateTrainSpec(const TrainSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainSpec> ParseTrainSpec(const std::string& text, const std::string& source_name) {
+absl::StatusOr<TrainSpec> ParseTrainSpec(const std::string& text, const std::string& source_name,
+                                         bool require_train_data) {
   TrainSpec spec;
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors(text);
@@ -202,15 +206,15 @@ absl::StatusOr<TrainSpec> ParseTrainSpec(const std::string& text, const std::str
   if (!parser.ParseFromString(text, &spec)) {
     return absl::InvalidArgumentError(absl::StrCat(source_name, ": invalid training spec: ", errors.message()));
   }
-  if (absl::Status st = ValidateTrainSpec(spec); !st.ok()) {
+  if (absl::Status st = ValidateTrainSpec(spec, require_train_data); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source_name, ": ", st.message()));
   }
   return spec;
 }
 
-absl::StatusOr<TrainSpec> LoadTrainSpec(const std::string& path) {
+absl::StatusOr<TrainSpec> LoadTrainSpec(const std::string& path, bool require_train_data) {
   MPC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  return ParseTrainSpec(text, path);
+  return ParseTrainSpec(text, path, require_train_data);
 }
 
 absl::StatusOr<PrecisionSpec::Compute> ParsePrecision(const std::string& name) {

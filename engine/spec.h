@@ -9,10 +9,13 @@
 
 namespace mpc {
 
-absl::StatusOr<TrainSpec> ParseTrainSpec(const std::string& text, const std::string& source_name);
-absl::StatusOr<TrainSpec> LoadTrainSpec(const std::string& path);
+// `require_train_data` false: a spec without train_data is valid (the Engine's caller feeds
+// the batches, EngineOptions::external_batches).
+absl::StatusOr<TrainSpec> ParseTrainSpec(const std::string& text, const std::string& source_name,
+                                         bool require_train_data = true);
+absl::StatusOr<TrainSpec> LoadTrainSpec(const std::string& path, bool require_train_data = true);
 // Semantic checks (ranges, exclusive fields). Called by the loaders.
-absl::Status ValidateTrainSpec(const TrainSpec& spec);
+absl::Status ValidateTrainSpec(const TrainSpec& spec, bool require_train_data = true);
 
 // The command line's overrides of spec fields, shared by mpc-train, `mpc compile` and
 // the Engine. Empty / 0 fields leave the spec alone.

@@ -1,11 +1,14 @@
 // Graph -> ONNX ModelProto (see onnx_export.h). Persistent values and constants become
-// initializers (raw little-endian data), nodes are written in the graph's deterministic
-// topological order so two exports of the same graph are byte-identical, and every
-// activation gets a value_info entry so viewers such as Netron show its type and shape.
+// initializers (raw little-endian data, or ranges of an external data file), nodes are
+// written in the graph's deterministic topological order so two exports of the same graph
+// are byte-identical, and every activation gets a value_info entry so viewers such as
+// Netron show its type and shape.
 #include "graph/onnx_export.h"
 
 #include <onnx/onnx_pb.h>
 
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -14,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
+#include "graph/onnx_external_data.h"
 #include "graph/onnx_import.h"
 #include "graph/op_registry.h"
 
@@ -42,7 +46,9 @@ void AddValueInfo(const Value& v, google::protobuf::RepeatedPtrField<onnx::Value
   SetTensorType(v.dtype, v.shape, info->mutable_type(), batch_param);
 }
 
-absl::Status AddInitializer(const Value& v, onnx::GraphProto* g) {
+// `external`: when set, data of at least `threshold` bytes goes to that side file
+// instead of raw_data.
+absl::Status AddInitializer(const Value& v, onnx::GraphProto* g, ExternalDataWriter* external, int64_t threshold) {
   const Tensor* data = &v.data;
   Tensor converted;  // only filled when the stored data needs a change of form
   if (data->empty()) {
@@ -68,7 +74,11 @@ absl::Status AddInitializer(const Value& v, onnx::GraphProto* g) {
   t->set_name(v.name);
   t->set_data_type(DTypeToOnnx(v.dtype));
   for (int64_t d : v.shape) t->add_dims(d);
-  t->set_raw_data(static_cast<const char*>(data->raw()), data->bytes());
+  if (external != nullptr && static_cast<int64_t>(data->bytes()) >= threshold) {
+    MPC_RETURN_IF_ERROR(external->Append(data->raw(), data->bytes(), t));
+  } else {
+    t->set_raw_data(static_cast<const char*>(data->raw()), data->bytes());
+  }
   // ONNX cannot say whether an initializer is trainable; the importer treats float ones
   // as parameters. This marker keeps constants and state what they are on re-import.
   if (v.kind == ValueKind::kConstant) t->set_doc_string(kOnnxConstantMarker);
@@ -101,9 +111,8 @@ void SetAttribute(const std::string& name, const AttrValue& value, onnx::Attribu
       value);
 }
 
-}  // namespace
-
-absl::StatusOr<onnx::ModelProto> ExportOnnxModel(const Graph& graph, const ExportOptions& options) {
+absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph, const ExportOptions& options,
+                                             ExternalDataWriter* external) {
   MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
   onnx::ModelProto model;
   model.set_ir_version(8);
@@ -114,7 +123,7 @@ absl::StatusOr<onnx::ModelProto> ExportOnnxModel(const Graph& graph, const Expor
   for (const Value* v : graph.inputs()) AddValueInfo(*v, g->mutable_input(), options.batch_dim_param);
   for (const auto& v : graph.values()) {
     if (v->kind == ValueKind::kParameter || v->kind == ValueKind::kState || v->kind == ValueKind::kConstant) {
-      MPC_RETURN_IF_ERROR(AddInitializer(*v, g));
+      MPC_RETURN_IF_ERROR(AddInitializer(*v, g, external, options.external_data_threshold));
     }
   }
 
@@ -160,8 +169,32 @@ absl::StatusOr<onnx::ModelProto> ExportOnnxModel(const Graph& graph, const Expor
   return model;
 }
 
+bool IsInitializer(const Value& v) {
+  return v.kind == ValueKind::kParameter || v.kind == ValueKind::kState || v.kind == ValueKind::kConstant;
+}
+
+}  // namespace
+
+absl::StatusOr<onnx::ModelProto> ExportOnnxModel(const Graph& graph, const ExportOptions& options) {
+  return ExportModel(graph, options, /*external=*/nullptr);
+}
+
 absl::Status ExportOnnxFile(const Graph& graph, const ExportOptions& options, const std::string& path) {
-  auto model = ExportOnnxModel(graph, options);
+  int64_t initializer_bytes = 0;
+  for (const auto& v : graph.values()) {
+    if (IsInitializer(*v)) initializer_bytes += NumElements(v->shape) * static_cast<int64_t>(DTypeSize(v->dtype));
+  }
+  std::unique_ptr<ExternalDataWriter> external;
+  if (options.external_data || initializer_bytes > options.max_inline_bytes) {
+    std::string location = options.external_data_file;
+    if (location.empty()) location = std::filesystem::path(path).filename().string() + ".data";
+    if (location.find('/') != std::string::npos || location == "." || location == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": external data file name '", location,
+                                                     "' must be a plain file name (it is written next to the model)"));
+    }
+    external = std::make_unique<ExternalDataWriter>(ResolvePath(ModelDirectory(path), location), location);
+  }
+  auto model = ExportModel(graph, options, external.get());
   if (!model.ok()) {
     return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
   }
@@ -169,8 +202,10 @@ absl::Status ExportOnnxFile(const Graph& graph, const ExportOptions& options, co
   if (!model->SerializeToString(&bytes)) {
     return absl::InternalError(absl::StrCat(path,
                                             ": the model cannot be serialized (protobuf limits a model to 2 GiB; ",
-                                            "this one has larger initializers)"));
+                                            "export with ExportOptions::external_data to keep the weights outside)"));
   }
+  // The data first: a model file is never renamed into place before the data it names.
+  if (external != nullptr) MPC_RETURN_IF_ERROR(external->Commit());
   return WriteFileAtomically(path, bytes);
 }
 

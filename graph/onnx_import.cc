@@ -1,6 +1,7 @@
 // ONNX ModelProto -> Graph (see onnx_import.h). Reading a file tries binary protobuf,
 // then protobuf text, then runs ONNX's own checker. Import validates what mpc relies on
-// (opsets, domains, static shapes, in-model initializer data) with messages that name
+// (opsets, domains, static shapes, initializer data inside the model or in external data
+// files next to it, see onnx_external_data.h) with messages that name
 // the file, the node and the op, converts attributes to AttrMap verbatim, and lets the
 // op registry's inference give every produced value its dtype and shape.
 #include "graph/onnx_import.h"
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,6 +25,7 @@
 #include "base/file_util.h"
 #include "base/status_macros.h"
 #include "graph/onnx_expand.h"
+#include "graph/onnx_external_data.h"
 #include "graph/op_registry.h"
 #include "graph/ops_tensor.h"
 
@@ -101,17 +104,24 @@ void CopyTyped(const Field& field, Tensor& out) {
   for (int i = 0; i < field.size(); ++i) dst[i] = static_cast<Dst>(field.Get(i));
 }
 
-absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& what) {
-  if (proto.data_location() == onnx::TensorProto::EXTERNAL || proto.external_data_size() > 0) {
-    std::string location;
-    for (const auto& entry : proto.external_data()) {
-      if (entry.key() == "location") location = entry.value();
-    }
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " stores its data outside the model file", location.empty() ? "" : absl::StrCat(" ('", location, "')"),
-        "; mpc reads only self-contained models. Re-save it with the data inside, e.g. in "
-        "Python: m = onnx.load(path); onnx.save_model(m, out_path, save_as_external_data=False)"));
-  }
+// An error for a tensor whose data is in a side file when there is no model file whose
+// directory the location could be relative to.
+absl::Status ExternalDataWithoutFile(const onnx::TensorProto& proto, const std::string& what) {
+  const std::string location = ExternalDataLocation(proto);
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " stores its data outside the model", location.empty() ? "" : absl::StrCat(" ('", location, "')"),
+      ", but the model was read from memory, not from a file, so there is no directory to find that "
+      "data in. Import the model from its file (the data file must be next to it), or re-save it with "
+      "the data inside, e.g. in Python: m = onnx.load(path); onnx.save_model(m, out_path, "
+      "save_as_external_data=False)"));
+}
+
+// `external_data_dir`: where external data locations are relative to (the model file's
+// directory), or empty when the model did not come from a file.
+absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& what,
+                                       const std::string& external_data_dir) {
+  const bool external = UsesExternalData(proto);
+  if (external && external_data_dir.empty()) return ExternalDataWithoutFile(proto, what);
   if (proto.has_segment()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " is a segment of a larger tensor, which mpc does not support"));
@@ -134,6 +144,12 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std
     shape.push_back(d);
   }
   const size_t bytes = static_cast<size_t>(n) * DTypeSize(*dtype);
+  if (external) {
+    // Straight into the tensor's buffer: a large model's weights are never held twice.
+    Tensor out(*dtype, shape);
+    MPC_RETURN_IF_ERROR(ReadExternalData(proto, external_data_dir, what, out.raw(), bytes));
+    return out;
+  }
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != bytes) {
       return absl::InvalidArgumentError(absl::StrCat(what, " has ", proto.raw_data().size(),
@@ -303,7 +319,7 @@ class Importer {
     for (const auto& init : g.initializer()) {
       const std::string what = absl::StrCat("initializer '", init.name(), "'");
       if (init.name().empty()) return Error("an initializer has no name");
-      auto tensor = TensorFromProto(init, what);
+      auto tensor = TensorFromProto(init, what, options_.external_data_dir);
       if (!tensor.ok()) return WithPrefix(tensor.status(), absl::StrCat(source_, ": "));
       const bool trainable =
           IsFloating(tensor->dtype()) && !(config_uses.contains(init.name()) && !data_uses.contains(init.name()));
@@ -427,7 +443,7 @@ class Importer {
     const onnx::AttributeProto& a = node.attribute(0);
     Tensor value;
     if (a.name() == "value") {
-      auto t = TensorFromProto(a.t(), absl::StrCat(where, ": attribute 'value'"));
+      auto t = TensorFromProto(a.t(), absl::StrCat(where, ": attribute 'value'"), options_.external_data_dir);
       if (!t.ok()) return WithPrefix(t.status(), absl::StrCat(source_, ": "));
       value = *std::move(t);
     } else if (a.name() == "value_float") {
@@ -604,7 +620,7 @@ class Importer {
     for (const auto& a : node.attribute()) {
       if (op == "ConstantOfShape" && a.name() == "value" && a.type() == onnx::AttributeProto::TENSOR) {
         // graph/ops_tensor.cc: the one-element value tensor as attributes dtype and value.
-        auto t = TensorFromProto(a.t(), absl::StrCat(where, ": attribute 'value'"));
+        auto t = TensorFromProto(a.t(), absl::StrCat(where, ": attribute 'value'"), options_.external_data_dir);
         if (!t.ok()) return WithPrefix(t.status(), absl::StrCat(source_, ": "));
         if (t->num_elements() != 1) {
           return Error(absl::StrCat(where, ": attribute 'value' has ", t->num_elements(),
@@ -702,14 +718,53 @@ class Importer {
   absl::flat_hash_set<std::string> bn_stats_only_;  // used only as BatchNormalization input_mean/var
 };
 
-}  // namespace
-
-absl::StatusOr<onnx::ModelProto> ReadOnnxModelFile(const std::string& path) {
-  MPC_ASSIGN_OR_RETURN(std::string data, ReadFileToString(path));
-  return ParseOnnxModelBytes(data, path);
+// The tensors of the main graph that can hold external data: initializers and the
+// tensor attributes of its nodes (Constant's value, ConstantOfShape's value).
+std::vector<onnx::TensorProto*> ExternalTensors(onnx::ModelProto& model) {
+  std::vector<onnx::TensorProto*> out;
+  onnx::GraphProto* g = model.mutable_graph();
+  for (auto& init : *g->mutable_initializer()) {
+    if (UsesExternalData(init)) out.push_back(&init);
+  }
+  for (auto& node : *g->mutable_node()) {
+    for (auto& a : *node.mutable_attribute()) {
+      if (a.has_t() && UsesExternalData(a.t())) out.push_back(a.mutable_t());
+    }
+  }
+  return out;
 }
 
-absl::StatusOr<onnx::ModelProto> ParseOnnxModelBytes(const std::string& data, const std::string& path) {
+// Checks, before ONNX's checker (whose messages do not say how to fix them), that every
+// external tensor has a location inside the model's directory whose file exists, or
+// refuses external data in a model from bytes. Returns whether the model has any.
+absl::StatusOr<bool> CheckExternalData(const onnx::ModelProto& model, const std::string& path,
+                                       const std::string& model_dir) {
+  bool any = false;
+  auto check = [&](const onnx::TensorProto& t, const std::string& what) -> absl::Status {
+    if (!UsesExternalData(t)) return absl::OkStatus();
+    any = true;
+    const absl::Status st =
+        model_dir.empty() ? ExternalDataWithoutFile(t, what) : FindExternalDataFile(t, model_dir, what).status();
+    return st.ok() ? st : WithPrefix(st, absl::StrCat(path, ": "));
+  };
+  for (const auto& init : model.graph().initializer()) {
+    MPC_RETURN_IF_ERROR(check(init, absl::StrCat("initializer '", init.name(), "'")));
+  }
+  for (const auto& node : model.graph().node()) {
+    for (const auto& a : node.attribute()) {
+      if (a.has_t()) {
+        MPC_RETURN_IF_ERROR(
+            check(a.t(), absl::StrCat("node '", node.name(), "' (", node.op_type(), "): attribute '", a.name(), "'")));
+      }
+    }
+  }
+  return any;
+}
+
+// Parses and checks a model; `model_dir` is the directory of the file it came from
+// ("" for bytes in memory), where its external data must be.
+absl::StatusOr<onnx::ModelProto> ParseModel(const std::string& data, const std::string& path,
+                                            const std::string& model_dir) {
   if (data.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the file is empty, expected an ONNX model"));
   }
@@ -744,14 +799,48 @@ absl::StatusOr<onnx::ModelProto> ParseOnnxModelBytes(const std::string& data, co
   // Our own opset check first: its message says how to fix the model, while the
   // checker's messages for an unsupported opset are about individual ops.
   MPC_RETURN_IF_ERROR(CheckOpsets(model, path).status());
+  MPC_ASSIGN_OR_RETURN(bool external, CheckExternalData(model, path, model_dir));
   try {
-    onnx::checker::check_model(model);
+    if (external) {
+      // ONNX 1.12's checker looks for each data file relative to the working directory
+      // (its model directory is empty for an in-memory model), so it checks a copy whose
+      // locations are full paths (validated above to lie inside the model's directory);
+      // the model itself keeps ONNX's relative locations. The copy is small: the data
+      // is outside it.
+      onnx::ModelProto checked = model;
+      for (onnx::TensorProto* t : ExternalTensors(checked)) {
+        for (auto& entry : *t->mutable_external_data()) {
+          if (entry.key() == "location") {
+            entry.set_value(std::filesystem::absolute(ResolvePath(model_dir, entry.value())).string());
+          }
+        }
+      }
+      onnx::checker::check_model(checked);
+    } else {
+      onnx::checker::check_model(model);
+    }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": the ONNX checker rejects the model: ", e.what(),
                      ". Fix the exporter's output (onnx.checker.check_model reproduces this) or re-export it"));
   }
   return model;
+}
+
+}  // namespace
+
+std::string ModelDirectory(const std::string& model_path) {
+  const std::string dir = std::filesystem::path(model_path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+absl::StatusOr<onnx::ModelProto> ReadOnnxModelFile(const std::string& path) {
+  MPC_ASSIGN_OR_RETURN(std::string data, ReadFileToString(path));
+  return ParseModel(data, path, ModelDirectory(path));
+}
+
+absl::StatusOr<onnx::ModelProto> ParseOnnxModelBytes(const std::string& data, const std::string& source_name) {
+  return ParseModel(data, source_name, /*model_dir=*/"");
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& model, const ImportOptions& options,
@@ -761,7 +850,9 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& m
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path, const ImportOptions& options) {
   MPC_ASSIGN_OR_RETURN(onnx::ModelProto model, ReadOnnxModelFile(path));
-  return ImportOnnxModel(model, options, path);
+  ImportOptions with_dir = options;
+  with_dir.external_data_dir = ModelDirectory(path);
+  return ImportOnnxModel(model, with_dir, path);
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxBytes(const std::string& data, const ImportOptions& options,

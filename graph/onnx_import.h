@@ -25,13 +25,22 @@ inline constexpr char kOnnxStateMarker[] = "mpc:state";
 
 struct ImportOptions {
   int64_t batch_size = 1;  // value for a dynamic leading dimension of the graph inputs
+  // The directory that external data locations (onnx_external_data.h) are relative to:
+  // the model file's directory. ImportOnnxFile sets it; when it is empty (a model from
+  // bytes) a tensor with external data is an error that names it.
+  std::string external_data_dir;
 };
 
-// Reads and parses a model file; errors name the file.
+// Reads and parses a model file; errors name the file. Tensors with external data stay
+// external (their side files are checked to exist and are read by ImportOnnxModel with
+// external_data_dir = ModelDirectory(path)).
 absl::StatusOr<onnx::ModelProto> ReadOnnxModelFile(const std::string& path);
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& model, const ImportOptions& options,
                                                        const std::string& source_name);
+
+// The directory a model file's external data locations are relative to.
+std::string ModelDirectory(const std::string& model_path);
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path, const ImportOptions& options);
 

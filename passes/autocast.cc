@@ -334,8 +334,9 @@ absl::StatusOr<bool> AutocastPass::Run(Graph& g) {
       o.precision == Precision::kBF16 || o.precision == Precision::kFP16 || o.precision == Precision::kFP8;
   if (!low_precision) {
     // f32 (and tf32, a GEMM mode): nothing converts; the report still explains every node.
-    const std::string reason =
-        o.precision == Precision::kTF32 ? "precision tf32: f32 storage, TF32 GEMMs where supported" : "precision f32";
+    const std::string reason = o.precision == Precision::kTF32
+                                   ? "precision tf32: f32 storage, f32 GEMMs and convolutions in TF32 (tf32 pass)"
+                                   : "precision f32";
     for (Node* n : order) result.paint.push_back({n->name, n->op, DType::kF32, reason});
     return false;
   }

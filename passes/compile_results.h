@@ -109,6 +109,16 @@ struct Fp8LowerResult {
   std::vector<std::pair<std::string, std::string>> emulated;  // stayed emulated: (node, reason)
 };
 
+// Writer: tf32. Readers: the report.
+struct Tf32Result {
+  struct Marked {
+    std::string node;
+    std::string op;  // Gemm, MatMul, Conv, ConvGradInput, ConvGradWeight
+  };
+  bool enabled = false;        // precision tf32
+  std::vector<Marked> marked;  // every f32 GEMM / convolution now mpc_tf32 = 1, in graph order
+};
+
 // Writer: loss-scaling. Readers: optimizer (applies param_grads, gates on
 // found_nonfinite), the engine (reads the scale, the skip flag and the norm each step).
 struct LossScalingResult {
@@ -169,6 +179,7 @@ struct CompileResults {
   LossScalingResult loss_scaling;
   OptimizerResult optimizer;
   EmaResult ema;
+  Tf32Result tf32;
   MemoryPlanResult memory_plan;
 };
 

@@ -19,6 +19,7 @@
 #include "passes/memory_plan.h"
 #include "passes/set_mode.h"
 #include "passes/simplify.h"
+#include "passes/tf32.h"
 
 namespace mpc {
 
@@ -65,6 +66,9 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   p.Add(std::make_unique<FoldTransposesPass>());
   // bf16/fp16 GEMMs read only by a Cast to f32 (the weight gradients) write f32 directly.
   p.Add(std::make_unique<FoldOutputCastsPass>());
+  // TF32 (precision tf32) on every f32 GEMM and convolution, backward ones included: after
+  // autodiff and after every pass that writes or rewrites a GEMM, so none is missed.
+  p.Add(std::make_unique<Tf32Pass>(o.autocast.precision == Precision::kTF32, &r->tf32));
   // Multi-tensor updates: once every update exists and nothing rewrites them.
   p.Add(std::make_unique<FuseUpdatesPass>());
   // The weight average after each weight's update: after fuse-updates, so it orders itself
@@ -93,6 +97,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, caps, &r->fp8_lower));
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
+  p.Add(std::make_unique<Tf32Pass>(o.autocast.precision == Precision::kTF32, &r->tf32));
   p.Add(std::make_unique<MemoryPlanPass>(&r->memory_plan));
   return p;
 }

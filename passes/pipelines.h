@@ -5,10 +5,10 @@
 //
 //   training:   set-mode, batch-norm-stats, attach-loss, fuse-gelu, autocast, pad-dims, autodiff,
 //               fp8, fp8-lower, accumulate-gradients, loss-scaling, optimizer, simplify,
-//               fuse-epilogues, fold-transposes, fold-output-casts, fuse-updates, ema,
+//               fuse-epilogues, fold-transposes, fold-output-casts, tf32, fuse-updates, ema,
 //               defer-widening-casts, memory-plan
 //   evaluation: set-mode, select-outputs, autocast, pad-dims, fp8, fp8-lower, simplify,
-//               fuse-epilogues, memory-plan
+//               fuse-epilogues, tf32, memory-plan
 #pragma once
 
 #include <string>

@@ -1,6 +1,10 @@
 // JSON and text renderings of a compiled program's pass report (see compile_report.h).
 #include "tools/compile_report.h"
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -46,6 +50,10 @@ std::string CompileReportJson(const Program& p) {
     fp8_emulated.push_back(
         absl::StrFormat("{\"node\":\"%s\",\"reason\":\"%s\"}", JsonEscape(node), JsonEscape(reason)));
   }
+  std::vector<std::string> tf32;
+  for (const Tf32Result::Marked& m : r.tf32.marked) {
+    tf32.push_back(absl::StrFormat("{\"node\":\"%s\",\"op\":\"%s\"}", JsonEscape(m.node), m.op));
+  }
   // What is trained and how: frozen parameters (no gradient in the program), each update's
   // group, gradient accumulation and the weight average.
   std::vector<std::string> frozen, updates, averaged;
@@ -71,6 +79,7 @@ std::string CompileReportJson(const Program& p) {
       "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
       "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","),
       "],", r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
+      "\"tf32\":[", absl::StrJoin(tf32, ","), "],",
       absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},", r.pad_dims.extra_flops_pct,
                       r.pad_dims.extra_bytes_pct),
       absl::StrFormat("\"memory\":{\"planned_peak_bytes\":%d,\"unplanned_bytes\":%d,\"persistent_bytes\":%d,"
@@ -102,7 +111,7 @@ std::string CompileSummaryText(const Program& p) {
                           r.fuse_gelu.fused.size(), replaced, r.fuse_gelu.fused[0].approximate);
   }
   if (r.autocast.compute_dtype == DType::kF32) {
-    absl::StrAppendFormat(&out, "autocast: precision f32, no node converted\n");
+    absl::StrAppendFormat(&out, "autocast: precision %s, no node converted\n", r.tf32.enabled ? "tf32" : "f32");
   } else {
     absl::StrAppendFormat(&out, "autocast: %d of %d nodes converted to %s, %d casts inserted\n", converted, forward,
                           DTypeName(r.autocast.compute_dtype), r.autocast.casts_inserted);
@@ -133,6 +142,14 @@ std::string CompileSummaryText(const Program& p) {
                                                          : absl::StrCat(" (e.g. ", r.fp8_lower.emulated[0].first, ": ",
                                                                         r.fp8_lower.emulated[0].second, ")"));
     }
+  }
+  if (r.tf32.enabled) {
+    std::map<std::string, int64_t> by_op;
+    for (const Tf32Result::Marked& m : r.tf32.marked) ++by_op[m.op];
+    std::vector<std::string> counts;
+    for (const auto& [op, count] : by_op) counts.push_back(absl::StrCat(count, " ", op));
+    absl::StrAppendFormat(&out, "tf32: %d f32 GEMMs/convolutions run in TF32%s\n", r.tf32.marked.size(),
+                          counts.empty() ? "" : absl::StrCat(" (", absl::StrJoin(counts, ", "), ")"));
   }
   if (!r.autodiff.frozen.empty()) {
     absl::StrAppendFormat(&out, "autodiff: %d parameters frozen (no gradient, no update): %s\n",

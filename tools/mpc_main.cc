@@ -2,7 +2,8 @@
 // pass pipeline up to memory-plan and reports what every pass did; it can dump the
 // graph between passes and write the lowered program as ONNX (our ops in domain mpc).
 // `mpc run` runs a model's forward graph on .npy inputs (engine/inference.h) and writes
-// every output as DIR/NAME.npy.
+// every output as DIR/NAME.npy. `mpc parity` trains a spec in FP32 and in a lower
+// precision side by side and reports where they part ways (Engine::Parity).
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -21,11 +23,13 @@
 #include "engine/dataset.h"
 #include "engine/device.h"
 #include "engine/inference.h"
+#include "engine/mpc.h"
 #include "engine/program.h"
 #include "engine/spec.h"
 #include "graph/onnx_export.h"
 #include "tools/compile_report.h"
 #include "tools/flag_normalize.h"
+#include "tools/parity_report.h"
 
 ABSL_FLAG(std::string, model, "", "ONNX model; overrides the spec's `model`");
 ABSL_FLAG(std::string, spec, "", "training spec (mpc.TrainSpec, protobuf text) (required)");
@@ -44,6 +48,12 @@ ABSL_FLAG(std::vector<std::string>, input, {},
 ABSL_FLAG(std::string, output_dir, "", "mpc run: write each graph output here as NAME.npy (created if missing)");
 ABSL_FLAG(bool, check_numerics, false,
           "mpc run: check every op's outputs and fail at the first NaN/inf, naming the op");
+ABSL_FLAG(int64_t, steps, 0, "mpc parity: steps of both runs (0: the spec's whole schedule)");
+ABSL_FLAG(std::vector<std::string>, probe_steps, {},
+          "mpc parity: 1-based steps at which every node output is compared (default: the first and the last)");
+ABSL_FLAG(double, max_accuracy_drop, 0.01,
+          "mpc parity: exit 1 when the lower precision's final accuracy is more than this below FP32's "
+          "(0.01 = one point)");
 
 namespace {
 
@@ -94,6 +104,47 @@ int Compile() {
     eo.metadata["mpc.pass_report"] = mpc::CompileReportJson(*program);
     if (auto st = mpc::ExportOnnxFile(*program->graph, eo, out_path); !st.ok()) return Fail(std::string(st.message()));
     std::printf("wrote %s\n", out_path.c_str());
+  }
+  return 0;
+}
+
+int FailStatus(const absl::Status& status);
+
+int Parity() {
+  mpc::ParityOptions options;
+  options.engine.spec_path = absl::GetFlag(FLAGS_spec);
+  if (options.engine.spec_path.empty()) return Fail("mpc parity: --spec is required; see mpc --help");
+  options.precision = absl::GetFlag(FLAGS_precision);
+  if (options.precision.empty()) {
+    return Fail("mpc parity: --precision is required: the precision to compare with f32 (bf16, fp16, fp8, tf32)");
+  }
+  options.engine.model_path = absl::GetFlag(FLAGS_model);
+  options.engine.device = absl::GetFlag(FLAGS_device);
+  options.engine.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
+  options.engine.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
+  options.steps = absl::GetFlag(FLAGS_steps);
+  for (const std::string& s : absl::GetFlag(FLAGS_probe_steps)) {
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(s, &step)) {
+      return Fail(absl::StrFormat("--probe-steps: '%s' is not a step number; pass e.g. --probe-steps 1,100", s));
+    }
+    options.probe_steps.push_back(step);
+  }
+  const double max_drop = absl::GetFlag(FLAGS_max_accuracy_drop);
+  if (!(max_drop >= 0)) return Fail("--max-accuracy-drop must be >= 0 (accuracy units: 0.01 is one point)");
+  auto report = mpc::Engine::Parity(options);
+  if (!report.ok()) return FailStatus(report.status());
+  std::fputs(mpc::ParityReportText(*report, max_drop).c_str(), stdout);
+  const std::string report_path = absl::GetFlag(FLAGS_report);
+  if (!report_path.empty()) {
+    if (auto st = mpc::WriteFileAtomically(report_path, mpc::ParityReportJson(*report, max_drop)); !st.ok()) {
+      return FailStatus(st);
+    }
+  }
+  std::fflush(stdout);  // the report before the verdict on stderr
+  if (mpc::AccuracyDrop(*report) > max_drop) {
+    return Fail(absl::StrFormat("mpc parity: %s's accuracy is %.2f points below f32's (--max-accuracy-drop %.2f)",
+                                options.precision, 100 * mpc::AccuracyDrop(*report), 100 * max_drop));
   }
   return 0;
 }
@@ -216,7 +267,9 @@ int main(int argc, char** argv) {
       "usage: mpc compile --spec S [--model M] [--report FILE.json] [--dump-after REGEX --dump-dir DIR]\n"
       "                   [--disable-passes a,b] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16|fp8]\n"
       "       mpc run --model M [--precision P] [--device cpu|cuda|auto] --input NAME=FILE.npy ...\n"
-      "               --output-dir DIR [--check-numerics]");
+      "               --output-dir DIR [--check-numerics]\n"
+      "       mpc parity --spec S --precision bf16|fp16|fp8|tf32 [--steps N] [--probe-steps 1,N]\n"
+      "                  [--max-accuracy-drop 0.01] [--report FILE.json]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   const std::vector<std::string> inputs = ExtractInputFlags(argc, argv);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
@@ -232,5 +285,10 @@ int main(int argc, char** argv) {
     if (args.size() > 2) return Fail(absl::StrFormat("unexpected argument '%s'", args[2]));
     return RunModel(inputs);
   }
-  return Fail(absl::StrFormat("unknown command '%s'; the commands are: compile, run", command));
+  if (command == "parity") {
+    if (!inputs.empty()) return Fail("--input is an option of mpc run, not mpc parity");
+    if (args.size() > 2) return Fail(absl::StrFormat("unexpected argument '%s'", args[2]));
+    return Parity();
+  }
+  return Fail(absl::StrFormat("unknown command '%s'; the commands are: compile, run, parity", command));
 }

@@ -4,6 +4,9 @@
 //   f32   oneDNN convolution primitives (direct algorithm), built once per node at kernel
 //         creation, with the layouts oneDNN prefers and reorders to/from mpc's plain
 //         NCHW / (g)OIHW buffers (or on the plain layouts when that is all it takes).
+//         With mpc_tf32 = 1 (the tf32 pass; all three modes) both operands are first
+//         rounded to TF32 into scratch allocated at creation (kernels_gemm.h:
+//         RunsInTf32); the bias stays f32.
 //   bf16  oneDNN natively (bf16 operands, f32 accumulation, rounded once to bf16); where
 //         oneDNN cannot build that primitive, staged through f32 like f16.
 //   f16   staged: operands widened to f32 (exact) in scratch allocated at creation, the
@@ -333,6 +336,11 @@ class ConvKernel : public Kernel {
         return std::unique_ptr<Kernel>(std::move(k));
       case DType::kF32:
         k->fn_ = F32Conv(q, kMode, k->has_bias_);
+        if (cpu::RunsInTf32(node)) {
+          k->tf32_ = true;
+          k->a_.resize(static_cast<size_t>(NumElements(node.inputs[0]->shape)));
+          k->b_.resize(static_cast<size_t>(NumElements(node.inputs[1]->shape)));
+        }
         return std::unique_ptr<Kernel>(std::move(k));
       case DType::kBF16: {
         auto native = DnnlConv::Create(q, kMode, DType::kBF16, k->has_bias_);
@@ -374,6 +382,12 @@ class ConvKernel : public Kernel {
     const void* b = ctx.inputs[1].data;
     const void* bias = has_bias_ ? ctx.inputs[2].data : nullptr;
     void* out = ctx.outputs[0].data;
+    if (tf32_) {
+      cpu::RoundToTf32Buffer(static_cast<const float*>(a), a_.data(), static_cast<int64_t>(a_.size()));
+      cpu::RoundToTf32Buffer(static_cast<const float*>(b), b_.data(), static_cast<int64_t>(b_.size()));
+      fn_(a_.data(), b_.data(), bias, out);
+      return absl::OkStatus();
+    }
     if (!staged_) {
       fn_(a, b, bias, out);
       return absl::OkStatus();
@@ -391,8 +405,9 @@ class ConvKernel : public Kernel {
   ConvFn fn_;
   bool has_bias_ = false;
   bool staged_ = false;
+  bool tf32_ = false;                      // f32 with mpc_tf32: a_, b_ hold the operands rounded to TF32
   std::vector<int64_t> sizes_;             // a, b, bias, out element counts (staged)
-  std::vector<float> a_, b_, bias_, out_;  // staged scratch, allocated once
+  std::vector<float> a_, b_, bias_, out_;  // staged (or TF32) scratch, allocated once
 };
 
 }  // namespace

@@ -2,12 +2,16 @@
 // oneDNN's matmul primitive, built once per node with the node's static shapes;
 // transposed operands are expressed as strides (no copies), Gemm's bias is oneDNN's
 // bias argument (or a sum post-op for a full C), alpha an output scale, and a fused
-// activation (attribute `mpc_activation`, set by the fusion pass) a ReLU post-op. f64
-// is plain loops: it is the reference. Also here: the oneDNN wrappers and dtype
-// conversions kernels_gemm.h shares with the low-precision kernels.
+// activation (attribute `mpc_activation`, set by the fusion pass) a ReLU post-op. With
+// mpc_tf32 = 1 (the tf32 pass) the f32 kernels run on A and B rounded to TF32 in scratch
+// (kernels_gemm.h: RunsInTf32). f64 is plain loops: it is the reference. Also here: the
+// oneDNN wrappers and dtype conversions kernels_gemm.h shares with the low-precision
+// kernels.
 #include "backends/cpu/kernels_gemm.h"
 
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
@@ -73,6 +77,16 @@ void ConvertFromF32(const float* src, void* dst, DType dtype, int64_t n) {
     default:
       break;
   }
+}
+
+bool RunsInTf32(const Node& node) {
+  return node.attrs.GetInt("mpc_tf32", 0) != 0 && node.inputs.size() >= 2 && node.inputs[0]->dtype == DType::kF32 &&
+         node.inputs[1]->dtype == DType::kF32;
+}
+
+void RoundToTf32Buffer(const float* src, float* dst, int64_t n) {
+#pragma omp parallel for simd if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) dst[i] = RoundToTf32(src[i]);
 }
 
 namespace {
@@ -274,10 +288,30 @@ using cpu::MakeKernel;
 const void* GemmC(const KernelContext& ctx) { return ctx.inputs.size() > 2 ? ctx.inputs[2].data : nullptr; }
 DType GemmCDType(const KernelContext& ctx) { return ctx.inputs.size() > 2 ? ctx.inputs[2].dtype : ctx.inputs[0].dtype; }
 
+// A and B rounded to TF32 (cpu::RunsInTf32), allocated once per kernel.
+struct Tf32Operands {
+  std::vector<float> a, b;
+  Tf32Operands(int64_t a_count, int64_t b_count) : a(static_cast<size_t>(a_count)), b(static_cast<size_t>(b_count)) {}
+  void Round(const KernelContext& ctx) {
+    cpu::RoundToTf32Buffer(ctx.inputs[0].as<float>(), a.data(), static_cast<int64_t>(a.size()));
+    cpu::RoundToTf32Buffer(ctx.inputs[1].as<float>(), b.data(), static_cast<int64_t>(b.size()));
+  }
+};
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreateF32Gemm(const Node& node, Backend&) {
-  auto gemm = cpu::DnnlGemm::Create(cpu::GemmSpecOf(node), DType::kF32, DType::kF32, DType::kF32);
+  const cpu::GemmSpec spec = cpu::GemmSpecOf(node);
+  auto gemm = cpu::DnnlGemm::Create(spec, DType::kF32, DType::kF32, DType::kF32);
   if (!gemm.ok()) return gemm.status();
-  return MakeKernel([g = std::shared_ptr<cpu::DnnlGemm>(std::move(*gemm))](KernelContext& ctx) {
+  std::shared_ptr<cpu::DnnlGemm> g(std::move(*gemm));
+  if (cpu::RunsInTf32(node)) {
+    auto ops = std::make_shared<Tf32Operands>(spec.m * spec.k, spec.k * spec.n);
+    return MakeKernel([g, ops](KernelContext& ctx) {
+      ops->Round(ctx);
+      g->Run(ops->a.data(), ops->b.data(), GemmC(ctx), GemmCDType(ctx), ctx.outputs[0].data);
+      return absl::OkStatus();
+    });
+  }
+  return MakeKernel([g](KernelContext& ctx) {
     g->Run(ctx.inputs[0].data, ctx.inputs[1].data, GemmC(ctx), GemmCDType(ctx), ctx.outputs[0].data);
     return absl::OkStatus();
   });
@@ -326,12 +360,35 @@ std::unique_ptr<Kernel> LoopMatMul() {
 
 // f32 MatMul: one oneDNN matmul when B is a single matrix (A's batch folds into M) or
 // the batch dims are equal; other broadcasts fall back to the loop.
+// With mpc_tf32 both paths run on the operands rounded to TF32 (cpu::RunsInTf32).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateF32MatMul(const Node& node, Backend&) {
   const cpu::MatMulPlan plan = cpu::PlanMatMul(node);
-  if (plan.mode == cpu::MatMulPlan::Mode::kLoop) return LoopMatMul<float, float>();
+  std::shared_ptr<Tf32Operands> ops;
+  if (cpu::RunsInTf32(node)) {
+    ops = std::make_shared<Tf32Operands>(NumElements(node.inputs[0]->shape), NumElements(node.inputs[1]->shape));
+  }
+  if (plan.mode == cpu::MatMulPlan::Mode::kLoop) {
+    if (!ops) return LoopMatMul<float, float>();
+    return MakeKernel([ops](KernelContext& ctx) {
+      ops->Round(ctx);
+      TensorView a = ctx.inputs[0], b = ctx.inputs[1];
+      a.data = ops->a.data();
+      b.data = ops->b.data();
+      cpu::MatMulLoop<float, float>(a, b, ctx.outputs[0]);
+      return absl::OkStatus();
+    });
+  }
   auto mm = cpu::DnnlMatMul::Create(plan, DType::kF32, DType::kF32);
   if (!mm.ok()) return mm.status();
-  return MakeKernel([m = std::shared_ptr<cpu::DnnlMatMul>(std::move(*mm))](KernelContext& ctx) {
+  std::shared_ptr<cpu::DnnlMatMul> m(std::move(*mm));
+  if (ops) {
+    return MakeKernel([m, ops](KernelContext& ctx) {
+      ops->Round(ctx);
+      m->Run(ops->a.data(), ops->b.data(), ctx.outputs[0].data);
+      return absl::OkStatus();
+    });
+  }
+  return MakeKernel([m](KernelContext& ctx) {
     m->Run(ctx.inputs[0].data, ctx.inputs[1].data, ctx.outputs[0].data);
     return absl::OkStatus();
   });

@@ -2,7 +2,8 @@
 // kernels_gemm_lowp.cc: bf16/f16). DnnlGemm and DnnlMatMul wrap one oneDNN matmul
 // primitive each, built once per node, for any operand/output data types oneDNN
 // accepts; the kernels choose those types. Dtype conversion helpers let a low-precision
-// kernel stage operands through f32 scratch buffers sized at creation.
+// kernel stage operands through f32 scratch buffers sized at creation, and the TF32
+// helpers let an f32 GEMM or convolution round its operands to TF32 the same way.
 #pragma once
 
 #include <algorithm>
@@ -122,6 +123,18 @@ void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n);
 void ConvertFromF32(const float* src, void* dst, DType dtype, int64_t n);
 
 dnnl::memory::data_type DnnlType(DType dtype);
+
+// TF32 (docs/numerics.md): a node with mpc_tf32 = 1 (set by the tf32 pass on f32 GEMMs
+// and convolutions) whose operands are f32. The kernel rounds both operands to TF32
+// (RoundToTf32, graph/float_convert.h) into scratch allocated at creation, never in place
+// (an operand may be a parameter), and runs its f32 primitive on them: every product of
+// two TF32 values is exact in f32, so with f32 accumulation this is exactly what a TF32
+// tensor core computes, up to summation order. Bias and C stay f32, as in the tensor
+// cores' f32 epilogue. Other dtypes ignore the attribute: bf16 and f16 values are TF32
+// values already, and f64 is the reference.
+bool RunsInTf32(const Node& node);
+// dst[i] = RoundToTf32(src[i]), parallel over n elements.
+void RoundToTf32Buffer(const float* src, float* dst, int64_t n);
 
 }  // namespace mpc::cpu
 

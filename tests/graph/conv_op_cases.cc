@@ -2,7 +2,8 @@
 // pads, dilation, groups, depthwise, bias or not, auto_pad SAME_UPPER / SAME_LOWER /
 // VALID, 1x1, 1-D), MaxPool / AveragePool (ceil_mode, pads, dilation, count_include_pad,
 // auto_pad, 1-D), GlobalAveragePool, GlobalMaxPool, and the backward ops ConvGradInput,
-// ConvGradWeight, MaxPoolGrad and AveragePoolGrad forward-checked in every dtype.
+// ConvGradWeight, MaxPoolGrad and AveragePoolGrad forward-checked in every dtype; and the
+// three convolution ops in TF32 (mpc_tf32).
 //
 // The references below are written from ONNX's definitions, independently of
 // graph/ops_conv_util.cc: every case states its explicit pads (SAME pads worked out by
@@ -248,6 +249,82 @@ std::vector<OpCase> ConvCasesOnly() {
     gw.gradient = false;
     gw.ref = [q, one_d](const std::vector<Tensor>& in) {
       return std::vector<Tensor>{RefConvGradWeight(q, one_d, in[0], in[1])};
+    };
+    cases.push_back(std::move(gw));
+  }
+  return cases;
+}
+
+// TF32 (mpc_tf32 = 1, which the tf32 pass sets on f32 convolutions and their gradients):
+// Conv, ConvGradInput and ConvGradWeight on fixed f32 operands (one f32 graph in every run
+// dtype) against references on the operands rounded to TF32 (the bias stays f32), for a
+// plain, a strided / asymmetrically padded, a grouped and a 1-D geometry. 8 input
+// channels and 3x3 windows: 72 rounded products per output of the forward pass.
+std::vector<OpCase> Tf32ConvCases() {
+  std::vector<OpCase> cases;
+  auto tf32 = [](OpCase& c) {
+    c.attrs.Set("mpc_tf32", int64_t{1});
+    c.out_dtypes = {DType::kF32};
+    c.gradient = false;  // a kernel mode: the op's gradient is checked by the f32 cases
+    c.tf32 = true;
+  };
+  std::vector<ConvSpec> specs;
+  specs.push_back({"Basic3x3_Bias", Geo{2, 8, 6, 6, 6, 3, 3, 1}, false, true, {}});
+  {
+    Geo q{1, 8, 7, 6, 4, 3, 3, 1};
+    q.sh = q.sw = 2;
+    q.pt = 1, q.pl = 0, q.pb = 2, q.pr = 1;
+    specs.push_back({"Stride2_AsymPads", q, false, false, {}});
+  }
+  {
+    Geo q{2, 8, 5, 5, 6, 3, 3, 2};
+    q.pt = q.pl = q.pb = q.pr = 1;
+    specs.push_back({"Group2_Pads1_Bias", q, false, true, {}});
+  }
+  {
+    Geo q{2, 8, 1, 9, 4, 1, 3, 1};
+    q.sw = 2, q.pl = 1, q.pr = 1;
+    specs.push_back({"Conv1D_Stride2_Pads", q, true, false, {}});
+  }
+  for (ConvSpec& s : specs) {
+    s.attrs = ConvAttrs(s.q, s.one_d, true);
+    const Geo q = s.q;
+    const bool one_d = s.one_d, bias = s.bias;
+    OpCase c;
+    c.name = absl::StrCat("Conv_Tf32_", s.name);
+    c.op = "Conv";
+    c.attrs = s.attrs;
+    c.inputs = {XTyped("X", XShape(q, one_d), DType::kF32), XTyped("W", WShape(q, one_d), DType::kF32)};
+    if (bias) c.inputs.push_back(XTyped("B", {q.m}, DType::kF32));
+    tf32(c);
+    c.ref = [q, one_d, bias](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{
+          RefConv(q, one_d, RefRoundToTf32(in[0]), RefRoundToTf32(in[1]), bias ? &in[2] : nullptr)};
+    };
+    cases.push_back(std::move(c));
+
+    AttrMap grad_attrs = s.attrs;
+    grad_attrs.Set("kernel_shape", one_d ? std::vector<int64_t>{q.kw} : std::vector<int64_t>{q.kh, q.kw});
+    OpCase gi;
+    gi.name = absl::StrCat("ConvGradInput_Tf32_", s.name);
+    gi.op = "ConvGradInput";
+    gi.attrs = grad_attrs;
+    const Shape xs = XShape(q, one_d);
+    gi.attrs.Set("input_shape", std::vector<int64_t>(xs.begin(), xs.end()));
+    gi.inputs = {XTyped("dY", YShape(q, q.m, one_d), DType::kF32), XTyped("W", WShape(q, one_d), DType::kF32)};
+    tf32(gi);
+    gi.ref = [q, one_d](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefConvGradInput(q, one_d, RefRoundToTf32(in[0]), RefRoundToTf32(in[1]))};
+    };
+    cases.push_back(std::move(gi));
+    OpCase gw;
+    gw.name = absl::StrCat("ConvGradWeight_Tf32_", s.name);
+    gw.op = "ConvGradWeight";
+    gw.attrs = grad_attrs;
+    gw.inputs = {XTyped("dY", YShape(q, q.m, one_d), DType::kF32), XTyped("X", XShape(q, one_d), DType::kF32)};
+    tf32(gw);
+    gw.ref = [q, one_d](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefConvGradWeight(q, one_d, RefRoundToTf32(in[0]), RefRoundToTf32(in[1]))};
     };
     cases.push_back(std::move(gw));
   }
@@ -567,6 +644,7 @@ std::vector<OpCase> PoolCases() {
 
 std::vector<OpCase> ConvCases() {
   std::vector<OpCase> all = ConvCasesOnly();
+  for (OpCase& c : Tf32ConvCases()) all.push_back(std::move(c));
   for (OpCase& c : PoolCases()) all.push_back(std::move(c));
   return all;
 }

@@ -1,5 +1,5 @@
-// The op-numerics cases of the core ops: Gemm, MatMul, the broadcasting binaries, the
-// activations, softmax, shape ops, dropout, losses and the backward-only ops.
+// The op-numerics cases of the core ops: Gemm, MatMul (also in TF32), the broadcasting
+// binaries, the activations, softmax, shape ops, dropout, losses and the backward-only ops.
 #include <map>
 #include <tuple>
 
@@ -92,6 +92,70 @@ std::vector<OpCase> MatMulCases() {
     c.out_dtypes = {DType::kF32};
     c.fd_step = 0.25;
     c.ref = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefMatMul(in[0], in[1])}; };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// TF32 (attribute mpc_tf32 = 1, which the tf32 pass sets on f32 GEMMs): the operands are
+// fixed f32, so every run dtype builds the same f32 graph, and the reference rounds A and
+// B to TF32 (C is not rounded: the epilogue is f32) and sums in f64. Every layout path of
+// the CPU kernels: Gemm with each transpose, bias row, full C with alpha/beta and the ReLU
+// epilogue; MatMul folded (2-D B), batched and broadcast (the loop). K = 64 so each output
+// sums enough rounded products for a missing rounding to show far above the tolerance.
+std::vector<OpCase> Tf32Cases() {
+  std::vector<OpCase> cases;
+  const int64_t m = 12, k = 64, n = 20;
+  struct GemmVariant {
+    const char* name;
+    bool ta, tb;
+    std::optional<Shape> c_shape;
+    double alpha, beta;
+    bool relu;
+  };
+  for (const GemmVariant& v : {GemmVariant{"tA0_tB0_CN", false, false, Shape{n}, 1.0, 1.0, false},
+                               GemmVariant{"tA1_tB0_Cnone", true, false, std::nullopt, 1.0, 1.0, false},
+                               GemmVariant{"tA0_tB1_C1N_Relu", false, true, Shape{1, n}, 1.0, 1.0, true},
+                               GemmVariant{"tA1_tB1_CMN_alpha0p7_beta1p3", true, true, Shape{m, n}, 0.7, 1.3, false}}) {
+    OpCase c;
+    c.name = absl::StrCat("Gemm_Tf32_", v.name);
+    c.op = "Gemm";
+    c.attrs.Set("mpc_tf32", int64_t{1});
+    if (v.ta) c.attrs.Set("transA", int64_t{1});
+    if (v.tb) c.attrs.Set("transB", int64_t{1});
+    if (v.alpha != 1.0) c.attrs.Set("alpha", static_cast<float>(v.alpha));
+    if (v.beta != 1.0) c.attrs.Set("beta", static_cast<float>(v.beta));
+    if (v.relu) c.attrs.Set("mpc_activation", std::string("Relu"));
+    c.inputs = {XTyped("A", v.ta ? Shape{k, m} : Shape{m, k}, DType::kF32),
+                XTyped("B", v.tb ? Shape{n, k} : Shape{k, n}, DType::kF32)};
+    if (v.c_shape) c.inputs.push_back(XTyped("C", *v.c_shape, DType::kF32));
+    c.out_dtypes = {DType::kF32};
+    c.gradient = false;  // a kernel mode: the op's gradient is checked by the f32 cases
+    c.tf32 = true;
+    const double fa = static_cast<float>(v.alpha), fb = static_cast<float>(v.beta);
+    const bool has_c = v.c_shape.has_value(), ta = v.ta, tb = v.tb, relu = v.relu;
+    c.ref = [=](const std::vector<Tensor>& in) {
+      Tensor y = RefGemm(RefRoundToTf32(in[0]), RefRoundToTf32(in[1]), has_c ? &in[2] : nullptr, fa, fb, ta, tb);
+      if (relu) y = RefUnary(y, [](double x) { return x > 0 ? x : 0.0; });
+      return std::vector<Tensor>{y};
+    };
+    cases.push_back(std::move(c));
+  }
+  for (const auto& [name, a, b] :
+       std::vector<std::tuple<const char*, Shape, Shape>>{{"3Dx2D", {2, m, k}, {k, n}},
+                                                          {"Batched3D", {2, m, k}, {2, k, n}},
+                                                          {"BroadcastBatch", {2, 1, m, k}, {3, k, n}}}) {
+    OpCase c;
+    c.name = absl::StrCat("MatMul_Tf32_", name);
+    c.op = "MatMul";
+    c.attrs.Set("mpc_tf32", int64_t{1});
+    c.inputs = {XTyped("A", a, DType::kF32), XTyped("B", b, DType::kF32)};
+    c.out_dtypes = {DType::kF32};
+    c.gradient = false;
+    c.tf32 = true;
+    c.ref = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefMatMul(RefRoundToTf32(in[0]), RefRoundToTf32(in[1]))};
+    };
     cases.push_back(std::move(c));
   }
   return cases;
@@ -567,8 +631,8 @@ std::vector<OpCase> BackwardOpCases() {
 
 std::vector<OpCase> CoreCases() {
   std::vector<OpCase> all;
-  for (auto family : {GemmCases, MatMulCases, BinaryCases, UnaryCases, SoftmaxCases, ShapeCases, DropoutCases,
-                      LossCases, BackwardOpCases}) {
+  for (auto family : {GemmCases, MatMulCases, Tf32Cases, BinaryCases, UnaryCases, SoftmaxCases, ShapeCases,
+                      DropoutCases, LossCases, BackwardOpCases}) {
     for (OpCase& c : family()) all.push_back(std::move(c));
   }
   return all;

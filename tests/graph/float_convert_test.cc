@@ -396,6 +396,90 @@ TEST(FloatConvert, Bf16Boundaries) {
   EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(BitsToFloat(0xff800001u)))));
 }
 
+// TF32 (RoundToTf32): f32's exponent, 10 explicit mantissa bits, kept in f32.
+TEST(FloatConvert, Tf32Boundaries) {
+  auto bits = [](float x) { return FloatBits(RoundToTf32(x)); };
+  // Halfway cases round to the even mantissa, down and up; just above halfway rounds up.
+  EXPECT_EQ(RoundToTf32(1.0f + Pow2(-11)), 1.0f);                         // 1 | 1+2^-10: to 1
+  EXPECT_EQ(RoundToTf32(1.0f + 3 * Pow2(-11)), 1.0f + Pow2(-9));          // 1+2^-10 | 1+2^-9: up
+  EXPECT_EQ(RoundToTf32(Above(1.0f + Pow2(-11))), 1.0f + Pow2(-10));      // past the tie
+  EXPECT_EQ(RoundToTf32(Below(1.0f + 3 * Pow2(-11))), 1.0f + Pow2(-10));  // below the tie
+  EXPECT_EQ(RoundToTf32(-(1.0f + 3 * Pow2(-11))), -(1.0f + Pow2(-9)));
+  EXPECT_EQ(bits(BitsToFloat(0x3f801000u)), 0x3f800000u);  // the tie, as bits
+  EXPECT_EQ(bits(BitsToFloat(0x3f803000u)), 0x3f804000u);
+  // TF32 values are fixed points; the mantissa carry moves into the exponent.
+  EXPECT_EQ(RoundToTf32(1.0f + Pow2(-10)), 1.0f + Pow2(-10));
+  EXPECT_EQ(RoundToTf32(Below(2.0f)), 2.0f);
+  EXPECT_EQ(RoundToTf32(2047.0f), 2047.0f);  // 11 significant bits fit
+  EXPECT_EQ(RoundToTf32(4095.0f), 4096.0f);  // 12 do not: tie to even
+  // The largest TF32 number (0x7f7fe000), the overflow halfway point (0x7f7ff000) and
+  // FLT_MAX itself, which rounds to inf as the hardware conversion does.
+  EXPECT_EQ(bits(BitsToFloat(0x7f7fe000u)), 0x7f7fe000u);
+  EXPECT_EQ(bits(BitsToFloat(0x7f7fefffu)), 0x7f7fe000u);
+  EXPECT_EQ(RoundToTf32(BitsToFloat(0x7f7ff000u)), kInf);
+  EXPECT_EQ(RoundToTf32(std::numeric_limits<float>::max()), kInf);
+  EXPECT_EQ(RoundToTf32(-std::numeric_limits<float>::max()), -kInf);
+  // Subnormals round on the same grid: smallest TF32 subnormal 2^-136, half of it ties to
+  // 0, just above half rounds up, 3 * 2^-137 ties up to the even 2^-135.
+  EXPECT_EQ(RoundToTf32(Pow2(-136)), Pow2(-136));
+  EXPECT_EQ(bits(Pow2(-137)), 0x00000000u);
+  EXPECT_EQ(bits(-Pow2(-137)), 0x80000000u);
+  EXPECT_EQ(RoundToTf32(Above(Pow2(-137))), Pow2(-136));
+  EXPECT_EQ(RoundToTf32(3 * Pow2(-137)), Pow2(-135));
+  EXPECT_EQ(RoundToTf32(std::numeric_limits<float>::denorm_min()), 0.0f);
+  EXPECT_EQ(RoundToTf32(Below(std::numeric_limits<float>::min())), std::numeric_limits<float>::min());
+  // Zeros, infinities, NaN (quiet, sign kept; a payload only in the low 13 bits must not
+  // truncate to inf).
+  EXPECT_EQ(bits(0.0f), 0x00000000u);
+  EXPECT_EQ(bits(-0.0f), 0x80000000u);
+  EXPECT_EQ(RoundToTf32(kInf), kInf);
+  EXPECT_EQ(RoundToTf32(-kInf), -kInf);
+  EXPECT_TRUE(std::isnan(RoundToTf32(kNaN)));
+  EXPECT_TRUE(std::signbit(RoundToTf32(-kNaN)));
+  EXPECT_TRUE(std::isnan(RoundToTf32(BitsToFloat(0x7f800001u))));
+  EXPECT_TRUE(std::isnan(RoundToTf32(BitsToFloat(0xff800fffu))));
+  EXPECT_EQ(bits(BitsToFloat(0x7f800001u)) & 0x1fffu, 0u);
+}
+
+// RoundToTf32 against a float64 reference from the format's definition (the nearest
+// multiple of the value's TF32 spacing, ties to even; inf past the largest number's
+// halfway point) on a stride over every f32 pattern and around every TF32 tie.
+TEST(FloatConvert, Tf32MatchesReference) {
+  auto reference = [](float x) -> double {
+    if (!std::isfinite(x) || x == 0) return x;
+    int e;
+    std::frexp(static_cast<double>(x), &e);  // |x| in [2^(e-1), 2^e)
+    const int spacing_exp = std::max(e - 1, -126) - 10;
+    const double r = std::ldexp(std::nearbyint(std::ldexp(static_cast<double>(x), -spacing_exp)), spacing_exp);
+    return std::fabs(r) >= std::ldexp(1.0, 128) ? std::copysign(INFINITY, r) : r;
+  };
+  int64_t bad = 0, checked = 0;
+  auto check = [&](float x) {
+    const float got = RoundToTf32(x);
+    ++checked;
+    if (std::isnan(x)) {
+      bad += !std::isnan(got);
+      return;
+    }
+    const double want = reference(x);
+    if (static_cast<double>(got) != want || std::signbit(got) != std::signbit(x) || (FloatBits(got) & 0x1fffu) != 0) {
+      if (++bad <= 10) ADD_FAILURE() << Describe(x) << " -> " << Describe(got) << ", reference " << want;
+    }
+  };
+  for (uint64_t b = 0; b <= 0xffffffffu; b += 1021) check(BitsToFloat(static_cast<uint32_t>(b)));
+  // Every exponent: the TF32 ties (low 13 bits 0x1000) of odd and even mantissas and their
+  // f32 neighbours.
+  for (uint32_t exp = 0; exp < 255; ++exp) {
+    for (uint32_t man : {0x000000u, 0x001000u, 0x003000u, 0x7fd000u, 0x7ff000u, 0x2aa000u | 0x1000u}) {
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        const float tie = BitsToFloat(sign | (exp << 23) | man);
+        for (float x : {tie, Above(tie), Below(tie)}) check(x);
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << checked;
+}
+
 TEST(Float8, F8E4M3Boundaries) {
   EXPECT_EQ(FloatToF8E4M3(1.0f), 0x38);
   EXPECT_EQ(FloatToF8E4M3(1.0f + Pow2(-4)), 0x38);      // 1 | 1.125: to 1

@@ -34,6 +34,12 @@ constexpr double kF32Tol = 1e-5;   // docs/numerics.md: f32 vs an f64 reference
 constexpr double kF64Tol = 1e-12;  // the f64 kernels are the gradient checks' reference
 constexpr double kBf16Tol = 1e-2;  // docs/numerics.md: bf16 vs an f64 reference
 constexpr double kF16Tol = 2e-3;   // docs/numerics.md: f16 vs an f64 reference
+constexpr double kTf32Tol = 1e-3;  // docs/numerics.md: tf32 (a TF32 tensor core against the CPU)
+// A TF32 case on the CPU against a reference on the TF32-rounded operands: the CPU
+// emulates TF32 exactly (products exact in f32, f32 accumulation), so only f32 summation
+// is left, as in an f32 GEMM; tighter than kF32Tol, so a missing operand rounding on
+// either side (~1e-4) cannot pass.
+constexpr double kTf32EmulationTol = 1e-6;
 constexpr double kFdStep = 1e-6;
 constexpr double kFdTol = 1e-6;  // |analytic - numeric| <= kFdTol * max(1, |numeric|)
 constexpr int kFdMaxElements = 30;
@@ -145,6 +151,10 @@ struct OpCase {
   bool gradient = true;
   std::vector<int> loss_outputs = {0};  // outputs that feed the loss in gradient cases
   double fd_step = kFdStep;
+  // The node runs in TF32 (attribute mpc_tf32 = 1, f32 operands): the reference rounds
+  // its operands with RefRoundToTf32, the CPU is held to kTf32EmulationTol and another
+  // backend, against the CPU, to kTf32Tol.
+  bool tf32 = false;
 
   bool forward() const { return static_cast<bool>(ref); }
 };
@@ -401,6 +411,23 @@ inline double RoundToFormat(double v, DType dtype) {
   std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
   const int spacing_exp = std::max(e - 1, min_exponent) - (mantissa_bits - 1);
   return std::ldexp(std::nearbyint(std::ldexp(v, -spacing_exp)), spacing_exp);
+}
+
+// Rounds a double to the nearest TF32 value (8-bit exponent as f32, 11 significant bits;
+// ties to even; subnormals on f32's grid; inf past the largest value's halfway point), kept
+// in double: the reference's own TF32, written from the format, not graph/float_convert.h.
+inline double RefRoundToTf32(double v) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  int e;
+  std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
+  const int spacing_exp = std::max(e - 1, -126) - 10;
+  const double r = std::ldexp(std::nearbyint(std::ldexp(v, -spacing_exp)), spacing_exp);
+  return std::fabs(r) >= std::ldexp(1.0, 128) ? std::copysign(INFINITY, r) : r;
+}
+inline Tensor RefRoundToTf32(const Tensor& x) {
+  Tensor y = F64(x.shape());
+  for (int64_t i = 0; i < y.num_elements(); ++i) P(y)[i] = RefRoundToTf32(P(x)[i]);
+  return y;
 }
 
 inline Tensor Ones(const Shape& s) {

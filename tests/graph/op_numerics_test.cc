@@ -10,6 +10,9 @@
 //               the reference rounded to the format ("compute in f32, round once");
 //   OpGradient  the op in f64 under a scalar loss L = sum(out * R) (R fixed, random),
 //               autodiff's gradient of L against central finite differences.
+// TF32 cases (mpc_tf32 = 1, f32 operands) are held to 1e-6 against a reference on the
+// operands rounded to TF32 (the CPU emulates TF32 exactly), and OpForwardTf32 checks that
+// they differ from true f32.
 // Backward-only ops (ReluGrad, SoftmaxGrad, ReduceSumTo...) have forward cases too, so
 // the kernels autocast paints for the backward pass are checked in every dtype.
 // OpCoverage fails when an op in the registry has no forward case, or is
@@ -20,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -183,6 +187,8 @@ double Tolerance(DType float_dtype) {
   for (DType d : dtypes) {
     if (IsFloating(d)) tol = std::max(tol, Tolerance(d));
   }
+  // TF32 is emulated exactly: the reference rounds the operands as the kernel does.
+  if (c.tf32) tol = kTf32EmulationTol;
   ::testing::AssertionResult close = CompareOutputs(run->outputs, ref, dtypes, c.exact ? 0.0 : tol);
   if (!close || (float_dtype != DType::kBF16 && float_dtype != DType::kF16)) return close;
   return CheckRoundedOnce(run->outputs, ref, float_dtype);
@@ -311,6 +317,38 @@ class OpGradient : public ::testing::TestWithParam<OpCase> {};
 TEST_P(OpGradient, MatchesCentralDifferences) { EXPECT_TRUE(CheckGradient(GetParam())); }
 
 INSTANTIATE_TEST_SUITE_P(, OpGradient, ::testing::ValuesIn(GradientCases()), CaseName);
+
+// ---------------------------------------------------------------------------------
+// TF32 must change the result. Each TF32 case (OpCase::tf32) also runs as true f32
+// (mpc_tf32 = 0) on the same random inputs: the two differ by far more than the
+// emulation tolerance, and the f32 result misses the TF32 reference. So neither the
+// kernels' operand rounding nor the reference's can silently be a no-op.
+
+TEST(OpForwardTf32, DiffersFromF32OnRandomInputs) {
+  int cases = 0;
+  double worst_emulation = 0, least_difference = INFINITY;
+  for (const OpCase& tf32 : AllCases()) {
+    if (!tf32.tf32) continue;
+    ++cases;
+    SCOPED_TRACE(tf32.name);
+    OpCase f32 = tf32;
+    f32.attrs.Set("mpc_tf32", int64_t{0});
+    auto a = RunForward(tf32, DType::kF32);
+    auto b = RunForward(f32, DType::kF32);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    const std::vector<Tensor> ref = tf32.ref(a->inputs);
+    worst_emulation = std::max(worst_emulation, RelativeError(a->outputs[0], ref[0]));
+    const double difference = RelativeError(a->outputs[0], b->outputs[0]);
+    least_difference = std::min(least_difference, difference);
+    EXPECT_GT(difference, 20 * kTf32EmulationTol) << "the TF32 result is (nearly) the f32 one";
+    EXPECT_FALSE(CompareOutputs(b->outputs, ref, {DType::kF32}, kTf32EmulationTol))
+        << "true f32 passes for TF32: the check cannot tell them apart";
+  }
+  EXPECT_GE(cases, 19) << "TF32 cases missing";
+  std::cout << cases << " TF32 cases: worst relative error against the TF32 reference " << worst_emulation
+            << ", least relative difference from true f32 " << least_difference << "\n";
+}
 
 // ---------------------------------------------------------------------------------
 // Dropout in training mode: random, so checked by its properties, not a reference.
@@ -469,12 +507,29 @@ TEST(OpCoverage, CasesNameRegisteredOpsAndUniqueNames) {
 TEST(OpCoverage, RequiredVariantsArePresent) {
   std::set<std::string> names;
   for (const OpCase& c : AllCases()) names.insert(c.name);
-  for (const char* required :
-       {"Gemm_tA0_tB0_CN_alpha1_beta1", "Gemm_tA0_tB1_C1N_alpha0p7_beta1", "Gemm_tA1_tB0_CMN_alpha0p7_beta1p3",
-        "Gemm_tA1_tB1_Cnone_alpha1_beta1", "MatMul_BroadcastBatch", "MatMul_Batched3D", "Div_Column",
-        "Softmax_Rank3_Axis1", "LogSoftmax_Rank3_Axis0", "Reshape_Zero_Minus1", "Flatten_Axis0", "Transpose_Perm201",
-        "Cast_F32ToF64", "Cast_F64ToF32", "Dropout_Eval_Ratio", "Dropout_Train_MpcTraining_Ratio0p3",
-        "SoftmaxCrossEntropyLoss_Mean_IgnoreIndexM100", "MeanSquaredError_Rank2"}) {
+  for (const char* required : {"Gemm_tA0_tB0_CN_alpha1_beta1",
+                               "Gemm_tA0_tB1_C1N_alpha0p7_beta1",
+                               "Gemm_tA1_tB0_CMN_alpha0p7_beta1p3",
+                               "Gemm_tA1_tB1_Cnone_alpha1_beta1",
+                               "MatMul_BroadcastBatch",
+                               "MatMul_Batched3D",
+                               "Div_Column",
+                               "Softmax_Rank3_Axis1",
+                               "LogSoftmax_Rank3_Axis0",
+                               "Reshape_Zero_Minus1",
+                               "Flatten_Axis0",
+                               "Transpose_Perm201",
+                               "Cast_F32ToF64",
+                               "Cast_F64ToF32",
+                               "Dropout_Eval_Ratio",
+                               "Dropout_Train_MpcTraining_Ratio0p3",
+                               "SoftmaxCrossEntropyLoss_Mean_IgnoreIndexM100",
+                               "MeanSquaredError_Rank2",
+                               "Gemm_Tf32_tA0_tB0_CN",
+                               "MatMul_Tf32_BroadcastBatch",
+                               "Conv_Tf32_Basic3x3_Bias",
+                               "ConvGradInput_Tf32_Stride2_AsymPads",
+                               "ConvGradWeight_Tf32_Group2_Pads1_Bias"}) {
     EXPECT_TRUE(names.count(required)) << required;
   }
 }

@@ -5,11 +5,22 @@
 #include <cmath>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
 namespace mpc::testing {
+
+std::string WriteFashionMlpSpec(const std::string& name, const std::string& fields) {
+  const std::string path = MakeTempDir(name) + "/train.spec";
+  std::ofstream(path) << absl::StrCat(
+      "model: \"", SourcePath("models/fashion_mlp/fashion_mlp.onnx"), "\"\n", "features_input: \"image\"\n",
+      "loss { type: SOFTMAX_CROSS_ENTROPY output: \"logits\" }\n", "train_data { idx { images: \"",
+      FashionMnistPath("train-images-idx3-ubyte.gz"), "\" labels: \"", FashionMnistPath("train-labels-idx1-ubyte.gz"),
+      "\" } scale: 0.0123 shift: -0.3530 limit: 2000 }\n", fields, "\n");
+  return path;
+}
 
 std::string WriteGoldenSpec(const std::string& run, const std::string& extra, const std::string& dir,
                             const std::string& file_name, const std::string& model) {

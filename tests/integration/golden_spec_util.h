@@ -16,6 +16,11 @@ namespace mpc::testing {
 std::string WriteGoldenSpec(const std::string& run, const std::string& extra, const std::string& dir,
                             const std::string& file_name, const std::string& model = "");
 
+// A spec that trains the Fashion-MNIST MLP (models/fashion_mlp) on the first 2000 training
+// examples, written into a fresh temporary directory named after `name`, with `fields`
+// (batch size, optimizer, steps, ...) appended; returns its path.
+std::string WriteFashionMlpSpec(const std::string& name, const std::string& fields);
+
 // A trained f32 parameter against PyTorch's (a tests/golden/*_final/*.npy): each element
 // within 1e-4 relative with a 1e-6 absolute floor (elements near zero differ by float
 // rounding only; tests/golden/README.md). `what` names it in failures.

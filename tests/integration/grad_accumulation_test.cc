@@ -11,23 +11,18 @@
 #include "absl/strings/str_cat.h"
 #include "engine/mpc.h"
 #include "gtest/gtest.h"
+#include "tests/integration/golden_spec_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
 namespace {
 
 std::string WriteSpec(const std::string& name, int batch, int accumulate, const std::string& extra) {
-  const std::string dir = testing::MakeTempDir("grad_accum_" + name);
-  const std::string path = dir + "/train.spec";
-  std::ofstream(path) << absl::StrCat(
-      "model: \"", testing::SourcePath("models/fashion_mlp/fashion_mlp.onnx"), "\"\n", "features_input: \"image\"\n",
-      "loss { type: SOFTMAX_CROSS_ENTROPY output: \"logits\" }\n", "train_data { idx { images: \"",
-      testing::FashionMnistPath("train-images-idx3-ubyte.gz"), "\" labels: \"",
-      testing::FashionMnistPath("train-labels-idx1-ubyte.gz"), "\" } scale: 0.0123 shift: -0.3530 limit: 2000 }\n",
-      "batch_size: ", batch, "\naccumulate_steps: ", accumulate, "\n",
-      "optimizer { adamw { lr: 0.002 weight_decay: 0.01 } }\n",
-      "schedule { warmup_cosine { warmup_steps: 5 min_lr: 0.0001 } }\n", "seed: 7\n", extra, "\n");
-  return path;
+  return testing::WriteFashionMlpSpec(
+      "grad_accum_" + name,
+      absl::StrCat("batch_size: ", batch, "\naccumulate_steps: ", accumulate, "\n",
+                   "optimizer { adamw { lr: 0.002 weight_decay: 0.01 } }\n",
+                   "schedule { warmup_cosine { warmup_steps: 5 min_lr: 0.0001 } }\n", "seed: 7\n", extra));
 }
 
 std::unique_ptr<Engine> Create(const std::string& spec_path) {
