@@ -261,6 +261,7 @@ absl::Status Engine::ExportOnnx(const std::string& path, Weights weights) {
     options.metadata["mpc.weights"] = absl::StrCat("ema decay ", m.spec.ema().decay());
   }
   options.batch_dim_param = "batch";  // loads again with any batch size
+  options.external_data = m.options.export_external_data;
   return ExportOnnxFile(*graph, options, path);
 }
 

@@ -74,6 +74,10 @@ struct EngineOptions {
   // checkpoint.dir is ignored, SaveCheckpoint still works on the directory it is given).
   // For scratch runs beside a real one, such as Engine::Parity's.
   bool use_checkpoint_dir = true;
+  // ExportOnnx writes the initializers of 1 KiB or more to "<model file>.data" beside the
+  // model (ONNX external data). It always does above 1800 MiB of weights: protobuf cannot
+  // serialize a model over 2 GiB in one file.
+  bool export_external_data = false;
 };
 
 // A tensor the caller owns and hands to Engine::Step / Evaluate: row-major,

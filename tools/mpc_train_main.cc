@@ -32,6 +32,9 @@ ABSL_FLAG(bool, overwrite_checkpoints, false,
           "start over although the checkpoint directory holds checkpoints: removes them (without this, such a run "
           "stops at start)");
 ABSL_FLAG(std::string, export_onnx, "", "after training, write the model with its trained weights here");
+ABSL_FLAG(bool, export_external_data, false,
+          "--export_onnx / --export_ema_onnx write the weights into FILE.data beside the model (ONNX external "
+          "data); automatic above 1800 MiB of weights");
 ABSL_FLAG(std::string, export_ema_onnx, "",
           "after training, write the model with the moving average of its weights here (needs `ema` in the spec)");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides the spec's precision.compute");
@@ -59,7 +62,7 @@ int main(int argc, char** argv) {
       "                 [--device cpu|cuda|auto]\n"
       "                 [--precision f32|tf32|bf16|fp16|fp8] [--loss-scaling off|dynamic|static:S]\n"
       "                 [--pad-multiple N] [--resume | --resume_if_present | --overwrite_checkpoints]\n"
-      "                 [--export_onnx FILE] [--export_ema_onnx FILE] [--profile]\n"
+      "                 [--export_onnx FILE [--export_external_data]] [--export_ema_onnx FILE] [--profile]\n"
       "                 [--check-numerics] [--tensor-stats N]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
   options.resume_if_present = absl::GetFlag(FLAGS_resume_if_present);
   options.overwrite_checkpoints = absl::GetFlag(FLAGS_overwrite_checkpoints);
   options.profile = absl::GetFlag(FLAGS_profile);
+  options.export_external_data = absl::GetFlag(FLAGS_export_external_data);
   options.precision = absl::GetFlag(FLAGS_precision);
   options.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
   options.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -72,6 +73,17 @@ TEST(ExternalData, MpcTrainTrainsAndExportsLikeTheInlineModel) {
   ASSERT_EQ(from_ext.size(), 4u);  // w1, b1, w2, b2 (the Constant stays a constant)
   EXPECT_EQ(from_ext, ParameterBytes(dir + "/trained_inline.onnx"));
   EXPECT_NE(from_ext, ParameterBytes(dir + "/inline.onnx"));  // trained: the weights moved
+
+  // --export_external_data: the same weights, written beside the model in FILE.data.
+  const auto r = testing::RunCommand(
+      absl::StrCat(MPC_TRAIN_BIN, " --spec ", spec, " --model ", dir, "/inline.onnx --device cpu --checkpoint_dir ",
+                   dir, "/ckpt_side --export_external_data --export_onnx ", dir, "/trained_side.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/trained_side.onnx.data"));
+  EXPECT_GT(std::filesystem::file_size(dir + "/trained_side.onnx.data"), 0u);
+  EXPECT_LT(std::filesystem::file_size(dir + "/trained_side.onnx"),
+            std::filesystem::file_size(dir + "/trained_inline.onnx"));
+  EXPECT_EQ(ParameterBytes(dir + "/trained_side.onnx"), from_ext);
 }
 
 }  // namespace
