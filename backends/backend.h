@@ -17,6 +17,8 @@
 
 namespace mpc {
 
+class Communicator;  // distributed/communicator.h
+
 // A tensor as a kernel sees it: where it lives on the device, what it is.
 struct TensorView {
   void* data = nullptr;
@@ -99,6 +101,14 @@ class Backend {
 
   virtual const KernelRegistry& kernels() const = 0;
   absl::StatusOr<std::unique_ptr<Kernel>> CreateKernel(const Node& node);
+
+  // The job's communicator, which the collective ops' kernels call (AllReduce); null in a
+  // single-process run, whose programs contain no collective. Set before kernels are made.
+  void set_communicator(Communicator* communicator) { communicator_ = communicator; }
+  Communicator* communicator() const { return communicator_; }
+
+ private:
+  Communicator* communicator_ = nullptr;
 };
 
 }  // namespace mpc

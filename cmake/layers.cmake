@@ -5,9 +5,11 @@
 #
 #   base  <-  graph  <-  passes  <-----------------  engine  <-  tools
 #                    <-  backends (backend.h)  <-  backends/cpu, backends/cuda
+#   base  <-  distributed (the Communicator over MPI)  <-  backends/cpu (collective kernels), engine
 #
 # mpc_layer_view(<target> <entry>...) gives <target> a view with these entries:
-#   base, graph, passes, engine, tools   the source directory
+#   base, graph, passes, distributed,
+#   engine, tools                        the source directory
 #   backends                             backends/*.h only (the Backend interface)
 #   backends/cpu, backends/cuda          that backend (needs `backends` too)
 #   proto                                the generated <build>/proto headers

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/crc32c.h"
+#include "base/status_macros.h"
 
 namespace mpc {
 
@@ -69,6 +71,66 @@ absl::StatusOr<CheckpointManifest> DecodeManifest(const std::string& bytes, cons
         absl::StrCat(path, ": checkpoint format ", m.format_version(), ", this mpc reads format ", kCheckpointFormat));
   }
   return m;
+}
+
+absl::Status VerifyCheckpointData(const CheckpointManifest& m, std::istream& data, uint64_t data_size,
+                                  const std::string& data_path, const std::string& where) {
+  if (static_cast<int64_t>(data_size) != m.data_bytes()) {
+    return absl::DataLossError(absl::StrCat(
+        data_path, data_size == 0 ? ": empty (0 bytes)" : absl::StrCat(": ", data_size, " bytes"),
+        " but the manifest says ", m.data_bytes(),
+        static_cast<int64_t>(data_size) < m.data_bytes() ? ": the file is truncated" : ": the file is corrupt",
+        "; resume from an older checkpoint or start over with --overwrite_checkpoints"));
+  }
+  std::vector<char> buffer(std::min<uint64_t>(data_size, 1 << 20));  // no more than the data
+  for (const CheckpointTensor& t : m.tensors()) {
+    // offset + size_bytes > data_bytes, without overflowing int64 (offset and size_bytes come from the file).
+    if (t.offset() < 0 || t.size_bytes() < 0 || t.offset() > m.data_bytes() ||
+        t.size_bytes() > m.data_bytes() - t.offset()) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": tensor '", t.name(), "' lies outside ", m.data_file(), " (corrupt manifest)"));
+    }
+    data.seekg(t.offset());
+    uint32_t crc = 0;
+    for (int64_t left = t.size_bytes(); left > 0;) {
+      const int64_t n = std::min<int64_t>(left, static_cast<int64_t>(buffer.size()));
+      if (!data.read(buffer.data(), n)) return absl::DataLossError(absl::StrCat(data_path, ": read failed"));
+      crc = Crc32cExtend(crc, buffer.data(), static_cast<size_t>(n));
+      left -= n;
+    }
+    if (crc != t.crc32c()) {
+      return absl::DataLossError(absl::StrCat(data_path, ": checksum mismatch at tensor '", t.name(), "' (bytes ",
+                                              t.offset(), "..", t.offset() + t.size_bytes(), "): the checkpoint is ",
+                                              "corrupt; resume from an older checkpoint (write its name into the ",
+                                              "directory's `latest` file) or start over with --overwrite_checkpoints"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DType> CheckCheckpointTensor(const CheckpointTensor& t, const Value& v, const std::string& where) {
+  MPC_ASSIGN_OR_RETURN(DType dtype, DTypeFromName(t.dtype()));
+  const Shape shape(t.shape().begin(), t.shape().end());
+  if (dtype != v.dtype || shape != ModelShape(v) ||
+      t.size_bytes() != static_cast<int64_t>(NumElements(shape) * DTypeSize(dtype))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": tensor '", v.name, "' is ", t.dtype(), ShapeToString(shape), " (", t.size_bytes(),
+                     " bytes) but the model has ", DTypeName(v.dtype), ShapeToString(ModelShape(v))));
+  }
+  return dtype;
+}
+
+absl::StatusOr<Tensor> ReadCheckpointTensor(std::istream& data, const CheckpointTensor& t, DType dtype) {
+  Tensor out(dtype, Shape(t.shape().begin(), t.shape().end()));
+  data.seekg(t.offset());
+  if (!data.read(static_cast<char*>(out.raw()), static_cast<std::streamsize>(out.bytes()))) {
+    return absl::DataLossError(absl::StrCat("tensor '", t.name(), "': read failed"));
+  }
+  if (Crc32cExtend(0, out.raw(), out.bytes()) != t.crc32c()) {  // changed since it was verified
+    return absl::DataLossError(
+        absl::StrCat("tensor '", t.name(), "': checksum mismatch (the file changed while loading)"));
+  }
+  return out;
 }
 
 }  // namespace mpc

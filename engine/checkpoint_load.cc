@@ -111,7 +111,7 @@ absl::Status CheckModel(const CheckpointManifest& m, const std::vector<const Val
                    "; use another checkpoint_dir or --overwrite_checkpoints to start over"));
 }
 
-// Every tensor's bytes against its size and CRC-32C, read in pieces.
+// Every tensor's bytes against its size and CRC-32C (VerifyCheckpointData on the file).
 absl::Status VerifyData(const CheckpointManifest& m, const std::string& data_path, const std::string& where) {
   std::error_code ec;
   const auto size = fs::file_size(data_path, ec);
@@ -119,37 +119,9 @@ absl::Status VerifyData(const CheckpointManifest& m, const std::string& data_pat
     return absl::DataLossError(
         absl::StrCat(data_path, ": missing (", ec.message(), "); the checkpoint is incomplete: ", where));
   }
-  if (static_cast<int64_t>(size) != m.data_bytes()) {
-    return absl::DataLossError(
-        absl::StrCat(data_path, size == 0 ? ": empty (0 bytes)" : absl::StrCat(": ", size, " bytes"),
-                     " but the manifest says ", m.data_bytes(),
-                     static_cast<int64_t>(size) < m.data_bytes() ? ": the file is truncated" : ": the file is corrupt",
-                     "; resume from an older checkpoint or start over with --overwrite_checkpoints"));
-  }
   std::ifstream in(data_path, std::ios::binary);
   if (!in) return absl::PermissionDeniedError(absl::StrCat(data_path, ": cannot open"));
-  std::vector<char> buffer(1 << 20);
-  for (const CheckpointTensor& t : m.tensors()) {
-    if (t.offset() < 0 || t.size_bytes() < 0 || t.offset() + t.size_bytes() > m.data_bytes()) {
-      return absl::DataLossError(
-          absl::StrCat(where, ": tensor '", t.name(), "' lies outside ", kDataFile, " (corrupt manifest)"));
-    }
-    in.seekg(t.offset());
-    uint32_t crc = 0;
-    for (int64_t left = t.size_bytes(); left > 0;) {
-      const int64_t n = std::min<int64_t>(left, static_cast<int64_t>(buffer.size()));
-      if (!in.read(buffer.data(), n)) return absl::DataLossError(absl::StrCat(data_path, ": read failed"));
-      crc = Crc32cExtend(crc, buffer.data(), static_cast<size_t>(n));
-      left -= n;
-    }
-    if (crc != t.crc32c()) {
-      return absl::DataLossError(absl::StrCat(data_path, ": checksum mismatch at tensor '", t.name(), "' (bytes ",
-                                              t.offset(), "..", t.offset() + t.size_bytes(), "): the checkpoint is ",
-                                              "corrupt; resume from an older checkpoint (write its name into the ",
-                                              "directory's `latest` file) or start over with --overwrite_checkpoints"));
-    }
-  }
-  return absl::OkStatus();
+  return VerifyCheckpointData(m, in, size, data_path, where);
 }
 
 // "the loss scale and its growth tracker (to their initial values); the FP8 scaling
@@ -177,19 +149,6 @@ std::string DescribeReset(const std::vector<std::string>& names, bool reset = tr
   return absl::StrJoin(parts, "; ");
 }
 
-absl::StatusOr<Tensor> ReadTensor(std::ifstream& in, const CheckpointTensor& t, DType dtype) {
-  Tensor out(dtype, Shape(t.shape().begin(), t.shape().end()));
-  in.seekg(t.offset());
-  if (!in.read(static_cast<char*>(out.raw()), static_cast<std::streamsize>(out.bytes()))) {
-    return absl::DataLossError(absl::StrCat("tensor '", t.name(), "': read failed"));
-  }
-  if (Crc32cExtend(0, out.raw(), out.bytes()) != t.crc32c()) {  // changed since it was verified
-    return absl::DataLossError(
-        absl::StrCat("tensor '", t.name(), "': checksum mismatch (the file changed while loading)"));
-  }
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor& executor,
@@ -208,6 +167,14 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor
   MPC_RETURN_IF_ERROR(CheckModel(m, values, identity, ckpt));
   const bool same_precision = m.precision_fingerprint() == identity.precision_fingerprint;
   // Every tensor verified before anything is written: a bad checkpoint leaves the state as it was.
+  // The data file is named by the manifest: a plain name inside the checkpoint directory,
+  // never a path that leads elsewhere (an absolute path, "..").
+  if (m.data_file().empty() || fs::path(m.data_file()).filename().string() != m.data_file() || m.data_file() == "." ||
+      m.data_file() == "..") {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": data_file '", m.data_file(),
+                                            "' is not a file name in the checkpoint directory; the manifest is "
+                                            "damaged or was not written by mpc"));
+  }
   const std::string data_path = (fs::path(ckpt) / m.data_file()).string();
   MPC_RETURN_IF_ERROR(VerifyData(m, data_path, ckpt));
   std::map<std::string, const CheckpointTensor*> by_name;
@@ -230,20 +197,12 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor
       return absl::FailedPreconditionError(
           absl::StrCat(ckpt, ": has no tensor '", v->name, "' (", m.precision(), "); the checkpoint is inconsistent"));
     }
-    const CheckpointTensor& t = *it->second;
-    MPC_ASSIGN_OR_RETURN(DType dtype, DTypeFromName(t.dtype()));
-    const Shape shape(t.shape().begin(), t.shape().end());
-    if (dtype != v->dtype || shape != ModelShape(*v) ||
-        t.size_bytes() != static_cast<int64_t>(NumElements(shape) * DTypeSize(dtype))) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(ckpt, ": tensor '", v->name, "' is ", Describe(t.dtype(), shape), " (", t.size_bytes(),
-                       " bytes) but the model has ", Describe(DTypeName(v->dtype), ModelShape(*v))));
-    }
-    loads.push_back({v, &t, dtype});
+    MPC_ASSIGN_OR_RETURN(const DType dtype, CheckCheckpointTensor(*it->second, *v, ckpt));
+    loads.push_back({v, it->second, dtype});
   }
   std::ifstream in(data_path, std::ios::binary);
   for (const Load& load : loads) {
-    MPC_ASSIGN_OR_RETURN(Tensor t, ReadTensor(in, *load.entry, load.dtype));
+    MPC_ASSIGN_OR_RETURN(Tensor t, ReadCheckpointTensor(in, *load.entry, load.dtype));
     if (!load.value->logical_shape.empty()) t = t.PaddedTo(load.value->shape);  // the padded layout, zeros outside
     MPC_RETURN_IF_ERROR(executor.WritePersistent(load.value->name, t));
   }

@@ -62,7 +62,7 @@ LossScalingOptions LossScaling(const TrainSpec& spec) {
   o.max_scale = ls.max_scale();
   o.clip_grad_norm = spec.optimizer().clip_grad_norm();
   for (const auto& f : spec.debug().inject_nonfinite())
-    o.inject_nonfinite.push_back({f.step(), f.parameter(), f.value()});
+    o.inject_nonfinite.push_back({f.step(), f.parameter(), f.value(), f.rank()});
   return o;
 }
 
@@ -128,6 +128,7 @@ CompileOptions CompileOptionsFromSpec(const TrainSpec& spec) {
     o.optimizer.groups.push_back({g.pattern(), g.has_weight_decay(), g.weight_decay(), g.lr_scale()});
   }
   o.accumulate_steps = spec.accumulate_steps();
+  o.data_parallel.bucket_bytes = static_cast<int64_t>(static_cast<double>(spec.distributed().bucket_mb()) * (1 << 20));
   o.freeze.assign(spec.freeze().begin(), spec.freeze().end());
   o.ema.enabled = spec.has_ema();
   o.ema.decay = spec.ema().decay();

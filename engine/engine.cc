@@ -57,7 +57,7 @@ absl::StatusOr<StepMetrics> Engine::Step() {
   }
   const Program& p = m.train_program;
   return m.RunStep([&m, &p](int64_t) -> absl::Status {
-    m.batches->Next(&m.feature_batch, &m.label_batch, &m.more_input_batches);
+    m.NextBatch();
     MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.features_input, m.feature_batch));
     MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.labels_input, m.label_batch));
     for (size_t i = 0; i < m.more_input_batches.size(); ++i) {
@@ -157,6 +157,7 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
   const auto start = std::chrono::steady_clock::now();
   TrainSummary summary;
   summary.planned_peak_bytes = planned_peak_bytes();
+  const int64_t first_step = m.step;
   const EvalSpec& eval = m.spec.eval();
   const bool eval_enabled = m.spec.has_eval();
   auto evaluate = [&]() -> absl::Status {
@@ -203,6 +204,8 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
   summary.steps = m.step;
   summary.skipped_steps = m.skipped_steps;
   summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t ran = m.step - first_step;
+  MPC_ASSIGN_OR_RETURN(summary.rank_ms_per_step, m.GatherStepTimes(ran ? 1000.0 * summary.wall_s / ran : 0.0));
   m.metrics->WriteSummary(summary);
   return summary;
 }
@@ -210,6 +213,10 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
 absl::Status Engine::SaveCheckpoint(const std::string& dir) {
   Impl& m = *impl_;
   MPC_RETURN_IF_ERROR(m.CheckUsable());  // never a checkpoint of a half-updated state
+  // In a job every rank holds the same state: rank 0 writes it, once for the whole job,
+  // and the checkpoint does not depend on the number of ranks.
+  MPC_RETURN_IF_ERROR(m.CheckRanksAgree());
+  if (m.rank != 0) return absl::OkStatus();
   TrainingPosition pos{m.step, m.batches->epoch(), m.batches->batch_in_epoch(), m.spec.seed()};
   return mpc::SaveCheckpoint(dir, *m.train_exec, pos, m.checkpoint_identity, m.spec.checkpoint().keep_last()).status();
 }
@@ -288,6 +295,8 @@ absl::StatusOr<std::vector<float>> Engine::GetParameter(const std::string& name)
 }
 
 int64_t Engine::step() const { return impl_->step; }
+int Engine::rank() const { return impl_->rank; }
+int Engine::world_size() const { return impl_->world_size; }
 int64_t Engine::skipped_steps() const { return impl_->skipped_steps; }
 std::vector<std::string> Engine::notices() const { return impl_->notices; }
 int64_t Engine::total_steps() const { return impl_->total_steps; }

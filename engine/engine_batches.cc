@@ -10,26 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "engine/engine_impl.h"
+#include "engine/host_tensor_util.h"
 #include "engine/index_check.h"
 
 namespace mpc {
 namespace {
-
-DType ToDType(HostDType t) {
-  switch (t) {
-    case HostDType::kFloat32:
-      return DType::kF32;
-    case HostDType::kBFloat16:
-      return DType::kBF16;
-    case HostDType::kInt32:
-      return DType::kI32;
-    case HostDType::kInt64:
-      return DType::kI64;
-  }
-  return DType::kF32;
-}
-
-std::string ShapeText(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 // What one entry of a batch must be: the dtype, and per example as many values as the
 // program's value `shape` ([batch, ...]) holds.
@@ -48,10 +33,10 @@ int64_t ValuesPerExample(const Shape& shape) {
 // `rows`, or 1..rows when `up_to`), values per example and the data's byte count. The
 // messages name the entry, what was expected and what was given.
 absl::StatusOr<Tensor> ToTensor(const HostTensor& given, const Expected& want, int64_t rows, bool up_to) {
-  const std::string given_text = absl::StrCat(HostDTypeName(given.dtype), ShapeText(given.shape));
+  const std::string given_text = absl::StrCat(HostDTypeName(given.dtype), HostShapeText(given.shape));
   const int64_t per_example = ValuesPerExample(want.shape);
-  const std::string want_text = absl::StrCat(DTypeName(want.dtype), ShapeText(want.shape), " (", up_to ? "up to " : "",
-                                             rows, " examples of ", per_example, " values)");
+  const std::string want_text = absl::StrCat(DTypeName(want.dtype), HostShapeText(want.shape), " (",
+                                             up_to ? "up to " : "", rows, " examples of ", per_example, " values)");
   auto mismatch = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("batch entry '", want.name, "' (", want.role, "): ", what,
                                                    ": expected ", want_text, ", given ", given_text));
@@ -114,7 +99,7 @@ absl::Status CheckBatch(const Engine::Impl& m, const Program& program, const Bat
     auto it = batch.find(e.name);
     if (it == batch.end()) {
       return absl::InvalidArgumentError(absl::StrCat("the batch has no entry '", e.name, "' (", e.role, ", ",
-                                                     DTypeName(e.dtype), ShapeText(e.shape),
+                                                     DTypeName(e.dtype), HostShapeText(e.shape),
                                                      "); a batch takes exactly: ", absl::StrJoin(names, ", ")));
     }
     MPC_ASSIGN_OR_RETURN(Tensor t, ToTensor(it->second, e, rows, up_to));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "distributed/communicator.h"
 #include "engine/checkpoint.h"
 #include "engine/dataset.h"
 #include "engine/evaluation.h"
@@ -62,8 +63,18 @@ struct Engine::Impl {
   // then undefined and Step refuses until LoadCheckpoint restores one.
   std::string failed_step;
 
+  // Data-parallel (engine_distributed.cc): the job (null: this process runs alone), this
+  // process's rank in it, and the global batch every rank draws before keeping its share
+  // (feature_batch etc. then hold the share).
+  Communicator* world = nullptr;
+  int rank = 0;
+  int world_size = 1;
+  Tensor global_feature_batch, global_label_batch;
+  std::vector<Tensor> global_more_input_batches;
+
   // Setup, in the order Engine::Create runs it (engine_setup.cc).
   absl::Status ResolveSpec(const EngineOptions& options);
+  absl::Status JoinJob();  // after ResolveSpec: the job, if mpirun started one
   absl::Status LoadData();
   absl::Status CompilePrograms();
   absl::Status CreateExecutors();
@@ -71,6 +82,19 @@ struct Engine::Impl {
   absl::Status SelectFp8Reports();
   void SetUpNumerics();
   absl::Status ResumeAndOpenMetrics();
+  // After the executors: every rank's mpc, spec, model and collectives agree (an error
+  // listing the ranks that differ otherwise).
+  absl::Status CheckSameProgramOnAllRanks();
+  // The end of PrepareBatches in a job: the batch buffers become this rank's share.
+  void PrepareRankBatches();
+  // The next training batch into feature_batch/label_batch/more_input_batches (this
+  // rank's rows of the global batch in a job).
+  void NextBatch();
+  // In a job: every rank's parameters, optimizer state and loss scale are bit-identical
+  // (checked before each checkpoint; an error naming the first tensor that differs).
+  absl::Status CheckRanksAgree() const;
+  // Every rank's ms per step, in rank order (a collective in a job; just ours alone).
+  absl::StatusOr<std::vector<double>> GatherStepTimes(double ms_per_step) const;
   // Resume, refuse to overwrite, or start over, as the options say; the step resumed at
   // (-1: none). Nothing in the checkpoint directory changes when it fails.
   absl::StatusOr<int64_t> PrepareCheckpointDir();

@@ -111,10 +111,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateForDevice(const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
   MPC_RETURN_IF_ERROR(impl->ResolveSpec(options));
+  MPC_RETURN_IF_ERROR(impl->JoinJob());
   MPC_RETURN_IF_ERROR(impl->LoadData());
   MPC_RETURN_IF_ERROR(impl->CompilePrograms());
   MPC_RETURN_IF_ERROR(impl->CreateExecutors());
+  MPC_RETURN_IF_ERROR(impl->CheckSameProgramOnAllRanks());
   MPC_RETURN_IF_ERROR(impl->PrepareBatches());
+  impl->PrepareRankBatches();
   MPC_RETURN_IF_ERROR(impl->SelectFp8Reports());
   impl->SetUpNumerics();
   MPC_RETURN_IF_ERROR(impl->ResumeAndOpenMetrics());
@@ -172,7 +175,9 @@ absl::Status Engine::Impl::CompilePrograms() {
   ProgramOptions popts;
   popts.model_path = model_path;
   popts.model_bytes = model_bytes;
-  popts.batch_size = spec.batch_size();
+  popts.batch_size = spec.batch_size() / world_size;  // this rank's share (JoinJob checked it divides)
+  popts.world_size = world_size;
+  popts.rank = rank;
   // Without training data the labels are one class per example (sequence labels need it).
   if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY && has_train_data) {
     popts.label_row = RowShape(train_data.labels);
@@ -298,8 +303,9 @@ void Engine::Impl::SetUpNumerics() {
 absl::Status Engine::Impl::ResumeAndOpenMetrics() {
   MPC_ASSIGN_OR_RETURN(const int64_t resumed_at, PrepareCheckpointDir());
   // Resumed: the metrics file keeps the records up to the checkpoint's step, then a
-  // "resume" marker; the interrupted session's later steps are logged again.
-  MPC_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(options.metrics_path, resumed_at));
+  // "resume" marker; the interrupted session's later steps are logged again. In a job,
+  // rank 0 writes it (every rank reports the same global loss).
+  MPC_ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(rank == 0 ? options.metrics_path : "", resumed_at));
   return absl::OkStatus();
 }
 
@@ -339,7 +345,8 @@ absl::StatusOr<int64_t> Engine::Impl::PrepareCheckpointDir() {
     batches->Seek(pos.epoch, pos.batch_in_epoch);
     resumed_at = pos.step;
   } else if (contents.HoldsCheckpoint() && options.overwrite_checkpoints) {
-    MPC_RETURN_IF_ERROR(RemoveCheckpoints(checkpoint_dir, &notices));
+    // In a job only rank 0 writes to the directory (the others read the same decisions).
+    if (rank == 0) MPC_RETURN_IF_ERROR(RemoveCheckpoints(checkpoint_dir, &notices));
   } else if (contents.HoldsCheckpoint() && writes) {
     std::vector<std::string> names;
     for (const auto& [s, name] : contents.steps) names.push_back(name);
@@ -353,7 +360,7 @@ absl::StatusOr<int64_t> Engine::Impl::PrepareCheckpointDir() {
     notices.push_back(
         absl::StrCat("--resume_if_present: no checkpoint in ", checkpoint_dir, " yet; starting at step 0"));
   }
-  if (contents.exists) MPC_RETURN_IF_ERROR(RemoveStaleTemporaries(checkpoint_dir, &notices));
+  if (contents.exists && rank == 0) MPC_RETURN_IF_ERROR(RemoveStaleTemporaries(checkpoint_dir, &notices));
   return resumed_at;
 }
 

@@ -254,6 +254,22 @@ const std::vector<TensorSignature>& InferenceSession::outputs() const { return i
 std::string InferenceSession::device() const { return impl_->last_device; }
 const std::vector<std::string>& InferenceSession::notices() const { return impl_->notices; }
 
+absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::Clone() const {
+  const Impl& m = *impl_;
+  auto impl = std::make_unique<Impl>();
+  impl->options = m.options;
+  impl->source = m.source;
+  impl->model = m.model;
+  impl->external_data_dir = m.external_data_dir;
+  impl->compute = m.compute;
+  impl->inputs = m.inputs;
+  impl->outputs = m.outputs;
+  impl->rank_known = m.rank_known;
+  impl->notices = m.notices;
+  MPC_ASSIGN_OR_RETURN(impl->backend, CreateBackend(m.options.device.empty() ? "cpu" : m.options.device));
+  return std::unique_ptr<InferenceSession>(new InferenceSession(std::move(impl)));
+}
+
 absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::FromFile(const std::string& path,
                                                                              const InferenceOptions& options) {
   MPC_ASSIGN_OR_RETURN(onnx::ModelProto model, ReadOnnxModelFile(path));  // parses, checks

@@ -8,6 +8,9 @@
 //   if (!session.ok()) { ... session.status().message() ... }
 //   auto outputs = (*session)->Run({{"x", x}});   // std::vector<NamedTensor>
 //
+// Threading: a session is not thread-safe (Run compiles and caches programs and reuses one
+// executor's arena per input shape); Clone() gives independent sessions for other threads.
+//
 // Compilation happens on the first Run and again whenever the fed shapes change: every
 // dynamic dimension the model declares on its inputs (the batch axis, or any other) is
 // bound to the size of the tensor fed for it. Programs are cached per input shape.
@@ -83,6 +86,13 @@ class InferenceSession {
 
   // The backend the last Run compiled for, e.g. "cpu" (empty before the first Run).
   std::string device() const;
+
+  // A new session on the same model and options that shares no state with this one (its
+  // own copy of the model, its own backend, no compiled programs yet): two sessions may
+  // Run on two threads at once, one session may not. Reads only what does not change
+  // after construction, so it may be called while this session runs on another thread.
+  // mpc::Predictor (mpc.h) keeps a pool of these.
+  absl::StatusOr<std::unique_ptr<InferenceSession>> Clone() const;
 
   // Things about the model a caller should tell its user, one line each: today, nodes
   // exported in training mode (BatchNormalization training_mode = 1, Dropout with a true

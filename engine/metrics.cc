@@ -150,11 +150,24 @@ void MetricsWriter::WriteEval(const EvalMetrics& m) {
   WriteLine(line + "}");
 }
 
+namespace {
+
+// A data-parallel job's per-rank step times, as a summary field ("" for one process).
+std::string RankTimes(const std::vector<double>& ms) {
+  if (ms.size() < 2) return "";
+  std::vector<std::string> parts;
+  for (double v : ms) parts.push_back(JsonNumber(v));
+  return absl::StrCat(",\"rank_ms_per_step\":[", absl::StrJoin(parts, ","), "]");
+}
+
+}  // namespace
+
 void MetricsWriter::WriteSummary(const TrainSummary& s, const std::string& stopped) {
   WriteLine(absl::StrCat("{\"kind\":\"summary\",\"steps\":", s.steps, ",\"wall_s\":", JsonNumber(s.wall_s),
                          ",\"planned_peak_bytes\":", s.planned_peak_bytes, ",\"skipped_steps\":", s.skipped_steps,
                          s.evaluated ? absl::StrCat(",\"final_accuracy\":", JsonNumber(s.last_eval.accuracy)) : "",
-                         stopped.empty() ? "" : absl::StrCat(",\"stopped\":\"", JsonEscape(stopped), "\""), "}"));
+                         stopped.empty() ? "" : absl::StrCat(",\"stopped\":\"", JsonEscape(stopped), "\""),
+                         RankTimes(s.rank_ms_per_step), "}"));
 }
 
 }  // namespace mpc

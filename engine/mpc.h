@@ -8,7 +8,8 @@
 //   (*engine)->SaveCheckpoint("ckpt");    // or Step() / Evaluate() one at a time
 //
 // Or with no files: options.spec_text, options.model_bytes, options.external_batches, and
-// Step(batch) / Evaluate(batches) on the caller's mpc::Batch of HostTensors.
+// Step(batch) / Evaluate(batches) on the caller's mpc::Batch of HostTensors. Inference:
+// mpc::Predictor (at the end of this header), safe to Run from several threads at once.
 //
 // Everything behind it (graph, passes, backends) is private; this header depends only
 // on the standard library and abseil's Status types. Installed as <prefix>/include/mpc/mpc.h
@@ -206,6 +207,8 @@ struct TrainSummary {
   EvalMetrics last_eval;
   bool evaluated = false;
   int64_t skipped_steps = 0;
+  // Each rank's wall time per step of this Train call, in rank order (one entry alone).
+  std::vector<double> rank_ms_per_step;
 };
 
 struct TrainCallbacks {
@@ -324,7 +327,9 @@ class Engine {
   // A checkpoint of the current step into `dir` (DIR/step-NNNNNNNN/, written under a
   // temporary name and renamed; DIR/latest then names it; the spec's keep_last newest
   // stay); and loading the one DIR/latest names (every checksum verified first: a bad
-  // checkpoint changes nothing).
+  // checkpoint changes nothing). In a data-parallel job every rank calls SaveCheckpoint (it
+  // checks that the ranks' states agree) and rank 0 writes the one checkpoint of the job,
+  // which any number of ranks can load.
   absl::Status SaveCheckpoint(const std::string& dir);
   absl::Status LoadCheckpoint(const std::string& dir);
   // What Create and LoadCheckpoint did that the user should know: a resume in another
@@ -354,6 +359,10 @@ class Engine {
   // Steps this Engine skipped (non-finite gradients under loss scaling) since it was created.
   int64_t skipped_steps() const;
   int64_t step() const;
+  // In a data-parallel job (mpirun; docs/distributed.md): this process's rank and the
+  // number of ranks. 0 and 1 for a process that runs alone.
+  int rank() const;
+  int world_size() const;
   int64_t total_steps() const;
   // The spec's log_every_n_steps: a progress line every N steps (0: per epoch only).
   int64_t log_every_n_steps() const;
@@ -367,6 +376,100 @@ class Engine {
  private:
   static absl::StatusOr<std::unique_ptr<Engine>> CreateForDevice(const EngineOptions& options);
   explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Inference: mpc::Predictor runs a model's forward graph (what `mpc run` runs: the same
+// import, evaluation pass pipeline and executor) on the caller's HostTensors.
+//
+//   auto predictor = mpc::Predictor::FromFile("trained.onnx");     // or FromBytes, FromEngine
+//   if (!predictor.ok()) { ... predictor.status().message() ... }
+//   mpc::HostTensors in;
+//   in["image"] = mpc::HostTensor::Float32({1, 1, 28, 28}, pixels);
+//   auto out = (*predictor)->Run(in);                               // from any thread
+//   if (out.ok()) { const mpc::HostTensor& logits = out->at("logits"); ... }
+//
+// Threading: Run may be called from any number of threads at once on one Predictor.
+// Shared, read-only after creation: the model, its signatures (inputs(), outputs()) and the
+// options. Per call: the checked and converted inputs and the returned outputs. Between the
+// two, a pool of workers (each its own copy of the model, its own backend, and for each
+// input shape it has seen a compiled program with an executor and its activation arena): a
+// Run takes an idle worker, or creates one while fewer than max_concurrent_runs exist, or
+// waits for one to come back. A worker compiles on its first Run for a shape (about the cost
+// of a `mpc run`); Warm() pays that up front. Workers never share mutable state, so results
+// do not depend on which worker ran or how many ran at once.
+//
+// Errors: every misuse is an error value (never an exception or abort) that names the input
+// and what was expected: an unknown or missing input, a wrong dtype, rank or dimension, a
+// negative or zero dimension, data whose byte count does not match the shape. Inputs are
+// checked before any worker is taken, and a failed Run leaves the Predictor as it was:
+// the next Run with good inputs returns what it would have returned anyway.
+struct PredictorOptions {
+  std::string device = "cpu";     // "cpu", "cuda", "cuda:N", or "auto" (CUDA when it can run the model)
+  std::string precision = "f32";  // f32, tf32, bf16, fp16 (f16), fp8: as `mpc run --precision`
+  int pad_multiple = 0;           // pad GEMM dims to this multiple; 0: the backend's preference, 1: never
+  // The most Runs that compute at once (the pool's size); more callers wait for a worker.
+  // 0: the number of hardware threads.
+  int max_concurrent_runs = 0;
+};
+
+// A model input or output. `dtype` is the HostDType it is fed or returned as: the model's
+// own when it is f32, bf16, i32 or i64; f32 for other floating types (f16, f64, f8: fed
+// values are rounded to the model's type, outputs widened exactly); i32 for u8 and bool.
+struct TensorInfo {
+  std::string name;
+  HostDType dtype = HostDType::kFloat32;
+  std::vector<int64_t> shape;  // -1 for a dynamic dimension (any size > 0 is accepted)
+  std::string type;            // as the model declares it, e.g. "f32[batch,1,28,28]"
+};
+
+// Named tensors in and out of Predictor::Run.
+using HostTensors = std::map<std::string, HostTensor>;
+
+class Predictor {
+ public:
+  // A binary or text ONNX model file (weights in external-data side files are read from
+  // beside it), as `mpc run --model` takes.
+  static absl::StatusOr<std::unique_ptr<Predictor>> FromFile(const std::string& path,
+                                                             const PredictorOptions& options = {});
+  // The bytes of a binary .onnx file (copied; no external data).
+  static absl::StatusOr<std::unique_ptr<Predictor>> FromBytes(const std::string& bytes,
+                                                              const PredictorOptions& options = {});
+  // The model `engine` trains, with its current weights (or their moving average): what
+  // Engine::ExportOnnx writes. The Predictor keeps its own copy: later steps of the engine do
+  // not change it.
+  static absl::StatusOr<std::unique_ptr<Predictor>> FromEngine(Engine& engine, const PredictorOptions& options = {},
+                                                               Engine::Weights weights = Engine::Weights::kTrained);
+  ~Predictor();
+  Predictor(const Predictor&) = delete;
+  Predictor& operator=(const Predictor&) = delete;
+
+  // What Run takes (every input, exactly once) and returns (every output), in the model's
+  // order.
+  const std::vector<TensorInfo>& inputs() const;
+  const std::vector<TensorInfo>& outputs() const;
+
+  // Runs the model on `inputs` (name -> tensor; dynamic dimensions take any size, each
+  // distinct set of shapes compiles once per worker). Returns every output by name.
+  // Thread-safe; the inputs are copied during the call and not kept.
+  absl::StatusOr<HostTensors> Run(const HostTensors& inputs) const;
+
+  // Creates up to `workers` workers now (capped at max_concurrent_runs) and compiles each
+  // for `example`'s shapes, so that the first requests of a service do not pay for it.
+  absl::Status Warm(const HostTensors& example, int workers) const;
+
+  // The workers created so far, and the most that may exist.
+  int workers() const;
+  int max_concurrent_runs() const;
+  // What the user should know about the model (e.g. nodes exported in training mode, which
+  // run in evaluation mode), one line each.
+  const std::vector<std::string>& notices() const;
+
+  struct Impl;
+
+ private:
+  explicit Predictor(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

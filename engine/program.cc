@@ -84,6 +84,8 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   CompileOptions compile = CompileOptionsFromSpec(spec);
   compile.loss.logits = logits->name;
   compile.loss.batch_size = options.batch_size;
+  compile.data_parallel.world_size = options.training ? options.world_size : 1;
+  compile.loss_scaling.rank = options.rank;
   compile.loss.label_row = options.label_row;
   CompileResults& results = program.results;
   PassPipeline pipeline = options.training ? MakeTrainingPipeline(compile, caps, &results, options.pipeline)
@@ -93,6 +95,8 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   if (options.training) {
     program.labels_input = results.loss.labels->name;
     program.loss_output = results.loss.loss->name;
+    // A data-parallel step reports the loss of the whole batch: the ranks' mean.
+    if (results.data_parallel.mean_loss) program.loss_output = results.data_parallel.mean_loss->name;
   }
   if (results.memory_plan.order.empty() && !g.nodes().empty()) {
     return absl::InvalidArgumentError("the memory-plan pass cannot be disabled: the executor needs its plan");

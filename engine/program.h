@@ -40,6 +40,10 @@ struct ProgramOptions {
   // flattened to [batch*T*...] to match logits of shape [batch*T*..., classes].
   Shape label_row;
   bool training = true;
+  // A data-parallel job (training programs): its size and this process's rank. batch_size
+  // is then this rank's share of the spec's batch.
+  int world_size = 1;
+  int rank = 0;
   PipelineOptions pipeline;
 };
 

@@ -22,6 +22,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterConvOps(*r);
     RegisterNormOps(*r);
     RegisterTensorOps(*r);
+    RegisterCollectiveOps(*r);
     return r;
   }();
   return *registry;

@@ -87,5 +87,6 @@ void RegisterFp8GemmOps(OpRegistry& registry);  // graph/ops_fp8_gemm.cc: Fp8Cas
 void RegisterConvOps(OpRegistry& registry);     // graph/ops_conv.cc: Conv, pooling
 void RegisterNormOps(OpRegistry& registry);     // graph/ops_norm.cc: normalisations, math, reductions
 void RegisterTensorOps(OpRegistry& registry);   // graph/ops_tensor.cc: indexing and data movement
+void RegisterCollectiveOps(OpRegistry& registry);  // graph/ops_collective.cc: AllReduce (data-parallel)
 
 }  // namespace mpc

@@ -89,6 +89,12 @@ Grads GradGemm(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
   return grads;
 }
 
+// MatMul's optional attributes mpc_trans_a / mpc_trans_b (set only by the fold-transposes
+// pass): the operand is stored with its last two axes swapped, A as [..., K, M] and B as
+// [..., N, K], and the kernels read it through strides instead of a transposed copy.
+bool MatMulTransA(const Node& n) { return n.attrs.GetInt("mpc_trans_a", 0) != 0; }
+bool MatMulTransB(const Node& n) { return n.attrs.GetInt("mpc_trans_b", 0) != 0; }
+
 Types InferMatMul(const Node& n) {
   MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 2));
   MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
@@ -98,13 +104,17 @@ Types InferMatMul(const Node& n) {
     return absl::UnimplementedError(absl::StrCat("MatMul with a 1-D operand (", ShapeToString(a), " x ",
                                                  ShapeToString(b), ") is not supported; reshape to 2-D"));
   }
-  if (a.back() != b[b.size() - 2]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MatMul contraction mismatch: ", ShapeToString(a), " x ", ShapeToString(b)));
+  const bool ta = MatMulTransA(n), tb = MatMulTransB(n);
+  const int64_t m = ta ? a.back() : a[a.size() - 2], ka = ta ? a[a.size() - 2] : a.back();
+  const int64_t kb = tb ? b.back() : b[b.size() - 2], nn = tb ? b[b.size() - 2] : b.back();
+  if (ka != kb) {
+    return absl::InvalidArgumentError(absl::StrCat("MatMul contraction mismatch: ", ShapeToString(a),
+                                                   (ta ? " (mpc_trans_a)" : ""), " x ", ShapeToString(b),
+                                                   (tb ? " (mpc_trans_b)" : "")));
   }
   MPC_ASSIGN_OR_RETURN(Shape batch, BroadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
-  batch.push_back(a[a.size() - 2]);
-  batch.push_back(b.back());
+  batch.push_back(m);
+  batch.push_back(nn);
   MPC_ASSIGN_OR_RETURN(DType out, ProductDType(n));
   return std::vector<TensorType>{{out, batch}};
 }
@@ -113,10 +123,17 @@ Grads GradMatMul(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys)
   Value* x = n.inputs[0];
   Value* dy = b.Cast(dys[0], x->dtype);  // see GradGemm
   Value* w = n.inputs[1];
+  // A transposed operand (mpc_trans_a/b) is differentiated as the Transpose it stands for.
+  const bool ta = MatMulTransA(n), tb = MatMulTransB(n);
+  if (ta) x = b.Transpose(x, ops::SwapLastTwo(static_cast<int>(x->shape.size())));
+  if (tb) w = b.Transpose(w, ops::SwapLastTwo(static_cast<int>(w->shape.size())));
   Value* wt = b.Transpose(w, ops::SwapLastTwo(static_cast<int>(w->shape.size())));
   Value* xt = b.Transpose(x, ops::SwapLastTwo(static_cast<int>(x->shape.size())));
-  return std::vector<Value*>{b.ReduceSumTo(b.Op("MatMul", {dy, wt}), x->shape),
-                             b.ReduceSumTo(b.Op("MatMul", {xt, dy}), w->shape)};
+  Value* dx = b.ReduceSumTo(b.Op("MatMul", {dy, wt}), x->shape);
+  Value* dw = b.ReduceSumTo(b.Op("MatMul", {xt, dy}), w->shape);
+  if (ta) dx = b.Transpose(dx, ops::SwapLastTwo(static_cast<int>(dx->shape.size())));
+  if (tb) dw = b.Transpose(dw, ops::SwapLastTwo(static_cast<int>(dw->shape.size())));
+  return std::vector<Value*>{dx, dw};
 }
 
 Types InferSoftmaxLike(const Node& n) {

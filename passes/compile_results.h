@@ -84,6 +84,32 @@ struct GradAccumulationResult {
   Value* hold = nullptr;   // scalar f32 input: 1 on every micro-batch but a step's last
 };
 
+// Writer: data-parallel. Readers: loss-scaling and optimizer (the averaged gradients they
+// check and apply), the engine (the global loss; the collectives for the program
+// fingerprint), the report.
+struct DataParallelResult {
+  int world_size = 1;
+  ParamGrads param_grads;  // (parameter, gradient averaged over the ranks); empty when world_size == 1
+  struct Bucket {
+    std::string node;  // its AllReduce
+    int64_t bytes = 0;
+    std::vector<std::string> params;
+  };
+  std::vector<Bucket> buckets;  // in the order the pass made them
+  Value* mean_loss = nullptr;   // output: the loss averaged over the ranks (null: single process)
+  std::string fp8_amax_node;    // FP8: the AllReduceInPlace (max) of the amax histories ("" without FP8)
+};
+
+// The gradients as the last pass that rewrote them before loss-scaling left them: the
+// ranks' average (data-parallel), else the micro-batches' sum (accumulate-gradients), else
+// autodiff's. Either pointer may be null.
+inline const ParamGrads& LatestGradients(const AutodiffResult& autodiff, const GradAccumulationResult* accumulation,
+                                         const DataParallelResult* data_parallel) {
+  if (data_parallel && !data_parallel->param_grads.empty()) return data_parallel->param_grads;
+  if (accumulation && !accumulation->param_grads.empty()) return accumulation->param_grads;
+  return autodiff.param_grads;
+}
+
 // Writer: fp8. Readers: the engine (fp8.report_tensor metrics), the report.
 struct Fp8Result {
   struct Gemm {
@@ -176,6 +202,7 @@ struct CompileResults {
   Fp8Result fp8;
   Fp8LowerResult fp8_lower;
   GradAccumulationResult grad_accumulation;
+  DataParallelResult data_parallel;
   LossScalingResult loss_scaling;
   OptimizerResult optimizer;
   EmaResult ema;

@@ -1,6 +1,7 @@
 // Backward MatMul GEMMs with transposed operands folded into Gemm (see fold_transposes.h).
 #include "passes/fold_transposes.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "base/status_macros.h"
@@ -80,6 +81,42 @@ absl::StatusOr<bool> FoldInputGradient(Graph& g, Node* mm) {
   return true;
 }
 
+// A Transpose output whose every reader is a plain MatMul (which fold it below) and that is
+// no program output: after the fold nothing reads it and it is never materialised.
+bool OnlyFeedsMatMuls(const Graph& g, const Value* v) {
+  if (g.IsOutput(v) || v->consumers.empty()) return false;
+  return std::all_of(v->consumers.begin(), v->consumers.end(), [](const Node* c) { return PlainMatMul(*c); });
+}
+
+// MatMul(..., Transpose(X, swap last two), ...) -> MatMul(..., X, ...) with mpc_trans_a /
+// mpc_trans_b toggled (graph/ops_nn.cc): the kernels read X through strides. Any rank and
+// any batch broadcast; the remaining attributes (mpc_output_dtype) are kept.
+absl::StatusOr<bool> FoldOperandTransposes(Graph& g, Node* mm) {
+  Value* operands[2] = {mm->inputs[0], mm->inputs[1]};
+  bool trans[2] = {mm->attrs.GetInt("mpc_trans_a", 0) != 0, mm->attrs.GetInt("mpc_trans_b", 0) != 0};
+  bool folded = false;
+  for (int i = 0; i < 2; ++i) {
+    Value* x = UntransposedLastTwo(operands[i]);
+    if (!x || !OnlyFeedsMatMuls(g, operands[i])) continue;
+    operands[i] = x;
+    trans[i] = !trans[i];
+    folded = true;
+  }
+  if (!folded) return false;
+  AttrMap attrs = mm->attrs;
+  attrs.Set("mpc_trans_a", static_cast<int64_t>(trans[0]));
+  attrs.Set("mpc_trans_b", static_cast<int64_t>(trans[1]));
+  GraphBuilder b(&g, "fold-transposes/");
+  Value* y = b.Op("MatMul", {operands[0], operands[1]}, std::move(attrs));
+  MPC_RETURN_IF_ERROR(b.status());
+  Value* out = mm->outputs[0];
+  if (y->shape != out->shape || y->dtype != out->dtype) {
+    return absl::InternalError("fold-transposes: the folded MatMul changed its output type");
+  }
+  g.ReplaceAllUsesWith(out, y);
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> FoldTransposesPass::Run(Graph& graph) {
@@ -93,6 +130,9 @@ absl::StatusOr<bool> FoldTransposesPass::Run(Graph& graph) {
     MPC_ASSIGN_OR_RETURN(bool folded, FoldWeightGradient(graph, mm));
     if (!folded) {
       MPC_ASSIGN_OR_RETURN(folded, FoldInputGradient(graph, mm));
+    }
+    if (!folded) {
+      MPC_ASSIGN_OR_RETURN(folded, FoldOperandTransposes(graph, mm));
     }
     // The new nodes run where the MatMul would have.
     for (size_t i = before; i < graph.nodes().size(); ++i) graph.nodes()[i]->schedule_rank = mm->schedule_rank;

@@ -14,8 +14,17 @@
 // R is the product of X's leading dimensions. The [..., K, N] partial products and both
 // transposes disappear from the step and from the memory plan.
 //
+// Every other MatMul operand that is a Transpose swapping the last two axes (attention:
+// K^T in Q·K^T, and autodiff's transposes of Q, K, V and the softmax in the backward
+// GEMMs) is read in place too, when the Transpose feeds only MatMuls and is no output:
+//   MatMul(A, Transpose(B, [..., r-1, r-2])) -> MatMul(A, B) {mpc_trans_b = 1}
+// (likewise A and mpc_trans_a; an existing flag is toggled). The kernels read the stored
+// operand through strides (oneDNN memory descriptors, cuBLASLt transposes); the values
+// are those of the unfolded graph. Other permutations (the [0,2,1,3] head transposes)
+// are left alone.
+//
 // Runs after simplify (the patterns are canonical) on GEMMs that FP8 left alone; Gemm
-// with transA/transB already runs on every backend.
+// with transA/transB and MatMul with mpc_trans_a/mpc_trans_b run on every backend.
 #pragma once
 
 #include "passes/pass.h"

@@ -56,7 +56,8 @@ absl::StatusOr<bool> LossScalingPass::Run(Graph& g) {
   GraphBuilder b(&g, "loss_scaling/");
   ParamGrads& param_grads = result.param_grads;
   const bool accumulating = accumulation_ && !accumulation_->param_grads.empty();
-  param_grads = accumulating ? accumulation_->param_grads : autodiff_->param_grads;
+  param_grads = LatestGradients(*autodiff_, accumulation_, data_parallel_);
+  const bool data_parallel = data_parallel_ && data_parallel_->world_size > 1;
 
   // Test hook: a non-finite value in one parameter's gradient at one step.
   for (int i = 0; i < static_cast<int>(faults.size()); ++i) {
@@ -74,6 +75,7 @@ absl::StatusOr<bool> LossScalingPass::Run(Graph& g) {
                                                      "].parameter: no parameter '", f.parameter,
                                                      "'; parameters: ", absl::StrJoin(names, ", ")));
     }
+    if (f.rank >= 0 && f.rank != ls.rank) continue;  // another rank's fault
     AttrMap attrs;
     attrs.Set("step", static_cast<int64_t>(f.step));
     attrs.Set("value", f.value);
@@ -106,6 +108,14 @@ absl::StatusOr<bool> LossScalingPass::Run(Graph& g) {
     // No scaling: the same check, reading the gradients only, so a non-finite step is
     // skipped in every precision (an injected fault always is).
     result.found_nonfinite = b.Op("FindNonFinite", grads);
+    MPC_RETURN_IF_ERROR(b.status());
+  }
+  if (result.found_nonfinite && data_parallel) {
+    // Any rank's non-finite value skips the step on every rank (the gradients agree
+    // already; this covers what happens to them after the average, e.g. injected faults).
+    AttrMap attrs;
+    attrs.Set("reduce", std::string("max"));
+    result.found_nonfinite = b.Op("AllReduce", {result.found_nonfinite}, std::move(attrs));
     MPC_RETURN_IF_ERROR(b.status());
   }
   if (clip > 0) {

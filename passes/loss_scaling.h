@@ -41,8 +41,10 @@ struct LossScalingOptions {
     int64_t step = 0;
     std::string parameter;
     std::string value = "inf";
+    int rank = -1;  // data-parallel: only the program of this rank injects it (-1: every rank's)
   };
   std::vector<Fault> inject_nonfinite;
+  int rank = 0;  // this program's rank in a data-parallel job (which faults it injects)
 };
 
 class LossScalingPass : public Pass {
@@ -50,12 +52,14 @@ class LossScalingPass : public Pass {
   // `accumulation` (optional): with gradient accumulation the summed gradients are checked
   // and applied, and the scale changes only on a step's last micro-batch.
   LossScalingPass(LossScalingOptions options, const AutocastResult* autocast, const AutodiffResult* autodiff,
-                  LossScalingResult* result, const GradAccumulationResult* accumulation = nullptr)
+                  LossScalingResult* result, const GradAccumulationResult* accumulation = nullptr,
+                  const DataParallelResult* data_parallel = nullptr)
       : options_(std::move(options)),
         autocast_(autocast),
         autodiff_(autodiff),
         result_(result),
-        accumulation_(accumulation) {}
+        accumulation_(accumulation),
+        data_parallel_(data_parallel) {}
   std::string_view name() const override { return "loss-scaling"; }
   absl::StatusOr<bool> Run(Graph& graph) override;
 
@@ -65,6 +69,7 @@ class LossScalingPass : public Pass {
   const AutodiffResult* autodiff_;
   LossScalingResult* result_;
   const GradAccumulationResult* accumulation_;
+  const DataParallelResult* data_parallel_;
 };
 
 }  // namespace mpc

@@ -48,9 +48,9 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph) {
   OptimizerResult& result = *result_;
   result = OptimizerResult{};
   const bool accumulating = accumulation_ && !accumulation_->param_grads.empty();
-  const ParamGrads& param_grads = !loss_scaling_->param_grads.empty() ? loss_scaling_->param_grads
-                                  : accumulating                      ? accumulation_->param_grads
-                                                                      : autodiff_->param_grads;
+  const ParamGrads& param_grads = !loss_scaling_->param_grads.empty()
+                                      ? loss_scaling_->param_grads
+                                      : LatestGradients(*autodiff_, accumulation_, data_parallel_);
   if (param_grads.empty()) {
     return absl::FailedPreconditionError("no parameter gradients; the autodiff pass must run first");
   }

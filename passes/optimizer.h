@@ -45,12 +45,14 @@ class OptimizerPass : public Pass {
   // With gradient accumulation (`accumulation`, optional) it applies the summed gradients
   // and every update is also held while accumulation's hold flag is set.
   OptimizerPass(OptimizerOptions options, const AutodiffResult* autodiff, const LossScalingResult* loss_scaling,
-                OptimizerResult* result, const GradAccumulationResult* accumulation = nullptr)
+                OptimizerResult* result, const GradAccumulationResult* accumulation = nullptr,
+                const DataParallelResult* data_parallel = nullptr)
       : options_(std::move(options)),
         autodiff_(autodiff),
         loss_scaling_(loss_scaling),
         result_(result),
-        accumulation_(accumulation) {}
+        accumulation_(accumulation),
+        data_parallel_(data_parallel) {}
   std::string_view name() const override { return "optimizer"; }
   absl::StatusOr<bool> Run(Graph& graph) override;
 
@@ -60,6 +62,7 @@ class OptimizerPass : public Pass {
   const LossScalingResult* loss_scaling_;
   OptimizerResult* result_;
   const GradAccumulationResult* accumulation_;
+  const DataParallelResult* data_parallel_;
 };
 
 }  // namespace mpc

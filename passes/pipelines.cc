@@ -51,12 +51,16 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // Gradient accumulation (accumulate_steps > 1): the seed divided by K and the gradients
   // summed across micro-batches, before the passes that check and apply them.
   p.Add(std::make_unique<AccumulateGradientsPass>(o.accumulate_steps, &r->autodiff, &r->grad_accumulation));
+  // Data-parallel jobs: the gradients (summed over micro-batches when accumulating)
+  // averaged over the ranks, before anything checks or applies them.
+  p.Add(std::make_unique<DataParallelPass>(o.data_parallel, &r->loss, &r->autodiff, &r->grad_accumulation,
+                                           &r->data_parallel));
   // Loss scaling: needs the gradients and the seed; before the updates it gates.
   p.Add(std::make_unique<LossScalingPass>(o.loss_scaling, &r->autocast, &r->autodiff, &r->loss_scaling,
-                                          &r->grad_accumulation));
+                                          &r->grad_accumulation, &r->data_parallel));
   // The updates on the FP32 master weights, gated on the overflow flag.
   p.Add(std::make_unique<OptimizerPass>(o.optimizer, &r->autodiff, &r->loss_scaling, &r->optimizer,
-                                        &r->grad_accumulation));
+                                        &r->grad_accumulation, &r->data_parallel));
   // Clean-up of the complete graph: CSE, folding, dead code.
   p.Add(std::make_unique<SimplifyPass>());
   // GEMM + ReLU epilogues: on the simplified graph, where the pattern is canonical.

@@ -18,6 +18,7 @@
 #include "passes/attach_loss.h"
 #include "passes/autocast.h"
 #include "passes/compile_results.h"
+#include "passes/data_parallel.h"
 #include "passes/ema.h"
 #include "passes/fp8.h"
 #include "passes/loss_scaling.h"
@@ -35,8 +36,9 @@ struct CompileOptions {
   Fp8Options fp8;
   LossScalingOptions loss_scaling;
   OptimizerOptions optimizer;
-  int accumulate_steps = 1;         // micro-batches per optimizer step (accumulate-gradients)
-  std::vector<std::string> freeze;  // parameters not trained (autodiff)
+  int accumulate_steps = 1;           // micro-batches per optimizer step (accumulate-gradients)
+  DataParallelOptions data_parallel;  // ranks of the job (data-parallel)
+  std::vector<std::string> freeze;    // parameters not trained (autodiff)
   EmaOptions ema;
   // Evaluation only: keep every model output instead of the logits (mpc run), and keep
   // the model's own training_mode instead of evaluation mode.

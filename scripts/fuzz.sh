@@ -2,7 +2,7 @@
 # Builds and runs one libFuzzer target (tools/fuzz/, docs/building.md "Fuzzing").
 #   scripts/fuzz.sh TARGET SECONDS [LIBFUZZER_FLAG...]   e.g. scripts/fuzz.sh npy 60
 #   scripts/fuzz.sh TARGET -runs=N [LIBFUZZER_FLAG...]   a fixed number of executions
-# TARGET: onnx_import, train_spec, npy, idx_images, idx_labels. Configures build-fuzz/
+# TARGET: onnx_import, train_spec, npy, idx_images, idx_labels, checkpoint. Configures build-fuzz/
 # with clang (-DMPC_FUZZ=ON: -fsanitize=fuzzer,address,undefined), builds the target under
 # /tmp/mpc-build.lock with -j2, then fuzzes with tests/fuzz_corpus/TARGET as the seed
 # corpus (new inputs go to build-fuzz/corpus/TARGET, never into the source tree), prints
@@ -10,7 +10,7 @@
 # out-of-memory input into tests/fuzz_regressions/TARGET/, which ctest replays (label fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets="onnx_import train_spec npy idx_images idx_labels"
+targets="onnx_import train_spec npy idx_images idx_labels checkpoint"
 target=${1:-}
 budget=${2:-}
 if [ -z "$target" ] || [ -z "$budget" ] || ! [[ " $targets " == *" $target "* ]]; then
@@ -27,6 +27,7 @@ fi
 case "$target" in
   onnx_import) max_len=16384 ;;
   train_spec) max_len=4096 ;;
+  checkpoint) max_len=20480 ;;  # the seeds: tiny models (<1 KiB) and the golden MLP (12-18 KiB)
   *) max_len=2048 ;;
 esac
 

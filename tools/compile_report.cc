@@ -12,6 +12,22 @@
 
 namespace mpc {
 
+namespace {
+
+// The data-parallel pass's buckets: {"ranks":N,"buckets":[{"node":..,"bytes":..,"params":[..]}]}.
+std::string DataParallelJson(const CompileResults& r) {
+  std::vector<std::string> buckets;
+  for (const DataParallelResult::Bucket& b : r.data_parallel.buckets) {
+    std::vector<std::string> params;
+    for (const std::string& p : b.params) params.push_back(absl::StrCat("\"", JsonEscape(p), "\""));
+    buckets.push_back(absl::StrCat("{\"node\":\"", JsonEscape(b.node), "\",\"bytes\":", b.bytes, ",\"params\":[",
+                                   absl::StrJoin(params, ","), "]}"));
+  }
+  return absl::StrCat("{\"ranks\":", r.data_parallel.world_size, ",\"buckets\":[", absl::StrJoin(buckets, ","), "]}");
+}
+
+}  // namespace
+
 std::string CompileReportJson(const Program& p) {
   const CompileResults& r = p.results;
   std::vector<std::string> passes;
@@ -69,7 +85,7 @@ std::string CompileReportJson(const Program& p) {
           ? std::string()
           : absl::StrCat("\"training\":{\"frozen\":[", absl::StrJoin(frozen, ","), "],\"updates\":[",
                          absl::StrJoin(updates, ","), "],\"accumulate_steps\":", r.grad_accumulation.steps,
-                         ",\"ema\":[", absl::StrJoin(averaged, ","), "]},");
+                         ",\"ema\":[", absl::StrJoin(averaged, ","), "],\"data_parallel\":", DataParallelJson(r), "},");
   const MemoryPlan& m = r.memory_plan.plan;
   return absl::StrCat(
       "{", training, "\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
@@ -166,6 +182,20 @@ std::string CompileSummaryText(const Program& p) {
                           r.grad_accumulation.steps, p.batch_size);
   }
   if (!r.ema.averaged.empty()) absl::StrAppendFormat(&out, "ema: %d parameters averaged\n", r.ema.averaged.size());
+  if (r.data_parallel.world_size > 1) {
+    int64_t bytes = 0;
+    for (const DataParallelResult::Bucket& b : r.data_parallel.buckets) bytes += b.bytes;
+    absl::StrAppendFormat(&out,
+                          "data-parallel: %d ranks, %d examples each; gradients summed in %d AllReduce bucket%s "
+                          "(%.2f MiB per step)%s, plus the loss\n",
+                          r.data_parallel.world_size, p.batch_size, r.data_parallel.buckets.size(),
+                          r.data_parallel.buckets.size() == 1 ? "" : "s", bytes / 1048576.0,
+                          r.data_parallel.fp8_amax_node.empty() ? "" : ", FP8 amaxes (max)");
+    for (const DataParallelResult::Bucket& b : r.data_parallel.buckets) {
+      absl::StrAppendFormat(&out, "  %s: %.2f MiB, %d gradients (%s .. %s)\n", b.node, b.bytes / 1048576.0,
+                            b.params.size(), b.params.front(), b.params.back());
+    }
+  }
   const MemoryPlan& m = r.memory_plan.plan;
   absl::StrAppendFormat(&out,
                         "model: %d nodes, %d parameters (batch %d)\n"

@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides t
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0, "pad Gemm weights to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
+ABSL_FLAG(int32_t, ranks, 1,
+          "mpc compile: the training program of rank 0 of a data-parallel job of this many ranks (its share of "
+          "the batch, the AllReduce buckets)");
 ABSL_FLAG(std::vector<std::string>, input, {},
           "mpc run: NAME=FILE.npy feeds graph input NAME; repeat the flag once per input");
 ABSL_FLAG(std::string, output_dir, "", "mpc run: write each graph output here as NAME.npy (created if missing)");
@@ -78,8 +81,14 @@ int Compile() {
   options.model_path =
       absl::GetFlag(FLAGS_model).empty() ? mpc::ResolvePath(spec_dir, spec->model()) : absl::GetFlag(FLAGS_model);
   if (options.model_path.empty()) return Fail("no model: set `model` in the spec or pass --model");
-  options.batch_size = spec->batch_size();
   options.training = !absl::GetFlag(FLAGS_eval);
+  const int ranks = absl::GetFlag(FLAGS_ranks);
+  if (ranks < 1) return Fail(absl::StrCat("--ranks ", ranks, ": must be >= 1"));
+  if (options.training && spec->batch_size() % ranks != 0) {
+    return Fail(absl::StrCat("--ranks ", ranks, ": the batch of ", spec->batch_size(), " does not split evenly"));
+  }
+  options.world_size = options.training ? ranks : 1;
+  options.batch_size = spec->batch_size() / options.world_size;
   options.pipeline.dump_after = absl::GetFlag(FLAGS_dump_after);
   options.pipeline.dump_dir = absl::GetFlag(FLAGS_dump_dir);
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_disable_passes), ',', absl::SkipEmpty())) {

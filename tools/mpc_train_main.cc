@@ -12,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "distributed/communicator.h"
 #include "engine/mpc.h"
 #include "engine/tensorboard_writer.h"
 #include "tools/flag_normalize.h"
@@ -48,7 +49,17 @@ ABSL_FLAG(int32_t, tensor_stats, 0,
 
 namespace {
 
+// In a data-parallel job the error names this rank and ends every rank: the others would
+// wait for this one in their next collective.
 int Fail(const std::string& message) {
+  if (mpc::LaunchedWorldSize() > 1) {
+    absl::StatusOr<mpc::Communicator*> world = mpc::JoinWorld(/*timeout_s=*/300);
+    if (world.ok() && *world) {
+      std::fprintf(stderr, "mpc-train: rank %d of %d: error: %s\n", (*world)->rank(), (*world)->size(),
+                   message.c_str());
+      (*world)->Abort(1);
+    }
+  }
   std::fprintf(stderr, "mpc-train: error: %s\n", message.c_str());
   return 1;
 }
@@ -88,6 +99,9 @@ int main(int argc, char** argv) {
   auto engine = mpc::Engine::Create(options);
   if (!engine.ok()) return Fail(std::string(engine.status().message()));
   mpc::Engine& e = **engine;
+  // A data-parallel job prints from rank 0 only (every rank steps alike); errors still come
+  // from the rank that has them, on stderr.
+  if (e.rank() != 0 && !std::freopen("/dev/null", "w", stdout)) return Fail("cannot silence stdout of this rank");
   for (const std::string& notice : e.notices()) std::printf("mpc-train: note: %s\n", notice.c_str());
   // Asked for before training, so a spec without an average fails now, not after the run.
   const std::string export_ema_path = absl::GetFlag(FLAGS_export_ema_onnx);
@@ -99,7 +113,7 @@ int main(int argc, char** argv) {
   // a warning then, and exit code 1 after the run.
   std::unique_ptr<mpc::TensorBoardWriter> tensorboard;
   absl::Status tensorboard_error;
-  if (const std::string dir = absl::GetFlag(FLAGS_tensorboard); !dir.empty()) {
+  if (const std::string dir = absl::GetFlag(FLAGS_tensorboard); !dir.empty() && e.rank() == 0) {
     auto writer = mpc::TensorBoardWriter::Open(dir);
     if (!writer.ok()) return Fail(std::string(writer.status().message()));
     tensorboard = std::move(*writer);
@@ -181,18 +195,26 @@ int main(int argc, char** argv) {
               static_cast<long long>(summary->skipped_steps), summary->wall_s,
               summary->steps ? 1000.0 * summary->wall_s / summary->steps : 0.0,
               summary->evaluated ? absl::StrFormat(", final accuracy %.4f", summary->last_eval.accuracy).c_str() : "");
+  if (summary->rank_ms_per_step.size() > 1) {
+    std::string times;
+    for (size_t r = 0; r < summary->rank_ms_per_step.size(); ++r) {
+      absl::StrAppendFormat(&times, "%s rank %d %.1f", r ? "," : "", r, summary->rank_ms_per_step[r]);
+    }
+    std::printf("data-parallel: %d ranks, ms/step:%s\n", e.world_size(), times.c_str());
+  }
   if (options.profile) {
     std::printf("profile (time per op kind, all programs):\n");
     for (const mpc::OpProfile& p : e.Profile()) {
       std::printf("  %-28s %8lld calls %10.1f ms\n", p.op.c_str(), static_cast<long long>(p.calls), p.total_ms);
     }
   }
-  const std::string export_path = absl::GetFlag(FLAGS_export_onnx);
+  // In a job every rank holds the same weights: rank 0 exports them.
+  const std::string export_path = e.rank() == 0 ? absl::GetFlag(FLAGS_export_onnx) : std::string();
   if (!export_path.empty()) {
     if (absl::Status st = e.ExportOnnx(export_path); !st.ok()) return Fail(std::string(st.message()));
     std::printf("exported %s\n", export_path.c_str());
   }
-  if (!export_ema_path.empty()) {
+  if (!export_ema_path.empty() && e.rank() == 0) {
     if (absl::Status st = e.ExportOnnx(export_ema_path, mpc::Engine::Weights::kAverage); !st.ok()) {
       return Fail(std::string(st.message()));
     }

@@ -65,7 +65,8 @@ class CpuBackend : public Backend {
                           RegisterCpuMultiTensorUpdateKernels,
                           RegisterCpuLossScalingKernels,
                           RegisterCpuFp8Kernels,
-                          RegisterCpuFp8GemmKernels}) {
+                          RegisterCpuFp8GemmKernels,
+                          RegisterCpuCollectiveKernels}) {
         family(*r);
       }
       RegisterCpuDnnlEltwiseKernels(*r);

@@ -25,6 +25,7 @@ dnnl::stream& CpuDnnlStream();
 // ops in the CPU registry.
 void RegisterCpuGemmKernels(KernelRegistry& r);  // + kernels_gemm_lowp.cc (bf16/f16/f8 operands)
 void RegisterCpuElementwiseKernels(KernelRegistry& r);
+void RegisterCpuCollectiveKernels(KernelRegistry& r);  // AllReduce over the backend's Communicator
 void RegisterCpuMathKernels(KernelRegistry& r);
 void RegisterCpuCompareKernels(KernelRegistry& r);
 void RegisterCpuCastKernels(KernelRegistry& r);

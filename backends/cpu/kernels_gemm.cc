@@ -227,15 +227,17 @@ MatMulPlan PlanMatMul(const Node& node) {
   const Shape& a = node.inputs[0]->shape;
   const Shape& b = node.inputs[1]->shape;
   MatMulPlan p;
-  p.k = a.back();
-  p.n = b.back();
-  if (b.size() == 2) {
+  p.ta = node.attrs.GetInt("mpc_trans_a", 0) != 0;
+  p.tb = node.attrs.GetInt("mpc_trans_b", 0) != 0;
+  p.k = p.ta ? a[a.size() - 2] : a.back();
+  p.n = p.tb ? b[b.size() - 2] : b.back();
+  if (b.size() == 2 && (!p.ta || a.size() == 2)) {
     p.mode = MatMulPlan::Mode::kFold;
     p.m = NumElements(a) / p.k;
   } else if (Shape(a.begin(), a.end() - 2) == Shape(b.begin(), b.end() - 2)) {
     p.mode = MatMulPlan::Mode::kBatched;
     p.batch = NumElements(Shape(a.begin(), a.end() - 2));
-    p.m = a[a.size() - 2];
+    p.m = p.ta ? a.back() : a[a.size() - 2];
   } else {
     p.mode = MatMulPlan::Mode::kLoop;
   }
@@ -250,12 +252,15 @@ absl::StatusOr<std::unique_ptr<DnnlMatMul>> DnnlMatMul::Create(const MatMulPlan&
   try {
     memory::desc a_md, b_md, y_md;
     if (p.mode == MatMulPlan::Mode::kFold) {
-      a_md = memory::desc({p.m, p.k}, DnnlType(operand), memory::format_tag::ab);
-      b_md = memory::desc({p.k, p.n}, DnnlType(operand), memory::format_tag::ab);
+      a_md = MatrixDesc(p.m, p.k, p.ta, operand);
+      b_md = MatrixDesc(p.k, p.n, p.tb, operand);
       y_md = memory::desc({p.m, p.n}, DnnlType(out), memory::format_tag::ab);
     } else {
-      a_md = memory::desc({p.batch, p.m, p.k}, DnnlType(operand), memory::format_tag::abc);
-      b_md = memory::desc({p.batch, p.k, p.n}, DnnlType(operand), memory::format_tag::abc);
+      // A transposed operand: the same packed matrices, read through swapped strides.
+      const memory::dims a_strides = p.ta ? memory::dims{p.m * p.k, 1, p.m} : memory::dims{p.m * p.k, p.k, 1};
+      const memory::dims b_strides = p.tb ? memory::dims{p.k * p.n, 1, p.k} : memory::dims{p.k * p.n, p.n, 1};
+      a_md = memory::desc({p.batch, p.m, p.k}, DnnlType(operand), a_strides);
+      b_md = memory::desc({p.batch, p.k, p.n}, DnnlType(operand), b_strides);
       y_md = memory::desc({p.batch, p.m, p.n}, DnnlType(out), memory::format_tag::abc);
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, y_md), CpuDnnlEngine());
@@ -351,15 +356,16 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateF64Gemm(const Node& node, Backend&
 }
 
 template <typename T, typename Y>
-std::unique_ptr<Kernel> LoopMatMul() {
-  return MakeKernel([](KernelContext& ctx) {
-    cpu::MatMulLoop<T, Y>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
+std::unique_ptr<Kernel> LoopMatMul(const cpu::MatMulPlan& plan) {
+  return MakeKernel([ta = plan.ta, tb = plan.tb](KernelContext& ctx) {
+    cpu::MatMulLoop<T, Y>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0], ta, tb);
     return absl::OkStatus();
   });
 }
 
 // f32 MatMul: one oneDNN matmul when B is a single matrix (A's batch folds into M) or
-// the batch dims are equal; other broadcasts fall back to the loop.
+// the batch dims are equal; other broadcasts fall back to the loop. Transposed operands
+// (mpc_trans_a/b) are strides on either path.
 // With mpc_tf32 both paths run on the operands rounded to TF32 (cpu::RunsInTf32).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateF32MatMul(const Node& node, Backend&) {
   const cpu::MatMulPlan plan = cpu::PlanMatMul(node);
@@ -368,13 +374,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateF32MatMul(const Node& node, Backen
     ops = std::make_shared<Tf32Operands>(NumElements(node.inputs[0]->shape), NumElements(node.inputs[1]->shape));
   }
   if (plan.mode == cpu::MatMulPlan::Mode::kLoop) {
-    if (!ops) return LoopMatMul<float, float>();
-    return MakeKernel([ops](KernelContext& ctx) {
+    if (!ops) return LoopMatMul<float, float>(plan);
+    return MakeKernel([ops, plan](KernelContext& ctx) {
       ops->Round(ctx);
       TensorView a = ctx.inputs[0], b = ctx.inputs[1];
       a.data = ops->a.data();
       b.data = ops->b.data();
-      cpu::MatMulLoop<float, float>(a, b, ctx.outputs[0]);
+      cpu::MatMulLoop<float, float>(a, b, ctx.outputs[0], plan.ta, plan.tb);
       return absl::OkStatus();
     });
   }
@@ -395,8 +401,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateF32MatMul(const Node& node, Backen
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateF64MatMul(const Node& node, Backend&) {
-  if (node.outputs[0]->dtype == DType::kF32) return LoopMatMul<double, float>();
-  return LoopMatMul<double, double>();
+  const cpu::MatMulPlan plan = cpu::PlanMatMul(node);
+  if (node.outputs[0]->dtype == DType::kF32) return LoopMatMul<double, float>(plan);
+  return LoopMatMul<double, double>(plan);
 }
 
 }  // namespace

@@ -53,11 +53,14 @@ class DnnlGemm {
   bool relu_ = false;  // applied after the primitive: oneDNN's ReLU post-op turns NaN into 0
 };
 
-// How a MatMul maps onto oneDNN: B a single matrix (A's batch folds into M), equal
-// batch dims (oneDNN's batched matmul), or anything else (a broadcast: the loop).
+// How a MatMul maps onto oneDNN: B a single matrix (A's batch folds into M; not with a
+// transposed batched A), equal batch dims (oneDNN's batched matmul), or anything else (a
+// broadcast: the loop). ta/tb: the node's mpc_trans_a/mpc_trans_b (graph/ops_nn.cc), A
+// stored [..., K, M] / B stored [..., N, K]; oneDNN reads them through strides.
 struct MatMulPlan {
   enum class Mode { kFold, kBatched, kLoop } mode = Mode::kLoop;
   int64_t batch = 1, m = 0, k = 0, n = 0;
+  bool ta = false, tb = false;
 };
 MatMulPlan PlanMatMul(const Node& node);
 
@@ -75,13 +78,16 @@ class DnnlMatMul {
 // MatMul with numpy batch broadcasting, by loops: each batch index maps to a (possibly
 // broadcast) A and B matrix. Products accumulate in Acc<T> (f32 for bf16/f16, f64 for
 // f64) and each output element is rounded to Y once. j runs in fixed-size chunks with a
-// stack accumulator, so the inner loop stays contiguous and nothing is allocated.
+// stack accumulator, so nothing is allocated (the inner loop is contiguous unless tb).
+// ta/tb: A stored [..., K, M] / B stored [..., N, K] (MatMulPlan).
 template <typename T, typename Y>
-void MatMulLoop(const TensorView& a, const TensorView& b, const TensorView& y) {
+void MatMulLoop(const TensorView& a, const TensorView& b, const TensorView& y, bool ta = false, bool tb = false) {
   using A = Acc<T>;
   constexpr int64_t kChunk = 256;
   const int r = static_cast<int>(y.shape.size());
-  const int64_t m = y.shape[r - 2], n = y.shape[r - 1], k = a.shape.back();
+  const int64_t m = y.shape[r - 2], n = y.shape[r - 1], k = ta ? a.shape[a.shape.size() - 2] : a.shape.back();
+  // Element strides of A(i, p) and B(p, j) within one matrix.
+  const int64_t a_i = ta ? 1 : k, a_p = ta ? m : 1, b_p = tb ? 1 : n, b_j = tb ? k : 1;
   const Shape batch(y.shape.begin(), y.shape.end() - 2);
   const Shape a_batch(a.shape.begin(), a.shape.end() - 2), b_batch(b.shape.begin(), b.shape.end() - 2);
   const auto as = BroadcastStrides(a_batch, batch), bs = BroadcastStrides(b_batch, batch);
@@ -107,9 +113,13 @@ void MatMulLoop(const TensorView& a, const TensorView& b, const TensorView& y) {
         A acc[kChunk];
         for (int64_t j = 0; j < jn; ++j) acc[j] = A(0);
         for (int64_t p = 0; p < k; ++p) {
-          const A av = A(am[i * k + p]);
-          const T* brow = bm + p * n + j0;
-          for (int64_t j = 0; j < jn; ++j) acc[j] += av * A(brow[j]);
+          const A av = A(am[i * a_i + p * a_p]);
+          const T* brow = bm + p * b_p + j0 * b_j;
+          if (b_j == 1) {
+            for (int64_t j = 0; j < jn; ++j) acc[j] += av * A(brow[j]);
+          } else {
+            for (int64_t j = 0; j < jn; ++j) acc[j] += av * A(brow[j * b_j]);
+          }
         }
         for (int64_t j = 0; j < jn; ++j) ym[i * n + j0 + j] = static_cast<Y>(acc[j]);
       }

@@ -13,6 +13,8 @@
 // f32 subnormals by the bf16 dot-product instructions.
 //
 // MatMul's broadcast-batch fallback runs MatMulLoop<T, Y> directly on the 16-bit data.
+// Transposed operands (mpc_trans_a/b) are strides in every path; the staged one widens
+// the stored tensors element for element, so the strides still apply.
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -81,7 +83,7 @@ class LowpMatMulKernel : public Kernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
     const cpu::MatMulPlan plan = cpu::PlanMatMul(node);
     const DType in = node.inputs[0]->dtype, out = node.outputs[0]->dtype;
-    if (plan.mode == cpu::MatMulPlan::Mode::kLoop) return Loop(in, out);
+    if (plan.mode == cpu::MatMulPlan::Mode::kLoop) return Loop(in, out, plan.ta, plan.tb);
     auto k = std::make_unique<LowpMatMulKernel>();
     k->in_ = in;
     k->out_ = out;
@@ -119,16 +121,16 @@ class LowpMatMulKernel : public Kernel {
 
  private:
   template <typename T, typename Y>
-  static std::unique_ptr<Kernel> LoopAs() {
-    return MakeKernel([](KernelContext& ctx) {
-      cpu::MatMulLoop<T, Y>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
+  static std::unique_ptr<Kernel> LoopAs(bool ta, bool tb) {
+    return MakeKernel([ta, tb](KernelContext& ctx) {
+      cpu::MatMulLoop<T, Y>(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0], ta, tb);
       return absl::OkStatus();
     });
   }
   // A broadcast batch: the templated loop accumulates in f32 and rounds once.
-  static absl::StatusOr<std::unique_ptr<Kernel>> Loop(DType in, DType out) {
-    if (in == DType::kBF16) return out == DType::kF32 ? LoopAs<Bf16, float>() : LoopAs<Bf16, Bf16>();
-    return out == DType::kF32 ? LoopAs<Half, float>() : LoopAs<Half, Half>();
+  static absl::StatusOr<std::unique_ptr<Kernel>> Loop(DType in, DType out, bool ta, bool tb) {
+    if (in == DType::kBF16) return out == DType::kF32 ? LoopAs<Bf16, float>(ta, tb) : LoopAs<Bf16, Bf16>(ta, tb);
+    return out == DType::kF32 ? LoopAs<Half, float>(ta, tb) : LoopAs<Half, Half>(ta, tb);
   }
 
   DType in_ = DType::kBF16, out_ = DType::kBF16;

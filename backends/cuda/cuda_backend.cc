@@ -182,7 +182,8 @@ const KernelRegistry& CudaKernelRegistry() {
                         RegisterCudaMultiTensorUpdateKernels,
                         RegisterCudaLossScalingKernels,
                         RegisterCudaFp8Kernels,
-                        RegisterCudaFp8GemmKernels}) {
+                        RegisterCudaFp8GemmKernels,
+                        RegisterCudaCollectiveKernels}) {
       family(*r);
     }
     return r;

@@ -27,6 +27,7 @@ namespace cuda {
 // data-movement families are planned as), cuda_backend*.cc (device, memory, cuDNN).
 void RegisterCudaGemmKernels(KernelRegistry& r);
 void RegisterCudaElementwiseKernels(KernelRegistry& r);
+void RegisterCudaCollectiveKernels(KernelRegistry& r);  // AllReduce on NCCL
 void RegisterCudaMathKernels(KernelRegistry& r);
 void RegisterCudaCompareKernels(KernelRegistry& r);
 void RegisterCudaCastKernels(KernelRegistry& r);

@@ -60,6 +60,12 @@ class CudaBackend : public Backend {
   void* conv_workspace() const { return conv_workspaces_.empty() ? nullptr : conv_workspaces_.back(); }
   size_t conv_workspace_bytes() const { return conv_workspace_bytes_; }
 
+  // The NCCL communicator of this job's ranks (the data-parallel AllReduce), created on
+  // first use from the backend's Communicator, over which rank 0's NCCL unique id travels.
+  // An ncclComm_t, opaque here so that this header needs no nccl.h; defined and destroyed
+  // in kernels_collective.cc.
+  absl::StatusOr<void*> Nccl();
+
  private:
   CudaBackend() = default;
   int device_ = 0;
@@ -69,6 +75,7 @@ class CudaBackend : public Backend {
   void* workspace_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::vector<void*> conv_workspaces_;  // the last is the current one
+  std::shared_ptr<void> nccl_;          // ncclComm_t, with ncclCommDestroy as its deleter
   size_t conv_workspace_bytes_ = 0;
   Capabilities caps_;
 };

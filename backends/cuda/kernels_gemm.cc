@@ -26,7 +26,9 @@
 //     outer prefix;
 //   - the inner part is one strided-batched product; when A is present and B broadcast
 //     over it (the [B,T,K] x [K,N] of a Linear layer) the inner batch folds into M
-//     instead: a single [inner*M, K] x [K, N] product;
+//     instead: a single [inner*M, K] x [K, N] product (not for a transposed A);
+//   - mpc_trans_a / mpc_trans_b (operands stored [..., K, M] / [..., N, K], set by the
+//     fold-transposes pass) are cuBLASLt's transposes, as Gemm's transA / transB;
 //   - each outer index is one more call with precomputed element offsets (e.g. A [2,1,..]
 //     x B [1,3,..]: 2 calls of a 3-batch). Beyond kMaxCalls calls the node is refused.
 #include <cuda_runtime_api.h>
@@ -65,13 +67,15 @@ struct MatMulPlan {
   std::vector<CallOffsets> calls;
 };
 
-// The plan for A x B -> Y (shapes as the op inferred them).
-absl::StatusOr<MatMulPlan> PlanMatMul(const Shape& a, const Shape& b, const Shape& y) {
+// The plan for A x B -> Y (shapes as the op inferred them); ta/tb: A stored [..., K, M],
+// B stored [..., N, K] (mpc_trans_a/b). A matrix has M*K (K*N) elements either way, so
+// the batch strides and offsets below do not depend on them.
+absl::StatusOr<MatMulPlan> PlanMatMul(const Shape& a, const Shape& b, const Shape& y, bool ta, bool tb) {
   MatMulPlan p;
   const int ra = static_cast<int>(a.size()), rb = static_cast<int>(b.size()), ry = static_cast<int>(y.size());
-  p.m = a[ra - 2];
-  p.k = a[ra - 1];
-  p.n = b[rb - 1];
+  p.m = ta ? a[ra - 1] : a[ra - 2];
+  p.k = ta ? a[ra - 2] : a[ra - 1];
+  p.n = tb ? b[rb - 2] : b[rb - 1];
   const int r = ry - 2;  // output batch rank
   // Batch dims aligned to the output's (leading 1s for a lower-rank operand).
   std::vector<int64_t> ab(r, 1), bb(r, 1), yb(y.begin(), y.end() - 2);
@@ -157,20 +161,27 @@ class CudaMatMulKernel : public Kernel {
     kernel->stream_ = cuda->stream();
     kernel->y_bytes_ = static_cast<size_t>(NumElements(y)) * DTypeSize(out);
     if (kernel->y_bytes_ == 0) return std::unique_ptr<Kernel>(std::move(kernel));  // nothing to compute
-    if (a.back() == 0) {
+    // mpc_trans_a / mpc_trans_b (graph/ops_nn.cc, set by fold-transposes): an operand
+    // stored with its last two axes swapped, which cuBLASLt reads as a transposed operand.
+    const bool ta = node.attrs.GetInt("mpc_trans_a", 0) != 0, tb = node.attrs.GetInt("mpc_trans_b", 0) != 0;
+    if ((ta ? a[a.size() - 2] : a.back()) == 0) {
       kernel->zero_fill_ = true;  // an empty contraction: Y = 0
       return std::unique_ptr<Kernel>(std::move(kernel));
     }
-    MPC_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a, b, y));
+    MPC_ASSIGN_OR_RETURN(MatMulPlan plan, PlanMatMul(a, b, y, ta, tb));
 
     LtGemmSpec s;
     s.k = plan.k;
     s.n = plan.n;
+    s.ta = ta;
+    s.tb = tb;
     s.operand = operand;
     s.out = out;
     s.tf32 = node.attrs.GetInt("mpc_tf32", 0) != 0 && cuda->capabilities().tf32;
-    if (plan.a_mode == BatchMode::kFull && plan.b_mode != BatchMode::kFull) {
-      s.m = plan.inner * plan.m;  // B shared by the inner batch: fold it into A's rows
+    if (plan.a_mode == BatchMode::kFull && plan.b_mode != BatchMode::kFull && !ta) {
+      // B shared by the inner batch: fold it into A's rows (row-major A only: the rows of
+      // consecutive [K, M] matrices are not one [inner*M, K] matrix's).
+      s.m = plan.inner * plan.m;
     } else {
       s.m = plan.m;
       s.batch = plan.inner;

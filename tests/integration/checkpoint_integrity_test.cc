@@ -152,6 +152,20 @@ TEST_F(CheckpointIntegrityTest, FlippedBitInTheManifestIsAChecksumMismatch) {
   ExpectRefused("checksum mismatch in the checkpoint manifest");
 }
 
+TEST_F(CheckpointIntegrityTest, ManifestNamingADataFileOutsideTheCheckpointIsRefused) {
+  // A manifest with a valid checksum whose data_file leads out of the directory (found by
+  // reading the loader after the checkpoint fuzzer's run): refused before any file is opened.
+  const std::string manifest = WriteCheckpoint() + "/manifest.pb";
+  auto decoded = DecodeManifest(ReadFile(manifest), manifest);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  for (const std::string bad : {"../tensors.bin", "/etc/passwd", ".."}) {
+    CheckpointManifest m = *decoded;
+    m.set_data_file(bad);
+    WriteFile(manifest, EncodeManifest(m));
+    ExpectRefused("is not a file name in the checkpoint directory");
+  }
+}
+
 TEST_F(CheckpointIntegrityTest, TruncatedAndEmptyFilesAreNamed) {
   const std::string step = WriteCheckpoint();
   const std::string data = ReadFile(step + "/tensors.bin"), manifest = ReadFile(step + "/manifest.pb");

@@ -5,7 +5,9 @@
 # forced on consumers), moves the prefix elsewhere (relocation: nothing may point back at
 # the first location), then configures examples/train_in_process against the moved prefix
 # with the build's own generator and compiler, builds it with -Wall -Wextra -Werror and
-# runs it, once per library variant (static, shared).
+# runs it, then does the same with examples/inference_service (its `check`: 8 concurrent
+# clients, answers compared with the installed `mpc run`'s on the model train_in_process
+# exported), once per library variant (static, shared).
 #
 #   consumer_test.sh CMAKE GENERATOR MAKE_PROGRAM CXX_COMPILER SOURCE_DIR BUILD_DIR SPEC [VARIANT...]
 #
@@ -78,6 +80,21 @@ for variant in "${variants[@]}"; do
   fi
   step "$variant: running"
   "$exe" "$spec" "$work/run-$variant" 20 || fail "$variant: train_in_process exited with $?"
+
+  # examples/inference_service on the model train_in_process just trained and exported:
+  # 8 concurrent clients on its socket (and its stdin loop), every answer checked bit for
+  # bit against the installed `mpc run` on the same inputs.
+  service=$work/service-$variant
+  step "$variant: configuring examples/inference_service against the moved prefix"
+  "$cmake" -S "$source_dir/examples/inference_service" -B "$service" -G "$generator" \
+    -DCMAKE_MAKE_PROGRAM="$make_program" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror" -DCMAKE_PREFIX_PATH="$moved" -DMPC_USE_STATIC=$use_static \
+    > "$service.configure.log" 2>&1 || { cat "$service.configure.log"; fail "$variant: inference_service configure"; }
+  step "$variant: building inference_service"
+  "$cmake" --build "$service" > "$service.build.log" 2>&1 || { cat "$service.build.log"; fail "$variant: inference_service build"; }
+  step "$variant: inference_service check (8 clients against mpc run)"
+  "$service/inference_service" check "$work/run-$variant/trained.onnx" "$moved/bin/mpc" "$service/check" \
+    --clients 8 --requests 40 --threads 8 || fail "$variant: inference_service check exited with $?"
 done
 
 rm -rf "$work"

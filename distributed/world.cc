@@ -1,0 +1,35 @@
+// JoinWorld and LaunchedWorldSize (see communicator.h): which job this process is part of.
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "distributed/communicator.h"
+#include "distributed/mpi_communicator.h"
+
+namespace mpc {
+
+int LaunchedWorldSize() {
+  // Open MPI's mpirun, then the PMI variables of Slurm's srun and MPICH's Hydra.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    const char* value = std::getenv(name);
+    int size = 0;
+    if (value && absl::SimpleAtoi(value, &size) && size > 0) return size;
+  }
+  return 1;
+}
+
+absl::StatusOr<Communicator*> JoinWorld(double timeout_s) {
+  const int launched = LaunchedWorldSize();
+  if (launched <= 1) return nullptr;
+#ifdef MPC_WITH_MPI
+  return ConnectMpiWorld(timeout_s);
+#else
+  return absl::FailedPreconditionError(
+      absl::StrCat("this process was started as one of ", launched,
+                   " ranks (mpirun), but this mpc was built without MPI: install libopenmpi-dev (scripts/"
+                   "install-deps.sh does) and rebuild, or run it without mpirun"));
+#endif
+}
+
+}  // namespace mpc

@@ -1,0 +1,111 @@
+// The data-parallel pass (see data_parallel.h).
+#include "passes/data_parallel.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "graph/graph_builder.h"
+
+namespace mpc {
+
+absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
+  DataParallelResult& result = *result_;
+  result = DataParallelResult{};
+  result.world_size = options_.world_size;
+  if (options_.world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world size ", options_.world_size, " must be >= 1"));
+  }
+  if (options_.world_size == 1) return false;
+  if (options_.bucket_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field distributed.bucket_mb: the bucket size (",
+                                                   options_.bucket_bytes, " bytes) must be > 0"));
+  }
+  const ParamGrads& grads = LatestGradients(*autodiff_, accumulation_, nullptr);
+  if (grads.empty()) return absl::FailedPreconditionError("no gradients; autodiff must run first");
+  if (!loss_->loss) return absl::FailedPreconditionError("no loss; attach-loss must run first");
+  const bool accumulating = accumulation_ && !accumulation_->param_grads.empty();
+  Value* hold = accumulating ? accumulation_->hold : nullptr;
+
+  GraphBuilder b(&g, "data_parallel/");
+  // The backward seed becomes seed / N, so each rank's gradients are its examples' share
+  // of the global batch's mean loss (a gradient of the same size as one process computes
+  // for those examples, which is what FP8 scaling and fp16 loss scaling see), and the
+  // ranks' sum is the global batch's gradient.
+  Value* seed = autodiff_->loss_seed;
+  if (!seed) return absl::FailedPreconditionError("autodiff recorded no loss seed");
+  Value* share = b.Op("Mul", {seed, b.ScalarConstant(1.0 / options_.world_size, seed->dtype)});
+  MPC_RETURN_IF_ERROR(b.status());
+  const std::vector<Node*> readers = seed->consumers;
+  for (Node* reader : readers) {
+    if (reader == share->producer) continue;
+    for (int i = 0; i < static_cast<int>(reader->inputs.size()); ++i) {
+      if (reader->inputs[i] == seed) g.SetNodeInput(reader, i, share);
+    }
+  }
+  result.param_grads = grads;
+  // Buckets in the reverse of parameter order: the backward pass produces the last
+  // layer's gradients first, so a bucket's inputs are ready together.
+  std::vector<int> bucket;  // indices into grads
+  int64_t bucket_bytes = 0;
+  auto flush = [&]() -> absl::Status {
+    if (bucket.empty()) return absl::OkStatus();
+    std::vector<Value*> inputs;
+    DataParallelResult::Bucket made;
+    for (int i : bucket) {
+      inputs.push_back(grads[i].second);
+      made.params.push_back(grads[i].first->name);
+    }
+    if (hold) inputs.push_back(hold);
+    AttrMap attrs;
+    attrs.Set("reduce", std::string("sum"));
+    attrs.Set("held", static_cast<int64_t>(hold != nullptr));
+    std::vector<Value*> outs = b.OpN("AllReduce", inputs, std::move(attrs));
+    MPC_RETURN_IF_ERROR(b.status());
+    for (size_t k = 0; k < bucket.size(); ++k) result.param_grads[bucket[k]].second = outs[k];
+    made.node = b.last_node()->name;
+    made.bytes = bucket_bytes;
+    result.buckets.push_back(std::move(made));
+    bucket.clear();
+    bucket_bytes = 0;
+    return absl::OkStatus();
+  };
+  for (int i = static_cast<int>(grads.size()) - 1; i >= 0; --i) {
+    Value* grad = grads[i].second;
+    if (grad->dtype != DType::kF32) {
+      return absl::FailedPreconditionError(absl::StrCat("gradient '", grad->name, "' of '", grads[i].first->name,
+                                                        "' is ", DTypeName(grad->dtype),
+                                                        "; data-parallel averages f32 gradients"));
+    }
+    bucket.push_back(i);
+    bucket_bytes += NumElements(grad->shape) * static_cast<int64_t>(sizeof(float));
+    if (bucket_bytes >= options_.bucket_bytes) MPC_RETURN_IF_ERROR(flush());
+  }
+  MPC_RETURN_IF_ERROR(flush());
+
+  // FP8: each rank's amaxes are of its own share; the largest over the ranks, written
+  // back into every amax history before the scales are updated, gives every rank the
+  // same scales (Transformer Engine reduces amaxes across the data-parallel group too).
+  std::vector<Node*> updates;
+  for (const auto& n : g.nodes()) {
+    if (n->op == "Fp8UpdateScales") updates.push_back(n.get());
+  }
+  for (Node* update : updates) {
+    std::vector<Value*> histories;
+    for (size_t i = 2; i < update->inputs.size(); i += 4) histories.push_back(update->inputs[i]);
+    AttrMap attrs;
+    attrs.Set("reduce", std::string("max"));
+    MPC_ASSIGN_OR_RETURN(Node * reduce, g.AddNode("AllReduceInPlace", histories, std::move(attrs),
+                                                  g.UniqueName("data_parallel/fp8_amax")));
+    reduce->control_deps = update->control_deps;  // after every quantization of the step
+    update->control_deps.push_back(reduce);
+    result.fp8_amax_node = reduce->name;
+  }
+
+  AttrMap attrs;
+  attrs.Set("reduce", std::string("mean"));
+  result.mean_loss = b.Op("AllReduce", {loss_->loss}, std::move(attrs));
+  MPC_RETURN_IF_ERROR(b.status());
+  g.AddOutput(result.mean_loss);
+  return true;
+}
+
+}  // namespace mpc

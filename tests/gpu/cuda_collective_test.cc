@@ -1,0 +1,75 @@
+// The CUDA AllReduce on NCCL in a job of one rank (a GPU and NCCL, no mpirun): the
+// communicator is a one-rank stand-in, so NCCL's unique id travels through its AllGather
+// and ncclCommInitRank makes a one-rank communicator. A reduction over one rank is the
+// identity, so the outputs must equal the inputs bit for bit, for a bucket of several
+// tensors and for the in-place form FP8 amax histories use. Skips without a device.
+#include <string>
+#include <vector>
+
+#include "distributed/communicator.h"
+#include "graph/graph_builder.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/test_util.h"
+
+namespace mpc {
+namespace {
+
+class SoloWorld : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string transport() const override { return "solo"; }
+  absl::Status AllReduce(float*, int64_t, ReduceOp, const std::string&) override { return absl::OkStatus(); }
+  absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, const std::string&) override {
+    return std::vector<std::string>{mine};
+  }
+  absl::Status Barrier(const std::string&) override { return absl::OkStatus(); }
+  void Abort(int) override { std::abort(); }
+};
+
+TEST(CudaAllReduce, OneRankNcclJobReturnsItsInputs) {
+  MPC_GPU_OR_SKIP(gpu);
+  static SoloWorld solo;  // the shared backend keeps its NCCL communicator
+  gpu.set_communicator(&solo);
+  Graph g;
+  GraphBuilder b(&g);
+  Value* x = g.AddInput("x", DType::kF32, {3, 129});
+  Value* y = g.AddInput("y", DType::kF32, {17});
+  AttrMap attrs;
+  attrs.Set("reduce", std::string("mean"));
+  std::vector<Value*> outs = b.OpN("AllReduce", {x, y}, std::move(attrs));
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  g.SetOutputs(outs);
+  auto ex = testing::ExecutorFor(g, gpu);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  const Tensor xv = testing::RandomTensor(DType::kF32, {3, 129}, 1);
+  const Tensor yv = testing::RandomTensor(DType::kF32, {17}, 2);
+  ASSERT_TRUE((*ex)->SetInput("x", xv).ok());
+  ASSERT_TRUE((*ex)->SetInput("y", yv).ok());
+  ASSERT_TRUE((*ex)->Run(0, 0).ok());
+  const Tensor xo = *(*ex)->Fetch(outs[0]->name);
+  const Tensor yo = *(*ex)->Fetch(outs[1]->name);
+  for (int64_t i = 0; i < xv.num_elements(); ++i) ASSERT_EQ(xo.data<float>()[i], xv.data<float>()[i]) << i;
+  for (int64_t i = 0; i < yv.num_elements(); ++i) ASSERT_EQ(yo.data<float>()[i], yv.data<float>()[i]) << i;
+}
+
+TEST(CudaAllReduce, InPlaceOnStateKeepsIt) {
+  MPC_GPU_OR_SKIP(gpu);
+  static SoloWorld solo;
+  if (!gpu.communicator()) gpu.set_communicator(&solo);
+  Graph g;
+  const Tensor initial = testing::RandomTensor(DType::kF32, {16}, 3);
+  Value* history = g.AddState("h.fp8_amax_history", initial);
+  AttrMap attrs;
+  attrs.Set("reduce", std::string("max"));
+  ASSERT_TRUE(g.AddNode("AllReduceInPlace", {history}, std::move(attrs), "amax").ok());
+  auto ex = testing::ExecutorFor(g, gpu);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  ASSERT_TRUE((*ex)->Run(0, 0).ok());
+  const Tensor after = *(*ex)->ReadPersistent("h.fp8_amax_history");
+  for (int64_t i = 0; i < initial.num_elements(); ++i) ASSERT_EQ(after.data<float>()[i], initial.data<float>()[i]);
+}
+
+}  // namespace
+}  // namespace mpc
