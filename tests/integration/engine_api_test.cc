@@ -1,18 +1,21 @@
 // The in-memory public API (mpc.h, issue 19): an Engine created from spec text and model
 // bytes, trained on batches the caller owns, gives the same losses as one reading the same
-// data from .npy files; every misuse is an error naming what is wrong (the Engine stays
-// usable when nothing ran); parameters set by name; a failed step poisons the Engine
-// until a checkpoint is loaded.
+// data from .npy files and as the mpc-train binary on those files (bit for bit); every misuse is an error naming what
+// is wrong (the Engine stays usable when nothing ran); parameters set by name; a failed step poisons the Engine until a
+// checkpoint is loaded.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/file_util.h"
 #include "engine/dataset.h"
 #include "engine/mpc.h"
 #include "gtest/gtest.h"
+#include "tests/integration/cli_test_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -112,6 +115,20 @@ TEST_F(EngineApiTest, CallerBatchesMatchNpyDataSourceBitForBit) {
   EXPECT_EQ((*in_memory)->labels_name(), "labels");
   EXPECT_EQ((*in_memory)->batch_size(), kBatch);
 
+  // And through the mpc-train binary on the same files: its metrics print each loss with
+  // 9 significant digits, which round-trip an f32 exactly.
+  const testing::CommandResult cli = testing::RunCommand(
+      absl::StrCat(MPC_TRAIN_BIN, " --spec ", dir, "/train.spec --metrics ", dir, "/cli.jsonl 2>&1"));
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  std::vector<float> cli_losses;
+  std::ifstream metrics(dir + "/cli.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"kind\":\"train\"") == std::string::npos) continue;
+    const size_t at = line.find("\"loss\":") + 7;
+    cli_losses.push_back(std::strtof(line.c_str() + at, nullptr));
+  }
+  ASSERT_EQ(static_cast<int>(cli_losses.size()), kSteps);
+
   for (int i = 0; i < kSteps; ++i) {
     auto a = (*from_files)->Step();
     auto b = (*in_memory)->Step(BatchAt(i));
@@ -119,6 +136,7 @@ TEST_F(EngineApiTest, CallerBatchesMatchNpyDataSourceBitForBit) {
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ(a->loss, b->loss) << "step " << i + 1;
     EXPECT_EQ(a->lr, b->lr) << "step " << i + 1;
+    EXPECT_EQ(static_cast<float>(b->loss), cli_losses[i]) << "step " << i + 1 << ": in-process vs mpc-train";
     EXPECT_TRUE(std::isfinite(b->loss));
   }
   EXPECT_EQ((*in_memory)->step(), kSteps);
