@@ -24,7 +24,6 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string transport() const = 0;  // "mpi"
 
   // In place: every rank ends with the element-wise reduction of all ranks' `count`
   // floats. Sums are taken in rank order 0, 1, ..., N-1 by whichever rank owns a chunk,
@@ -32,7 +31,6 @@ class Communicator {
   virtual absl::Status AllReduce(float* data, int64_t count, ReduceOp op, const std::string& what) = 0;
   // Every rank's bytes, in rank order.
   virtual absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, const std::string& what) = 0;
-  virtual absl::Status Barrier(const std::string& what) = 0;
   // Ends every process of the job with `exit_code` (after this rank failed: the others
   // would otherwise wait in their next collective).
   [[noreturn]] virtual void Abort(int exit_code) = 0;

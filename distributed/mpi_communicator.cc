@@ -96,7 +96,6 @@ class MpiCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string transport() const override { return "mpi"; }
 
   absl::Status AllReduce(float* data, int64_t count, ReduceOp op, const std::string& what) override {
     for (int64_t begin = 0; begin < count; begin += kMaxPiece) {
@@ -132,12 +131,6 @@ class MpiCommunicator : public Communicator {
     std::vector<std::string> out;
     for (int r = 0; r < size_; ++r) out.push_back(all.substr(displs[r], sizes[r]));
     return out;
-  }
-
-  absl::Status Barrier(const std::string& what) override {
-    Scope scope(this, what);
-    if (int rc = MPI_Barrier(MPI_COMM_WORLD); rc != MPI_SUCCESS) return MpiError(rc, "MPI_Barrier", what, rank_);
-    return absl::OkStatus();
   }
 
   [[noreturn]] void Abort(int exit_code) override {

@@ -3,21 +3,20 @@
 // per-rank step times. The averaging itself is in the compiled program (the
 // data-parallel pass's AllReduce ops); this file is what the engine does around it.
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/crc32c.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "engine/engine_impl.h"
 
 namespace mpc {
 namespace {
 
-// Rows [begin, begin + count) of `global` (examples along axis 0) into `local`.
+// Rows [begin, begin + local's rows) of `global` (examples along axis 0) into `local`.
 void CopyRows(const Tensor& global, int64_t begin, Tensor* local) {
   const int64_t rows = global.shape().empty() ? 1 : global.shape()[0];
   const size_t row_bytes = rows ? global.bytes() / static_cast<size_t>(rows) : 0;
@@ -62,15 +61,12 @@ absl::Status Engine::Impl::CheckSameProgramOnAllRanks() {
   // overrides, the model, and the collectives in the order this rank will call them.
   std::string model = model_bytes;
   if (model.empty()) {
-    std::ifstream in(model_path, std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    model = bytes.str();
+    MPC_ASSIGN_OR_RETURN(model, ReadFileToString(model_path));
   }
   std::string collectives;
   int64_t count = 0;
   for (const Node* node : train_program.results.memory_plan.order) {
-    if (node->op != "AllReduce") continue;
+    if (node->op != "AllReduce" && node->op != "AllReduceInPlace") continue;
     ++count;
     absl::StrAppend(&collectives, node->name, ":");
     for (const Value* v : node->inputs) absl::StrAppend(&collectives, NumElements(v->shape), ",");

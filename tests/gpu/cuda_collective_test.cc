@@ -19,12 +19,10 @@ class SoloWorld : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  std::string transport() const override { return "solo"; }
   absl::Status AllReduce(float*, int64_t, ReduceOp, const std::string&) override { return absl::OkStatus(); }
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, const std::string&) override {
     return std::vector<std::string>{mine};
   }
-  absl::Status Barrier(const std::string&) override { return absl::OkStatus(); }
   void Abort(int) override { std::abort(); }
 };
 

@@ -156,7 +156,6 @@ class FakeWorld : public Communicator {
   explicit FakeWorld(int ranks) : ranks_(ranks) {}
   int rank() const override { return 0; }
   int size() const override { return ranks_; }
-  std::string transport() const override { return "fake"; }
   absl::Status AllReduce(float* data, int64_t count, ReduceOp op, const std::string& what) override {
     ++calls;
     last_count = count;
@@ -168,7 +167,6 @@ class FakeWorld : public Communicator {
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, const std::string&) override {
     return std::vector<std::string>(ranks_, mine);
   }
-  absl::Status Barrier(const std::string&) override { return absl::OkStatus(); }
   void Abort(int) override { std::abort(); }
 
   int calls = 0;
