@@ -29,6 +29,12 @@ class Communicator {
   // floats. Sums are taken in rank order 0, 1, ..., N-1 by whichever rank owns a chunk,
   // so every rank gets bit-identical values and a run is reproducible for a world size.
   virtual absl::Status AllReduce(float* data, int64_t count, ReduceOp op, const std::string& what) = 0;
+  // ZeRO-1's halves of an AllReduce. ReduceScatter: `send` holds size() chunks of `count`
+  // floats, chunk r for rank r; every rank receives in `recv` the sum of all ranks' copies
+  // of its chunk, added in rank order (the same bits AllReduce gives that chunk).
+  virtual absl::Status ReduceScatter(const float* send, float* recv, int64_t count, const std::string& what) = 0;
+  // Every rank's `count` floats of `mine`, in rank order, into `all` (size() * count).
+  virtual absl::Status AllGatherFloats(const float* mine, float* all, int64_t count, const std::string& what) = 0;
   // Every rank's bytes, in rank order.
   virtual absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, const std::string& what) = 0;
   // Ends every process of the job with `exit_code` (after this rank failed: the others

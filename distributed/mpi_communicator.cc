@@ -105,6 +105,51 @@ class MpiCommunicator : public Communicator {
     return absl::OkStatus();
   }
 
+  absl::Status ReduceScatter(const float* send, float* recv, int64_t count, const std::string& what) override {
+    Scope scope(this, what);
+    std::vector<int> counts(size_), send_displs(size_), recv_displs(size_);
+    for (int64_t begin = 0; begin < count; begin += kMaxPiece) {
+      const int n = static_cast<int>(std::min(kMaxPiece, count - begin));
+      // Piece [begin, begin + n) of every rank's chunk: chunk r starts at r * count, which
+      // may not fit an int displacement, so each piece is sent from a packed copy.
+      packed_.resize(static_cast<size_t>(n) * size_);
+      for (int r = 0; r < size_; ++r) {
+        std::copy_n(send + static_cast<int64_t>(r) * count + begin, n, packed_.data() + static_cast<size_t>(r) * n);
+        counts[r] = n;
+        send_displs[r] = recv_displs[r] = r * n;
+      }
+      scratch_.resize(static_cast<size_t>(n) * size_);
+      if (int rc = MPI_Alltoallv(packed_.data(), counts.data(), send_displs.data(), MPI_FLOAT, scratch_.data(),
+                                 counts.data(), recv_displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+          rc != MPI_SUCCESS) {
+        return MpiError(rc, "MPI_Alltoallv", what, rank_);
+      }
+      float* mine = recv + begin;
+      std::copy_n(scratch_.data(), n, mine);
+      for (int r = 1; r < size_; ++r) {
+        const float* theirs = scratch_.data() + static_cast<size_t>(r) * n;
+        for (int i = 0; i < n; ++i) mine[i] += theirs[i];
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AllGatherFloats(const float* mine, float* all, int64_t count, const std::string& what) override {
+    Scope scope(this, what);
+    for (int64_t begin = 0; begin < count; begin += kMaxPiece) {
+      const int n = static_cast<int>(std::min(kMaxPiece, count - begin));
+      scratch_.resize(static_cast<size_t>(n) * size_);
+      if (int rc = MPI_Allgather(mine + begin, n, MPI_FLOAT, scratch_.data(), n, MPI_FLOAT, MPI_COMM_WORLD);
+          rc != MPI_SUCCESS) {
+        return MpiError(rc, "MPI_Allgather", what, rank_);
+      }
+      for (int r = 0; r < size_; ++r) {
+        std::copy_n(scratch_.data() + static_cast<size_t>(r) * n, n, all + static_cast<int64_t>(r) * count + begin);
+      }
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, const std::string& what) override {
     if (mine.size() > static_cast<size_t>(INT_MAX)) {
       return absl::InvalidArgumentError(absl::StrCat("collective ", what, ": ", mine.size(), " bytes is too many"));
@@ -194,7 +239,7 @@ class MpiCommunicator : public Communicator {
 
   const int rank_, size_;
   Watchdog watchdog_;
-  std::vector<float> scratch_;
+  std::vector<float> scratch_, packed_;
 };
 
 MpiCommunicator* world = nullptr;

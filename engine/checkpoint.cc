@@ -1,5 +1,6 @@
-// Checkpoint writing, the checkpoint directory (inspection, retention, cleanup) and the
-// identity a checkpoint must match (see checkpoint.h). Loading is in checkpoint_load.cc.
+// Checkpoint writing (to a directory or to bytes, both through WriteTensors), the
+// checkpoint directory (inspection, retention, cleanup) and the identity a checkpoint must
+// match (see checkpoint.h). Loading is in checkpoint_load.cc.
 #include "engine/checkpoint.h"
 
 #include <fcntl.h>
@@ -106,33 +107,38 @@ absl::Status WriteSyncedFile(const std::string& path, const std::string& content
   return st;
 }
 
-// Streams every persistent tensor into DIR/tensors.bin and returns the manifest.
-absl::StatusOr<CheckpointManifest> WriteTensors(const std::string& tmp, const std::string& dir,
-                                                const Executor& executor, const TrainingPosition& position) {
+// The one reader of the executor's state for checkpoints, directory and bytes alike:
+// every persistent tensor, model shaped, handed to `write` in turn (tensors.bin's layout),
+// and the manifest describing them with the position and identity. `dir` names where the
+// checkpoint goes in errors ("": into bytes).
+absl::StatusOr<CheckpointManifest> WriteTensors(const Executor& executor, const TrainingPosition& position,
+                                                const CheckpointIdentity& identity, const std::string& dir,
+                                                const SlicedState* sliced,
+                                                const std::function<absl::Status(const Tensor&)>& write) {
   CheckpointManifest manifest;
-  const std::string path = (fs::path(tmp) / kDataFile).string();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", path);
   int64_t offset = 0;
-  absl::Status st;
   for (const Value* v : executor.PersistentValues()) {
-    absl::StatusOr<Tensor> read = executor.ReadPersistent(v->name);
-    if (!read.ok()) {
-      st = read.status();
-      break;
+    Tensor t;
+    if (!v->sharded_from.empty()) {  // ZeRO-1: this rank holds a slice; write the gathered whole
+      if (!sliced || !sliced->whole.count(v->name)) {
+        return absl::InternalError(absl::StrCat("checkpoint at step ", position.step, ": state '", v->name,
+                                                "' is sliced across the ranks (ZeRO-1) and was not gathered"));
+      }
+      t = sliced->whole.at(v->name);
+    } else {
+      MPC_ASSIGN_OR_RETURN(t, executor.ReadPersistent(v->name));
     }
-    Tensor t = std::move(*read);
     if (!v->logical_shape.empty()) t = t.SlicedTo(v->logical_shape);  // checkpoints are model shaped
     // Never write a state training cannot continue from; what the directory holds stays.
     if (const int64_t bad = t.NonFiniteCount(); bad > 0) {
-      st = absl::FailedPreconditionError(absl::StrCat(
-          "not writing a checkpoint at step ", position.step, " to ", dir, ": ",
-          v->kind == ValueKind::kParameter ? "parameter '" : "state '", v->name, "' holds ", bad, " non-finite value",
-          bad == 1 ? "" : "s", "; the checkpoint already in ", dir, " (if any) is kept"));
-      break;
+      return absl::FailedPreconditionError(
+          absl::StrCat("not writing a checkpoint at step ", position.step, dir.empty() ? " to bytes" : " to " + dir,
+                       ": ", v->kind == ValueKind::kParameter ? "parameter '" : "state '", v->name, "' holds ", bad,
+                       " non-finite value", bad == 1 ? "" : "s",
+                       dir.empty() ? "; restore a finite state (LoadCheckpoint, LoadCheckpointFromBytes) before saving"
+                                   : absl::StrCat("; the checkpoint already in ", dir, " (if any) is kept")));
     }
-    st = WriteAll(fd, t.raw(), t.bytes(), path);
-    if (!st.ok()) break;
+    MPC_RETURN_IF_ERROR(write(t));
     CheckpointTensor* e = manifest.add_tensors();
     e->set_name(v->name);
     e->set_dtype(DTypeName(t.dtype()));
@@ -144,10 +150,32 @@ absl::StatusOr<CheckpointManifest> WriteTensors(const std::string& tmp, const st
     e->set_precision_state(IsPrecisionState(v->name));
     offset += static_cast<int64_t>(t.bytes());
   }
+  manifest.set_data_bytes(offset);
+  manifest.set_step(position.step);
+  manifest.set_epoch(position.epoch);
+  manifest.set_batch_in_epoch(position.batch_in_epoch);
+  manifest.set_seed(position.seed);
+  manifest.set_model_fingerprint(identity.model_fingerprint);
+  manifest.set_optimizer(identity.optimizer);
+  manifest.set_precision_fingerprint(identity.precision_fingerprint);
+  manifest.set_precision(identity.precision);
+  return manifest;
+}
+
+// WriteTensors into TMP/tensors.bin, fsynced.
+absl::StatusOr<CheckpointManifest> WriteDataFile(const std::string& tmp, const std::string& dir,
+                                                 const Executor& executor, const TrainingPosition& position,
+                                                 const CheckpointIdentity& identity, const SlicedState* sliced) {
+  const std::string path = (fs::path(tmp) / kDataFile).string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", path);
+  absl::StatusOr<CheckpointManifest> manifest =
+      WriteTensors(executor, position, identity, dir, sliced,
+                   [fd, &path](const Tensor& t) { return WriteAll(fd, t.raw(), t.bytes(), path); });
+  absl::Status st = manifest.status();
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoError("fsync failed", path);
   if (::close(fd) != 0 && st.ok()) st = ErrnoError("close failed", path);
   MPC_RETURN_IF_ERROR(st);
-  manifest.set_data_bytes(offset);
   return manifest;
 }
 
@@ -174,7 +202,7 @@ void ApplyRetention(const std::string& dir, int64_t written_step, int keep_last)
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const Executor& executor,
                                            const TrainingPosition& position, const CheckpointIdentity& identity,
-                                           int keep_last) {
+                                           int keep_last, const SlicedState* sliced) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("checkpoint dir ", dir, ": cannot create: ", ec.message()));
@@ -189,16 +217,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const Executo
     fs::remove_all(tmp, ignored);
     return st;
   };
-  absl::StatusOr<CheckpointManifest> manifest = WriteTensors(tmp, dir, executor, position);
+  absl::StatusOr<CheckpointManifest> manifest = WriteDataFile(tmp, dir, executor, position, identity, sliced);
   if (!manifest.ok()) return cleanup(manifest.status());
-  manifest->set_step(position.step);
-  manifest->set_epoch(position.epoch);
-  manifest->set_batch_in_epoch(position.batch_in_epoch);
-  manifest->set_seed(position.seed);
-  manifest->set_model_fingerprint(identity.model_fingerprint);
-  manifest->set_optimizer(identity.optimizer);
-  manifest->set_precision_fingerprint(identity.precision_fingerprint);
-  manifest->set_precision(identity.precision);
   // The manifest last: a checkpoint directory without one is incomplete.
   if (absl::Status st = WriteSyncedFile((fs::path(tmp) / kManifestFile).string(), EncodeManifest(*manifest));
       !st.ok()) {
@@ -230,6 +250,31 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const Executo
   MPC_RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kLatestFile).string(), name + "\n"));
   ApplyRetention(dir, position.step, keep_last);
   return final_dir;
+}
+
+absl::StatusOr<std::string> SaveCheckpointToBytes(const Executor& executor, const TrainingPosition& position,
+                                                  const CheckpointIdentity& identity, const SlicedState* sliced) {
+  // The data first (the manifest holds its checksums), with room reserved in front for the
+  // header and the manifest, which then go in place without another copy of the data when
+  // the estimate holds (a longer manifest only costs a reallocation).
+  size_t data_bytes = 0, manifest_estimate = 256;
+  for (const Value* v : executor.PersistentValues()) {
+    data_bytes += static_cast<size_t>(NumElements(ModelShape(*v))) * DTypeSize(v->dtype);
+    manifest_estimate += v->name.size() + 64;
+  }
+  std::string data;
+  data.reserve(kBytesHeaderSize + manifest_estimate + data_bytes);
+  MPC_ASSIGN_OR_RETURN(const CheckpointManifest manifest,
+                       WriteTensors(executor, position, identity, /*dir=*/"", sliced, [&data](const Tensor& t) {
+                         data.append(static_cast<const char*>(t.raw()), t.bytes());
+                         return absl::OkStatus();
+                       }));
+  const std::string encoded = EncodeManifest(manifest);
+  std::string head(kBytesMagic, kBytesMagicSize);
+  for (int i = 0; i < 8; ++i) head += static_cast<char>((static_cast<uint64_t>(encoded.size()) >> (8 * i)) & 0xff);
+  head += encoded;
+  data.insert(0, head);
+  return data;
 }
 
 absl::Status RemoveStaleTemporaries(const std::string& dir, std::vector<std::string>* notices) {

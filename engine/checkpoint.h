@@ -6,11 +6,15 @@
 // tensor; itself checksummed). It is written under a temporary name and renamed into
 // place, then DIR/latest is rewritten atomically to name it; older ones beyond keep_last
 // are removed. Loading verifies every size and checksum before it writes anything into
-// the executor, so a bad checkpoint leaves the training state untouched.
+// the executor, so a bad checkpoint leaves the training state untouched. The same
+// checkpoint also goes into one byte string (SaveCheckpointToBytes; its layout in
+// checkpoint_format.h), written and loaded by the same code as the directory's.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -60,16 +64,39 @@ struct CheckpointDirContents {
 };
 CheckpointDirContents InspectCheckpointDir(const std::string& dir);
 
+// ZeRO-1's sliced state (Value::sharded_from; graph/sharding.h) in a checkpoint: written
+// whole, so a checkpoint does not depend on the world size, and loaded into this rank's
+// slice. Saving needs `whole`: every sliced state gathered from all the ranks, in its
+// padded shape sharded_from (Engine::Impl::GatherSlicedState). Null where nothing is sliced.
+struct SlicedState {
+  int rank = 0;
+  int world_size = 1;
+  std::map<std::string, Tensor> whole;
+};
+
 // Writes the checkpoint of `position.step` into `dir`, points DIR/latest at it and keeps
 // the newest `keep_last` (0: all). Returns the checkpoint's directory.
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const Executor& executor,
                                            const TrainingPosition& position, const CheckpointIdentity& identity,
-                                           int keep_last);
+                                           int keep_last, const SlicedState* sliced = nullptr);
 
 // Loads the checkpoint DIR/latest names into `executor`. `notices` receives what the
 // load re-derived or reset (another precision) and anything else worth saying.
 absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor& executor,
-                                                const CheckpointIdentity& identity, std::vector<std::string>* notices);
+                                                const CheckpointIdentity& identity, std::vector<std::string>* notices,
+                                                const SlicedState* sliced = nullptr);
+
+// The checkpoint `SaveCheckpoint` writes, as one byte string (nothing on disk).
+absl::StatusOr<std::string> SaveCheckpointToBytes(const Executor& executor, const TrainingPosition& position,
+                                                  const CheckpointIdentity& identity,
+                                                  const SlicedState* sliced = nullptr);
+
+// Loads bytes SaveCheckpointToBytes returned into `executor`, with LoadCheckpoint's checks
+// and notices: every checksum verified before anything is written.
+absl::StatusOr<TrainingPosition> LoadCheckpointFromBytes(std::string_view bytes, Executor& executor,
+                                                         const CheckpointIdentity& identity,
+                                                         std::vector<std::string>* notices,
+                                                         const SlicedState* sliced = nullptr);
 
 // Removes the *.tmp.* files and directories interrupted writes left in `dir` (none of a
 // live process), with a notice.

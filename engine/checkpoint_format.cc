@@ -36,20 +36,31 @@ std::string EncodeManifest(const CheckpointManifest& manifest) {
   return out + payload;
 }
 
-absl::StatusOr<CheckpointManifest> DecodeManifest(const std::string& bytes, const std::string& path) {
+namespace {
+
+// What a damaged checkpoint directory leaves to do: another checkpoint, or start over.
+std::string Remedy(const std::string& remedy) {
+  return remedy.empty() ? "resume from an older checkpoint (write its name into the directory's `latest` file) or "
+                          "start over with --overwrite_checkpoints"
+                        : remedy;
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointManifest> DecodeManifest(std::string_view bytes, const std::string& path,
+                                                  const std::string& remedy) {
   if (bytes.empty()) {
     return absl::DataLossError(absl::StrCat(path, ": the checkpoint manifest is empty (0 bytes): the file was ",
-                                            "truncated; resume from an older checkpoint (write its name into the "
-                                            "directory's `latest` file) or start over with --overwrite_checkpoints"));
+                                            "truncated; ", Remedy(remedy)));
   }
   if (bytes.size() < kHeaderBytes || bytes.compare(0, kMagicBytes, kManifestMagic, kMagicBytes) != 0) {
     const bool prefix =
         bytes.compare(0, std::min(bytes.size(), kMagicBytes), kManifestMagic, std::min(bytes.size(), kMagicBytes)) == 0;
-    return absl::DataLossError(absl::StrCat(
-        path, ": ",
-        prefix ? absl::StrCat("truncated checkpoint manifest (", bytes.size(), " bytes)")
-               : "not an mpc checkpoint manifest (wrong magic bytes)",
-        "; the checkpoint is damaged: resume from an older one or start over with --overwrite_checkpoints"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": ",
+                     prefix ? absl::StrCat("truncated checkpoint manifest (", bytes.size(), " bytes)")
+                            : "not an mpc checkpoint manifest (wrong magic bytes)",
+                     "; the checkpoint is damaged: ", Remedy(remedy)));
   }
   uint32_t stored = 0;
   for (int i = 0; i < 4; ++i)
@@ -57,8 +68,7 @@ absl::StatusOr<CheckpointManifest> DecodeManifest(const std::string& bytes, cons
   const std::string_view payload(bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes);
   if (Crc32c(payload) != stored) {
     return absl::DataLossError(absl::StrCat(path, ": checksum mismatch in the checkpoint manifest (", bytes.size(),
-                                            " bytes): the file is corrupt or truncated; resume from an older "
-                                            "checkpoint or start over with --overwrite_checkpoints"));
+                                            " bytes): the file is corrupt or truncated; ", Remedy(remedy)));
   }
   CheckpointManifest m;
   if (!m.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
@@ -74,13 +84,13 @@ absl::StatusOr<CheckpointManifest> DecodeManifest(const std::string& bytes, cons
 }
 
 absl::Status VerifyCheckpointData(const CheckpointManifest& m, std::istream& data, uint64_t data_size,
-                                  const std::string& data_path, const std::string& where) {
+                                  const std::string& data_path, const std::string& where, const std::string& remedy) {
   if (static_cast<int64_t>(data_size) != m.data_bytes()) {
     return absl::DataLossError(absl::StrCat(
         data_path, data_size == 0 ? ": empty (0 bytes)" : absl::StrCat(": ", data_size, " bytes"),
         " but the manifest says ", m.data_bytes(),
-        static_cast<int64_t>(data_size) < m.data_bytes() ? ": the file is truncated" : ": the file is corrupt",
-        "; resume from an older checkpoint or start over with --overwrite_checkpoints"));
+        static_cast<int64_t>(data_size) < m.data_bytes() ? ": the file is truncated" : ": the file is corrupt", "; ",
+        Remedy(remedy)));
   }
   std::vector<char> buffer(std::min<uint64_t>(data_size, 1 << 20));  // no more than the data
   for (const CheckpointTensor& t : m.tensors()) {
@@ -100,9 +110,8 @@ absl::Status VerifyCheckpointData(const CheckpointManifest& m, std::istream& dat
     }
     if (crc != t.crc32c()) {
       return absl::DataLossError(absl::StrCat(data_path, ": checksum mismatch at tensor '", t.name(), "' (bytes ",
-                                              t.offset(), "..", t.offset() + t.size_bytes(), "): the checkpoint is ",
-                                              "corrupt; resume from an older checkpoint (write its name into the ",
-                                              "directory's `latest` file) or start over with --overwrite_checkpoints"));
+                                              t.offset(), "..", t.offset() + t.size_bytes(),
+                                              "): the checkpoint is corrupt; ", Remedy(remedy)));
     }
   }
   return absl::OkStatus();

@@ -1,11 +1,16 @@
 // Checkpoint loading (see checkpoint.h): which checkpoint (DIR/latest), the manifest,
 // the identity checks with errors naming the difference, every size and checksum
 // verified, and only then the tensors written into the executor. Another precision
-// loads the precision-independent tensors and re-derives or resets the rest.
+// loads the precision-independent tensors and re-derives or resets the rest. A directory
+// and bytes (LoadCheckpointFromBytes) differ only in where the manifest and the data come
+// from: both go through LoadTensors.
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <streambuf>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -16,6 +21,7 @@
 #include "base/status_macros.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_format.h"
+#include "graph/sharding.h"
 
 namespace mpc {
 namespace fs = std::filesystem;
@@ -111,19 +117,6 @@ absl::Status CheckModel(const CheckpointManifest& m, const std::vector<const Val
                    "; use another checkpoint_dir or --overwrite_checkpoints to start over"));
 }
 
-// Every tensor's bytes against its size and CRC-32C (VerifyCheckpointData on the file).
-absl::Status VerifyData(const CheckpointManifest& m, const std::string& data_path, const std::string& where) {
-  std::error_code ec;
-  const auto size = fs::file_size(data_path, ec);
-  if (ec) {
-    return absl::DataLossError(
-        absl::StrCat(data_path, ": missing (", ec.message(), "); the checkpoint is incomplete: ", where));
-  }
-  std::ifstream in(data_path, std::ios::binary);
-  if (!in) return absl::PermissionDeniedError(absl::StrCat(data_path, ": cannot open"));
-  return VerifyCheckpointData(m, in, size, data_path, where);
-}
-
 // "the loss scale and its growth tracker (to their initial values); the FP8 scaling
 // state (amax history, scales) of 3 tensors (...)"; other names listed as they are.
 std::string DescribeReset(const std::vector<std::string>& names, bool reset = true) {
@@ -149,34 +142,57 @@ std::string DescribeReset(const std::vector<std::string>& names, bool reset = tr
   return absl::StrJoin(parts, "; ");
 }
 
-}  // namespace
-
-absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor& executor,
-                                                const CheckpointIdentity& identity, std::vector<std::string>* notices) {
-  MPC_ASSIGN_OR_RETURN(const std::string ckpt, ResolveLatest(dir, notices));
-  const std::string manifest_path = (fs::path(ckpt) / kManifestFile).string();
-  std::error_code ec;
-  if (!fs::exists(manifest_path, ec)) {
-    return absl::DataLossError(absl::StrCat(ckpt, ": missing manifest (", kManifestFile, "): the checkpoint is ",
-                                            "incomplete; resume from an older checkpoint or start over with ",
-                                            "--overwrite_checkpoints"));
+// A read-only stream over bytes the caller owns (no copy of a checkpoint's data).
+class ViewStreambuf : public std::streambuf {
+ public:
+  explicit ViewStreambuf(std::string_view bytes) {
+    char* begin = const_cast<char*>(bytes.data());  // never written: get area only
+    setg(begin, begin, begin + bytes.size());
   }
-  MPC_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(manifest_path));
-  MPC_ASSIGN_OR_RETURN(const CheckpointManifest m, DecodeManifest(bytes, manifest_path));
+
+ protected:
+  pos_type seekoff(off_type off, std::ios_base::seekdir dir, std::ios_base::openmode which) override {
+    if (!(which & std::ios_base::in)) return pos_type(off_type(-1));
+    const off_type base = dir == std::ios_base::beg   ? 0
+                          : dir == std::ios_base::cur ? gptr() - eback()
+                                                      : egptr() - eback();
+    const off_type pos = base + off;
+    if (pos < 0 || pos > egptr() - eback()) return pos_type(off_type(-1));
+    setg(eback(), eback() + pos, egptr());
+    return pos_type(pos);
+  }
+  pos_type seekpos(pos_type pos, std::ios_base::openmode which) override {
+    return seekoff(off_type(pos), std::ios_base::beg, which);
+  }
+};
+
+// ZeRO-1: this rank's slice (graph/sharding.h) of `whole`, the sliced state `v` in its
+// padded shape, zero-padded to v's length. One process (no `sliced`) is rank 0 of 1.
+Tensor SliceOf(const Tensor& whole, const Value& v, const SlicedState* sliced) {
+  const int rank = sliced ? sliced->rank : 0, world = sliced ? sliced->world_size : 1;
+  Tensor slice(DType::kF32, v.shape);
+  float* out = slice.data<float>();
+  std::fill(out, out + slice.num_elements(), 0.0f);
+  const ShardRange range = ShardRangeOf(whole.num_elements(), world, rank);
+  std::copy_n(whole.data<float>() + range.begin, std::min(range.count, slice.num_elements()), out);
+  return slice;
+}
+
+// The one loader behind LoadCheckpoint and LoadCheckpointFromBytes: the manifest `m`
+// against the model, then the data (`data_size` bytes from `data`: tensors.bin, or the
+// tail of the bytes) verified tensor by tensor, and only then every tensor written into
+// the executor. `where` names the checkpoint, `data_path` its data and `remedy` what to do
+// in errors (DecodeManifest's).
+absl::StatusOr<TrainingPosition> LoadTensors(const CheckpointManifest& m, std::istream& data, uint64_t data_size,
+                                             const std::string& where, const std::string& data_path,
+                                             const std::string& remedy, Executor& executor,
+                                             const CheckpointIdentity& identity, std::vector<std::string>* notices,
+                                             const SlicedState* sliced) {
   const std::vector<const Value*> values = executor.PersistentValues();
-  MPC_RETURN_IF_ERROR(CheckModel(m, values, identity, ckpt));
+  MPC_RETURN_IF_ERROR(CheckModel(m, values, identity, where));
   const bool same_precision = m.precision_fingerprint() == identity.precision_fingerprint;
   // Every tensor verified before anything is written: a bad checkpoint leaves the state as it was.
-  // The data file is named by the manifest: a plain name inside the checkpoint directory,
-  // never a path that leads elsewhere (an absolute path, "..").
-  if (m.data_file().empty() || fs::path(m.data_file()).filename().string() != m.data_file() || m.data_file() == "." ||
-      m.data_file() == "..") {
-    return absl::DataLossError(absl::StrCat(manifest_path, ": data_file '", m.data_file(),
-                                            "' is not a file name in the checkpoint directory; the manifest is "
-                                            "damaged or was not written by mpc"));
-  }
-  const std::string data_path = (fs::path(ckpt) / m.data_file()).string();
-  MPC_RETURN_IF_ERROR(VerifyData(m, data_path, ckpt));
+  MPC_RETURN_IF_ERROR(VerifyCheckpointData(m, data, data_size, data_path, where, remedy));
   std::map<std::string, const CheckpointTensor*> by_name;
   for (const CheckpointTensor& t : m.tensors()) by_name[t.name()] = &t;
   struct Load {
@@ -195,16 +211,21 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor
     }
     if (it == by_name.end()) {
       return absl::FailedPreconditionError(
-          absl::StrCat(ckpt, ": has no tensor '", v->name, "' (", m.precision(), "); the checkpoint is inconsistent"));
+          absl::StrCat(where, ": has no tensor '", v->name, "' (", m.precision(), "); the checkpoint is inconsistent"));
     }
-    MPC_ASSIGN_OR_RETURN(const DType dtype, CheckCheckpointTensor(*it->second, *v, ckpt));
+    MPC_ASSIGN_OR_RETURN(const DType dtype, CheckCheckpointTensor(*it->second, *v, where));
     loads.push_back({v, it->second, dtype});
   }
-  std::ifstream in(data_path, std::ios::binary);
+  data.clear();  // VerifyCheckpointData may have read to the end
   for (const Load& load : loads) {
-    MPC_ASSIGN_OR_RETURN(Tensor t, ReadCheckpointTensor(in, *load.entry, load.dtype));
-    if (!load.value->logical_shape.empty()) t = t.PaddedTo(load.value->shape);  // the padded layout, zeros outside
-    MPC_RETURN_IF_ERROR(executor.WritePersistent(load.value->name, t));
+    MPC_ASSIGN_OR_RETURN(Tensor t, ReadCheckpointTensor(data, *load.entry, load.dtype));
+    const Value& v = *load.value;
+    if (!v.sharded_from.empty()) {
+      t = SliceOf(t.PaddedTo(v.sharded_from), v, sliced);  // ZeRO-1: this rank keeps its slice of the whole
+    } else if (!v.logical_shape.empty()) {
+      t = t.PaddedTo(v.shape);  // the padded layout, zeros outside
+    }
+    MPC_RETURN_IF_ERROR(executor.WritePersistent(v.name, t));
   }
   // Another precision: the low-precision copies follow the master weights written above
   // (Executor::WritePersistent); the loss scale and the FP8 state restart from their
@@ -215,8 +236,8 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor
         MPC_RETURN_IF_ERROR(executor.WritePersistent(v->name, v->data));
       }
     }
-    std::string notice = absl::StrCat("resumed ", ckpt, " (written with ", m.precision(), ") with ", identity.precision,
-                                      ": carried the FP32 master weights and optimizer state");
+    std::string notice = absl::StrCat("resumed ", where, " (written with ", m.precision(), ") with ",
+                                      identity.precision, ": carried the FP32 master weights and optimizer state");
     if (!recomputed.empty()) {
       absl::StrAppend(&notice, "; recomputed from the master weights: ", absl::StrJoin(recomputed, ", "));
     }
@@ -237,6 +258,80 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor
   pos.batch_in_epoch = m.batch_in_epoch();
   pos.seed = m.seed();
   return pos;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& dir, Executor& executor,
+                                                const CheckpointIdentity& identity, std::vector<std::string>* notices,
+                                                const SlicedState* sliced) {
+  MPC_ASSIGN_OR_RETURN(const std::string ckpt, ResolveLatest(dir, notices));
+  const std::string manifest_path = (fs::path(ckpt) / kManifestFile).string();
+  std::error_code ec;
+  if (!fs::exists(manifest_path, ec)) {
+    return absl::DataLossError(absl::StrCat(ckpt, ": missing manifest (", kManifestFile, "): the checkpoint is ",
+                                            "incomplete; resume from an older checkpoint or start over with ",
+                                            "--overwrite_checkpoints"));
+  }
+  MPC_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(manifest_path));
+  MPC_ASSIGN_OR_RETURN(const CheckpointManifest m, DecodeManifest(bytes, manifest_path));
+  // The data file is named by the manifest: a plain name inside the checkpoint directory,
+  // never a path that leads elsewhere (an absolute path, "..").
+  if (m.data_file().empty() || fs::path(m.data_file()).filename().string() != m.data_file() || m.data_file() == "." ||
+      m.data_file() == "..") {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": data_file '", m.data_file(),
+                                            "' is not a file name in the checkpoint directory; the manifest is "
+                                            "damaged or was not written by mpc"));
+  }
+  const std::string data_path = (fs::path(ckpt) / m.data_file()).string();
+  const auto size = fs::file_size(data_path, ec);
+  if (ec) {
+    return absl::DataLossError(
+        absl::StrCat(data_path, ": missing (", ec.message(), "); the checkpoint is incomplete: ", ckpt));
+  }
+  std::ifstream in(data_path, std::ios::binary);
+  if (!in) return absl::PermissionDeniedError(absl::StrCat(data_path, ": cannot open"));
+  return LoadTensors(m, in, size, ckpt, data_path, /*remedy=*/"", executor, identity, notices, sliced);
+}
+
+absl::StatusOr<TrainingPosition> LoadCheckpointFromBytes(std::string_view bytes, Executor& executor,
+                                                         const CheckpointIdentity& identity,
+                                                         std::vector<std::string>* notices, const SlicedState* sliced) {
+  const std::string remedy =
+      "load another copy of the bytes SaveCheckpointToBytes returned, or a checkpoint directory (LoadCheckpoint)";
+  const std::string what = absl::StrCat("checkpoint bytes (", bytes.size(), " bytes)");
+  if (bytes.empty()) {
+    return absl::InvalidArgumentError(
+        "checkpoint bytes: empty (0 bytes); pass the string SaveCheckpointToBytes returned, whole");
+  }
+  const size_t magic = std::min(bytes.size(), kBytesMagicSize);
+  if (bytes.compare(0, magic, std::string_view(kBytesMagic, magic)) != 0) {
+    const bool manifest = bytes.compare(0, magic, std::string_view(kManifestMagic, magic)) == 0;
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": not a checkpoint from SaveCheckpointToBytes (it starts with \"", kBytesMagic, "\")",
+        manifest ? "; these are a checkpoint directory's manifest.pb: load the directory with LoadCheckpoint(dir)"
+                 : "; pass the string SaveCheckpointToBytes returned, whole"));
+  }
+  if (bytes.size() < kBytesHeaderSize) {
+    return absl::DataLossError(absl::StrCat(what, ": truncated within the ", kBytesHeaderSize,
+                                            "-byte header; pass the string SaveCheckpointToBytes returned, whole"));
+  }
+  uint64_t manifest_size = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    manifest_size |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[kBytesMagicSize + i])) << (8 * i);
+  }
+  if (manifest_size > bytes.size() - kBytesHeaderSize) {
+    return absl::DataLossError(absl::StrCat(what, ": truncated: the header gives the manifest ", manifest_size,
+                                            " bytes but only ", bytes.size() - kBytesHeaderSize,
+                                            " follow; pass the string SaveCheckpointToBytes returned, whole"));
+  }
+  MPC_ASSIGN_OR_RETURN(const CheckpointManifest m,
+                       DecodeManifest(bytes.substr(kBytesHeaderSize, manifest_size), what + ", manifest", remedy));
+  const std::string_view data = bytes.substr(kBytesHeaderSize + manifest_size);
+  ViewStreambuf buffer(data);
+  std::istream in(&buffer);
+  return LoadTensors(m, in, data.size(), absl::StrCat("the checkpoint bytes of step ", m.step()),
+                     what + ", tensor data", remedy, executor, identity, notices, sliced);
 }
 
 }  // namespace mpc

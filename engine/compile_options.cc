@@ -129,6 +129,7 @@ CompileOptions CompileOptionsFromSpec(const TrainSpec& spec) {
   }
   o.accumulate_steps = spec.accumulate_steps();
   o.data_parallel.bucket_bytes = static_cast<int64_t>(static_cast<double>(spec.distributed().bucket_mb()) * (1 << 20));
+  o.data_parallel.zero_stage = spec.distributed().zero_stage();
   o.freeze.assign(spec.freeze().begin(), spec.freeze().end());
   o.ema.enabled = spec.has_ema();
   o.ema.decay = spec.ema().decay();

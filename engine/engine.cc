@@ -41,8 +41,8 @@ absl::Status Engine::Impl::CheckUsable() const {
   if (failed_step.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "the engine is in an undefined state: step ", step + 1, " failed midway (", failed_step,
-      ") and may have updated part of the parameters; LoadCheckpoint(dir) to restore a saved state, or create a new "
-      "Engine"));
+      ") and may have updated part of the parameters; LoadCheckpoint(dir) or LoadCheckpointFromBytes(bytes) to restore "
+      "a saved state, or create a new Engine"));
 }
 
 absl::StatusOr<StepMetrics> Engine::Step() {
@@ -210,24 +210,56 @@ absl::StatusOr<TrainSummary> Engine::Train(const TrainCallbacks& callbacks) {
   return summary;
 }
 
+TrainingPosition Engine::Impl::Position() const {
+  return {step, batches->epoch(), batches->batch_in_epoch(), spec.seed()};
+}
+
+void Engine::Impl::ResumeAt(const TrainingPosition& pos) {
+  step = pos.step;
+  batches->Seek(pos.epoch, pos.batch_in_epoch);
+  failed_step.clear();  // every persistent value is the checkpoint's again
+}
+
+absl::Status Engine::Impl::CheckSavable() const {
+  MPC_RETURN_IF_ERROR(CheckUsable());  // never a checkpoint of a half-updated state
+  // In a job every rank holds the same state, so a checkpoint does not depend on the
+  // number of ranks: checked here (a collective: every rank saves together).
+  return CheckRanksAgree();
+}
+
 absl::Status Engine::SaveCheckpoint(const std::string& dir) {
   Impl& m = *impl_;
-  MPC_RETURN_IF_ERROR(m.CheckUsable());  // never a checkpoint of a half-updated state
-  // In a job every rank holds the same state: rank 0 writes it, once for the whole job,
-  // and the checkpoint does not depend on the number of ranks.
-  MPC_RETURN_IF_ERROR(m.CheckRanksAgree());
-  if (m.rank != 0) return absl::OkStatus();
-  TrainingPosition pos{m.step, m.batches->epoch(), m.batches->batch_in_epoch(), m.spec.seed()};
-  return mpc::SaveCheckpoint(dir, *m.train_exec, pos, m.checkpoint_identity, m.spec.checkpoint().keep_last()).status();
+  MPC_RETURN_IF_ERROR(m.CheckSavable());
+  MPC_ASSIGN_OR_RETURN(const SlicedState sliced, m.GatherSlicedState());  // every rank takes part
+  if (m.rank != 0) return absl::OkStatus();                               // rank 0 writes it, once for the whole job
+  return mpc::SaveCheckpoint(dir, *m.train_exec, m.Position(), m.checkpoint_identity, m.spec.checkpoint().keep_last(),
+                             &sliced)
+      .status();
+}
+
+absl::StatusOr<std::string> Engine::SaveCheckpointToBytes() {
+  Impl& m = *impl_;
+  MPC_RETURN_IF_ERROR(m.CheckSavable());
+  // No file to write once for the job: every rank returns the (identical) bytes.
+  MPC_ASSIGN_OR_RETURN(const SlicedState sliced, m.GatherSlicedState());
+  return mpc::SaveCheckpointToBytes(*m.train_exec, m.Position(), m.checkpoint_identity, &sliced);
 }
 
 absl::Status Engine::LoadCheckpoint(const std::string& dir) {
   Impl& m = *impl_;
-  MPC_ASSIGN_OR_RETURN(TrainingPosition pos,
-                       mpc::LoadCheckpoint(dir, *m.train_exec, m.checkpoint_identity, &m.notices));
-  m.step = pos.step;
-  m.batches->Seek(pos.epoch, pos.batch_in_epoch);
-  m.failed_step.clear();  // every persistent value is the checkpoint's again
+  const SlicedState place = m.SlicePlace();
+  MPC_ASSIGN_OR_RETURN(const TrainingPosition pos,
+                       mpc::LoadCheckpoint(dir, *m.train_exec, m.checkpoint_identity, &m.notices, &place));
+  m.ResumeAt(pos);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::LoadCheckpointFromBytes(std::string_view bytes) {
+  Impl& m = *impl_;
+  const SlicedState place = m.SlicePlace();
+  MPC_ASSIGN_OR_RETURN(const TrainingPosition pos,
+                       mpc::LoadCheckpointFromBytes(bytes, *m.train_exec, m.checkpoint_identity, &m.notices, &place));
+  m.ResumeAt(pos);
   return absl::OkStatus();
 }
 
@@ -289,6 +321,7 @@ std::vector<std::string> Engine::StateNames() const {
 }
 
 absl::StatusOr<std::vector<float>> Engine::GetParameter(const std::string& name) const {
+  MPC_RETURN_IF_ERROR(impl_->CheckWhole(name, "GetParameter"));
   MPC_ASSIGN_OR_RETURN(Tensor t, impl_->ReadModelShaped(name));
   const Tensor f = t.dtype() == DType::kF32 ? t : t.CastTo(DType::kF32);
   return std::vector<float>(f.data<float>(), f.data<float>() + f.num_elements());

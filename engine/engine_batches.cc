@@ -226,6 +226,7 @@ absl::StatusOr<EvalMetrics> Engine::Evaluate(const std::vector<Batch>& batches, 
 
 absl::Status Engine::SetParameter(const std::string& name, const std::vector<float>& values) {
   Impl& m = *impl_;
+  MPC_RETURN_IF_ERROR(m.CheckWhole(name, "SetParameter"));
   const Value* v = m.train_program.graph->FindValue(name);
   if (!v || !v->persistent()) {
     return absl::NotFoundError(

@@ -2,6 +2,7 @@
 // rank runs the same program, each rank's share of the global batch, and gathering the
 // per-rank step times. The averaging itself is in the compiled program (the
 // data-parallel pass's AllReduce ops); this file is what the engine does around it.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -28,6 +29,15 @@ Tensor RankShare(const Tensor& t, int parts) {
   Shape shape = t.shape();
   shape[0] /= parts;
   return Tensor(t.dtype(), shape);
+}
+
+// A node whose kernel calls the Communicator (every rank must run the same ones).
+bool IsCollective(const Node& node) {
+  static const char* const kOps[] = {"AllReduce", "AllReduceInPlace", "ReduceScatter", "AllGatherInPlace"};
+  for (const char* op : kOps) {
+    if (node.op == op) return true;
+  }
+  return node.op == "ClipByGlobalNorm" && node.attrs.GetInt("sharded", 0) != 0;  // ZeRO-1's norm
 }
 
 }  // namespace
@@ -66,7 +76,7 @@ absl::Status Engine::Impl::CheckSameProgramOnAllRanks() {
   std::string collectives;
   int64_t count = 0;
   for (const Node* node : train_program.results.memory_plan.order) {
-    if (node->op != "AllReduce" && node->op != "AllReduceInPlace") continue;
+    if (!IsCollective(*node)) continue;
     ++count;
     absl::StrAppend(&collectives, node->name, ":");
     for (const Value* v : node->inputs) absl::StrAppend(&collectives, NumElements(v->shape), ",");
@@ -121,6 +131,7 @@ absl::Status Engine::Impl::CheckRanksAgree() const {
     if (v->kind == ValueKind::kParameter) params.push_back(v->name);
   }
   auto trained = [&](const Value* v) {
+    if (!v->sharded_from.empty()) return false;  // ZeRO-1: each rank holds its own slice
     if (v->kind == ValueKind::kParameter || v->name == "loss_scale") return true;
     if (absl::StrContains(v->name, ".fp8_")) return true;  // FP8 scales and amax histories
     // A gradient accumulator holds this rank's own micro-batches' sum.
@@ -150,6 +161,33 @@ absl::Status Engine::Impl::CheckRanksAgree() const {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<SlicedState> Engine::Impl::GatherSlicedState() const {
+  SlicedState out = SlicePlace();
+  for (const Value* v : train_exec->PersistentValues()) {
+    if (v->sharded_from.empty()) continue;
+    if (!world) {
+      return absl::InternalError(absl::StrCat("state '", v->name, "' is sliced (ZeRO-1) outside a data-parallel job"));
+    }
+    MPC_ASSIGN_OR_RETURN(Tensor slice, train_exec->ReadPersistent(v->name));
+    const int64_t length = slice.num_elements();
+    std::vector<float> all(static_cast<size_t>(length) * world_size);
+    MPC_RETURN_IF_ERROR(world->AllGatherFloats(slice.data<float>(), all.data(), length,
+                                               absl::StrCat("'checkpoint gather of ", v->name, "' at step ", step)));
+    Tensor whole(DType::kF32, v->sharded_from);
+    std::copy_n(all.data(), whole.num_elements(), whole.data<float>());  // the ranks' slices, padding dropped
+    out.whole.emplace(v->name, std::move(whole));
+  }
+  return out;
+}
+
+absl::Status Engine::Impl::CheckWhole(const std::string& name, const std::string& call) const {
+  const Value* v = train_program.graph->FindValue(name);
+  if (!v || v->sharded_from.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      call, "('", name, "'): under ZeRO-1 (distributed.zero_stage 1) each rank holds only its slice of this ",
+      "optimizer state; read it from a checkpoint (SaveCheckpoint gathers it whole)"));
 }
 
 absl::StatusOr<std::vector<double>> Engine::Impl::GatherStepTimes(double ms_per_step) const {

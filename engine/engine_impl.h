@@ -93,6 +93,13 @@ struct Engine::Impl {
   // In a job: every rank's parameters, optimizer state and loss scale are bit-identical
   // (checked before each checkpoint; an error naming the first tensor that differs).
   absl::Status CheckRanksAgree() const;
+  // ZeRO-1: every sliced state gathered whole from the ranks (a collective: every rank
+  // calls it before a checkpoint is written), with this rank's place for loading.
+  absl::StatusOr<SlicedState> GatherSlicedState() const;
+  // This rank's place, for loading a checkpoint into its slices.
+  SlicedState SlicePlace() const { return SlicedState{rank, world_size, {}}; }
+  // An error when `name` is a sliced state (ZeRO-1): this rank holds only a slice of it.
+  absl::Status CheckWhole(const std::string& name, const std::string& call) const;
   // Every rank's ms per step, in rank order (a collective in a job; just ours alone).
   absl::StatusOr<std::vector<double>> GatherStepTimes(double ms_per_step) const;
   // Resume, refuse to overwrite, or start over, as the options say; the step resumed at
@@ -104,6 +111,12 @@ struct Engine::Impl {
   absl::StatusOr<StepMetrics> RunStep(const std::function<absl::Status(int64_t micro)>& feed);
   // FailedPrecondition once a step has failed midway (failed_step).
   absl::Status CheckUsable() const;
+  // Before any checkpoint (directory or bytes): CheckUsable, then CheckRanksAgree.
+  absl::Status CheckSavable() const;
+  // The position a checkpoint records, and moving to a loaded one (which also clears
+  // failed_step: every persistent value is the checkpoint's again).
+  TrainingPosition Position() const;
+  void ResumeAt(const TrainingPosition& pos);
 
   absl::Status CheckDataMatchesModel(const Dataset& data, const Program& program, const std::string& what) const;
   // evaluation.cc; `averaged_weights`: with the moving average (ema_eval_exec).

@@ -339,8 +339,9 @@ absl::StatusOr<int64_t> Engine::Impl::PrepareCheckpointDir() {
   int64_t resumed_at = -1;
   const bool writes = cs.every_n_steps() > 0 || cs.at_end();
   if (resume && contents.HoldsCheckpoint()) {
+    const SlicedState place = SlicePlace();
     MPC_ASSIGN_OR_RETURN(TrainingPosition pos,
-                         mpc::LoadCheckpoint(checkpoint_dir, *train_exec, checkpoint_identity, &notices));
+                         mpc::LoadCheckpoint(checkpoint_dir, *train_exec, checkpoint_identity, &notices, &place));
     step = pos.step;
     batches->Seek(pos.epoch, pos.batch_in_epoch);
     resumed_at = pos.step;

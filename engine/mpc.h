@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -285,7 +286,8 @@ struct ParityReport {
 // Errors: every call returns a Status; none throws or aborts on bad input. A step that
 // fails once it has started running (a kernel error, a numerics check stopping it) leaves
 // the training state undefined (parameters may be half updated): every later Step returns
-// FailedPrecondition until LoadCheckpoint restores a saved state (or create a new Engine).
+// FailedPrecondition until LoadCheckpoint (or LoadCheckpointFromBytes) restores a saved
+// state (or create a new Engine).
 // Errors found before anything ran (a batch that does not fit) leave the Engine usable.
 //
 // Threading: an Engine is not thread-safe. Call it from one thread at a time (different
@@ -332,7 +334,17 @@ class Engine {
   // which any number of ranks can load.
   absl::Status SaveCheckpoint(const std::string& dir);
   absl::Status LoadCheckpoint(const std::string& dir);
-  // What Create and LoadCheckpoint did that the user should know: a resume in another
+  // The same checkpoint as one self-contained byte string, nothing on disk (to keep in
+  // memory, a database, a message): every persistent tensor, the position in the run and
+  // what the checkpoint must match, with the manifest's and each tensor's CRC-32C.
+  // LoadCheckpointFromBytes checks and loads it exactly as LoadCheckpoint does a directory
+  // (every checksum first: bad bytes change nothing; another model or optimizer is an error,
+  // another precision a notice) into an Engine of the same spec, which then continues bit
+  // for bit as the saved one would. In a data-parallel job every rank calls
+  // SaveCheckpointToBytes (it checks that the ranks' states agree) and gets the bytes.
+  absl::StatusOr<std::string> SaveCheckpointToBytes();
+  absl::Status LoadCheckpointFromBytes(std::string_view bytes);
+  // What Create and LoadCheckpoint(FromBytes) did that the user should know: a resume in another
   // precision (what was re-derived or reset), leftovers of interrupted writes removed,
   // checkpoints removed by overwrite_checkpoints, a resume_if_present that found nothing.
   std::vector<std::string> notices() const;

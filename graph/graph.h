@@ -41,6 +41,11 @@ struct Value {
   // The model's shape when the pad-dims pass stored this value padded (parameters and
   // their optimizer state); empty when unpadded. Checkpoints and exports use it.
   Shape logical_shape;
+  // ZeRO-1 optimizer state: this value holds one rank's slice (graph/sharding.h) of a
+  // tensor of this (padded) shape; empty when it holds the whole tensor. Checkpoints
+  // gather the slices into the whole tensor and slice it again on load; logical_shape is
+  // then always set (the model's shape of the whole tensor).
+  Shape sharded_from;
 
   bool persistent() const { return kind == ValueKind::kParameter || kind == ValueKind::kState; }
   size_t bytes() const { return static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype); }

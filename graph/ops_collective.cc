@@ -12,11 +12,66 @@
 // The same reduction written back into persistent state in place (FP8 amax histories, so
 // every rank computes the same scales); it has side effects and is ordered by control
 // dependencies, like the optimizer updates.
+//
+// ZeRO-1 (passes/data_parallel.h, zero_stage 1). A tensor of n elements is sharded over
+// the W ranks as its flattened elements in W slices of s = ceil(n/W): rank r owns
+// [r*s, min(n, (r+1)*s)), zero-padded to s (so counts that W does not divide work).
+//
+//   ReduceScatter(x1..xN[, hold]) -> (s1..sN)   attrs: world_size, held
+// si is this rank's slice of the sum of every rank's xi, [ceil(ni/W)] f32. One node is one
+// bucket (one collective). With `held`, a nonzero hold copies this rank's slice of xi.
+//
+//   Shard(x) -> s                             attr world_size
+// This rank's slice of x, [ceil(n/W)] f32 (the owner's part of a master weight, updated
+// in place by the optimizer).
+//
+//   AllGatherInPlace(s1..sN, x1..xN) -> ()    attr world_size
+// Writes every rank's slice si into the persistent xi (the updated master weights back
+// on every rank); side effects, ordered by control dependencies.
+#include <functional>
+
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "graph/op_registry.h"
 #include "graph/ops_common.h"
+#include "graph/sharding.h"
 
 namespace mpc {
+namespace {
+
+absl::StatusOr<int64_t> WorldSizeOf(const Node& n) {
+  const int64_t world = n.attrs.GetInt("world_size", 0);
+  if (world < 1) return absl::InvalidArgumentError(absl::StrCat("attribute world_size ", world, " must be >= 1"));
+  return world;
+}
+
+absl::Status CheckF32(const Value* v) {
+  if (v->dtype == DType::kF32) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("input '", v->name, "' is ", DTypeName(v->dtype),
+                                                 "; collectives reduce f32 (cast before reducing)"));
+}
+
+// A bucket x1..xN[, hold] -> y1..yN (AllReduce, ReduceScatter): f32 tensors, a scalar hold
+// flag last when `held`; yi's shape is `out_shape` of xi's.
+absl::StatusOr<std::vector<TensorType>> InferBucket(const Node& n,
+                                                    const std::function<Shape(const Shape&)>& out_shape) {
+  const bool held = n.attrs.GetInt("held", 0) != 0;
+  if (n.inputs.size() < (held ? 2u : 1u)) return absl::InvalidArgumentError("needs at least one tensor to reduce");
+  const size_t tensors = n.inputs.size() - (held ? 1 : 0);
+  std::vector<TensorType> out;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const Value* v = n.inputs[i];
+    MPC_RETURN_IF_ERROR(CheckF32(v));
+    if (i < tensors) {
+      out.push_back({DType::kF32, out_shape(v->shape)});
+    } else if (NumElements(v->shape) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("hold flag '", v->name, "' must be a scalar"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 void RegisterCollectiveOps(OpRegistry& r) {
   constexpr int kMany = 1 << 20;
@@ -34,23 +89,7 @@ void RegisterCollectiveOps(OpRegistry& r) {
     if (reduce != "mean" && reduce != "sum" && reduce != "max") {
       return absl::InvalidArgumentError(absl::StrCat("attribute reduce '", reduce, "' must be mean, sum or max"));
     }
-    const bool held = n.attrs.GetInt("held", 0) != 0;
-    const size_t tensors = n.inputs.size() - (held ? 1 : 0);
-    if (tensors < 1) return absl::InvalidArgumentError("needs at least one tensor to reduce");
-    std::vector<TensorType> out;
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      const Value* v = n.inputs[i];
-      if (v->dtype != DType::kF32) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", v->name, "' is ", DTypeName(v->dtype),
-                                                       "; collectives reduce f32 (cast before reducing)"));
-      }
-      if (i < tensors) {
-        out.push_back({DType::kF32, v->shape});
-      } else if (NumElements(v->shape) != 1) {
-        return absl::InvalidArgumentError(absl::StrCat("hold flag '", v->name, "' must be a scalar"));
-      }
-    }
-    return out;
+    return InferBucket(n, [](const Shape& x) { return x; });
   };
   r.Register(all_reduce);
 
@@ -79,6 +118,63 @@ void RegisterCollectiveOps(OpRegistry& r) {
     return std::vector<TensorType>{};
   };
   r.Register(in_place);
+
+  OpDef reduce_scatter;
+  reduce_scatter.name = "ReduceScatter";
+  reduce_scatter.domain = "mpc";
+  reduce_scatter.min_inputs = 1;
+  reduce_scatter.max_inputs = kMany;
+  reduce_scatter.min_outputs = 1;
+  reduce_scatter.max_outputs = kMany;
+  reduce_scatter.stochastic = true;  // its peers wait for it
+  reduce_scatter.infer = [](const Node& n) -> absl::StatusOr<std::vector<TensorType>> {
+    MPC_ASSIGN_OR_RETURN(const int64_t world, WorldSizeOf(n));
+    return InferBucket(n, [world](const Shape& x) { return Shape{ShardLength(NumElements(x), world)}; });
+  };
+  r.Register(reduce_scatter);
+
+  OpDef shard;
+  shard.name = "Shard";
+  shard.domain = "mpc";
+  shard.min_inputs = shard.max_inputs = 1;
+  shard.infer = [](const Node& n) -> absl::StatusOr<std::vector<TensorType>> {
+    MPC_ASSIGN_OR_RETURN(const int64_t world, WorldSizeOf(n));
+    MPC_RETURN_IF_ERROR(CheckF32(n.inputs[0]));
+    return std::vector<TensorType>{{DType::kF32, {ShardLength(NumElements(n.inputs[0]->shape), world)}}};
+  };
+  r.Register(shard);
+
+  OpDef gather;
+  gather.name = "AllGatherInPlace";
+  gather.domain = "mpc";
+  gather.min_inputs = 2;
+  gather.max_inputs = kMany;
+  gather.min_outputs = gather.max_outputs = 0;
+  gather.has_side_effects = true;
+  gather.infer = [](const Node& n) -> absl::StatusOr<std::vector<TensorType>> {
+    MPC_ASSIGN_OR_RETURN(const int64_t world, WorldSizeOf(n));
+    if (n.inputs.size() % 2 != 0) {
+      return absl::InvalidArgumentError("takes the shards, then as many persistent tensors to write them into");
+    }
+    const size_t tensors = n.inputs.size() / 2;
+    for (size_t i = 0; i < tensors; ++i) {
+      const Value* s = n.inputs[i];
+      const Value* x = n.inputs[tensors + i];
+      MPC_RETURN_IF_ERROR(CheckF32(s));
+      MPC_RETURN_IF_ERROR(CheckF32(x));
+      if (!x->persistent()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", x->name, "' is not persistent; AllGatherInPlace rewrites parameters"));
+      }
+      const int64_t length = ShardLength(NumElements(x->shape), world);
+      if (s->shape != Shape{length}) {
+        return absl::InvalidArgumentError(absl::StrCat("shard '", s->name, "' is ", ShapeToString(s->shape), "; '",
+                                                       x->name, "' over ", world, " ranks needs [", length, "]"));
+      }
+    }
+    return std::vector<TensorType>{};
+  };
+  r.Register(gather);
 }
 
 }  // namespace mpc

@@ -29,7 +29,8 @@ class Tensor {
   template <typename T>
   static Tensor FromVector(Shape shape, const std::vector<T>& values) {
     Tensor t(DTypeOf<T>::value, std::move(shape));
-    std::memcpy(t.raw(), values.data(), t.bytes());
+    // An empty vector's data() may be null, which memcpy must not get even for 0 bytes (UB).
+    if (t.bytes() > 0) std::memcpy(t.raw(), values.data(), t.bytes());
     return t;
   }
   static Tensor Scalar(float v) { return FromVector<float>({}, {v}); }

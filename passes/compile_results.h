@@ -89,9 +89,11 @@ struct GradAccumulationResult {
 // fingerprint), the report.
 struct DataParallelResult {
   int world_size = 1;
+  // ZeRO-1: param_grads hold this rank's slices of the averaged gradients (graph/sharding.h).
+  int zero_stage = 0;
   ParamGrads param_grads;  // (parameter, gradient averaged over the ranks); empty when world_size == 1
   struct Bucket {
-    std::string node;  // its AllReduce
+    std::string node;  // its AllReduce (ReduceScatter under ZeRO-1)
     int64_t bytes = 0;
     std::vector<std::string> params;
   };

@@ -14,7 +14,12 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
   if (options_.world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world size ", options_.world_size, " must be >= 1"));
   }
+  if (options_.zero_stage != 0 && options_.zero_stage != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec field distributed.zero_stage: ", options_.zero_stage, " is not supported; use 0 or 1"));
+  }
   if (options_.world_size == 1) return false;
+  result.zero_stage = options_.zero_stage;
   if (options_.bucket_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("spec field distributed.bucket_mb: the bucket size (",
                                                    options_.bucket_bytes, " bytes) must be > 0"));
@@ -56,9 +61,11 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
     }
     if (hold) inputs.push_back(hold);
     AttrMap attrs;
-    attrs.Set("reduce", std::string("sum"));
     attrs.Set("held", static_cast<int64_t>(hold != nullptr));
-    std::vector<Value*> outs = b.OpN("AllReduce", inputs, std::move(attrs));
+    if (options_.zero_stage == 1) attrs.Set("world_size", static_cast<int64_t>(options_.world_size));
+    if (options_.zero_stage == 0) attrs.Set("reduce", std::string("sum"));
+    std::vector<Value*> outs =
+        b.OpN(options_.zero_stage == 1 ? "ReduceScatter" : "AllReduce", inputs, std::move(attrs));
     MPC_RETURN_IF_ERROR(b.status());
     for (size_t k = 0; k < bucket.size(); ++k) result.param_grads[bucket[k]].second = outs[k];
     made.node = b.last_node()->name;

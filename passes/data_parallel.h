@@ -17,6 +17,12 @@
 // Everything after it (the non-finite check, clipping, the updates) sees identical
 // gradients on every rank, so every rank takes the same step; loss-scaling also reduces
 // its non-finite flag (max), so a non-finite value on one rank skips the step everywhere.
+//
+// ZeRO-1 (zero_stage 1): the buckets are ReduceScatter ops instead, so each rank receives
+// only its slice (graph/sharding.h) of every averaged gradient; the optimizer pass then
+// updates only that slice of each master weight, with optimizer state that holds only
+// that slice, and all-gathers the updated weights (OptimizerPass). Clipping adds the
+// ranks' sums of squares; the non-finite flag is reduced as above.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +35,7 @@ namespace mpc {
 struct DataParallelOptions {
   int world_size = 1;                        // ranks in the job; 1: the pass does nothing
   int64_t bucket_bytes = int64_t{25} << 20;  // spec distributed.bucket_mb
+  int zero_stage = 0;                        // spec distributed.zero_stage: 0 or 1
 };
 
 class DataParallelPass : public Pass {

@@ -41,6 +41,46 @@ absl::Status FuseLowPrecisionCopy(Graph& graph, Value* param, Node* update) {
   return absl::OkStatus();
 }
 
+// ZeRO-1: a weight whose update wrote only this rank's slice (`shard`).
+struct ShardedUpdate {
+  Value* param;
+  Value* shard;
+  Node* update;
+};
+
+// One AllGatherInPlace per data-parallel bucket (the weights whose gradients travelled
+// together), after the bucket's updates and after every other reader of its weights.
+absl::Status GatherUpdatedWeights(Graph& graph, const DataParallelResult& data_parallel,
+                                  const std::vector<ShardedUpdate>& sharded) {
+  for (const DataParallelResult::Bucket& bucket : data_parallel.buckets) {
+    std::vector<Value*> shards, params;
+    std::vector<Node*> after;
+    for (const std::string& name : bucket.params) {
+      auto it =
+          std::find_if(sharded.begin(), sharded.end(), [&](const ShardedUpdate& u) { return u.param->name == name; });
+      if (it == sharded.end()) continue;  // frozen, or not trained
+      shards.push_back(it->shard);
+      params.push_back(it->param);
+      after.push_back(it->update);
+      for (Node* reader : it->param->consumers) after.push_back(reader);
+    }
+    if (shards.empty()) continue;
+    std::vector<Value*> inputs = shards;
+    inputs.insert(inputs.end(), params.begin(), params.end());
+    AttrMap attrs;
+    attrs.Set("world_size", static_cast<int64_t>(data_parallel.world_size));
+    MPC_ASSIGN_OR_RETURN(Node * gather, graph.AddNode("AllGatherInPlace", std::move(inputs), std::move(attrs),
+                                                      graph.UniqueName("optimizer/zero_gather")));
+    for (Node* n : after) {
+      if (n != gather &&
+          std::find(gather->control_deps.begin(), gather->control_deps.end(), n) == gather->control_deps.end()) {
+        gather->control_deps.push_back(n);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<bool> OptimizerPass::Run(Graph& graph) {
@@ -82,6 +122,12 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph) {
                                                      absl::StrJoin(names, ", ")));
     }
   }
+  // ZeRO-1: the gradients are this rank's slices; each update works on the slice of its
+  // master weight (a Shard copy, updated in place) with state that holds only that slice,
+  // and AllGatherInPlace writes every rank's updated slices back into the weights.
+  const bool zero = data_parallel_ && data_parallel_->world_size > 1 && data_parallel_->zero_stage == 1;
+  const int64_t world = zero ? data_parallel_->world_size : 1;
+  std::vector<ShardedUpdate> sharded;
   Value* lr = result.learning_rate = graph.AddInput("lr", DType::kF32, {});
   std::vector<Value*> group_lr(opt.groups.size(), nullptr);  // lr * lr_scale, one per group that scales
   for (auto& [param, grad] : param_grads) {
@@ -102,9 +148,16 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph) {
       MPC_RETURN_IF_ERROR(b.status());
       param_lr = scaled;
     }
-    const Tensor zeros(DType::kF32, param->shape);
+    Value* target = param;  // what the update writes: the weight, or this rank's slice of it
+    if (zero) {
+      AttrMap shard_attrs;
+      shard_attrs.Set("world_size", world);
+      target = b.Op("Shard", {param}, std::move(shard_attrs));
+      MPC_RETURN_IF_ERROR(b.status());
+    }
+    const Tensor zeros(DType::kF32, target->shape);
     AttrMap attrs;
-    std::vector<Value*> inputs{param, grad, param_lr};
+    std::vector<Value*> inputs{target, grad, param_lr};
     if (opt.kind == OptimizerOptions::Kind::kAdamW) {
       attrs.Set("beta1", opt.beta1);
       attrs.Set("beta2", opt.beta2);
@@ -126,6 +179,20 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph) {
     const char* op = opt.kind == OptimizerOptions::Kind::kAdamW ? "AdamWUpdate" : "SgdUpdate";
     MPC_ASSIGN_OR_RETURN(Node * update, graph.AddNode(op, std::move(inputs), std::move(attrs),
                                                       graph.UniqueName("update/" + param->name)));
+    if (zero) {
+      // The low-precision copy stays a Cast of the gathered weight: a copy written by the
+      // update would hold only this rank's slice. The state is a slice of a tensor shaped
+      // like the (padded) weight, and the weight's model shape is its shape in checkpoints,
+      // which gather it whole (so they do not depend on the world size).
+      for (Value* in : update->inputs) {
+        if (in && in->kind == ValueKind::kState && in->shape == target->shape) {
+          in->sharded_from = param->shape;
+          in->logical_shape = param->logical_shape.empty() ? param->shape : param->logical_shape;
+        }
+      }
+      sharded.push_back({param, target, update});
+      continue;
+    }
     MPC_RETURN_IF_ERROR(FuseLowPrecisionCopy(graph, param, update));
     // Optimizer state of a padded parameter is padded alike and unpadded in checkpoints.
     for (Value* in : update->inputs) {
@@ -135,6 +202,7 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph) {
       if (reader != update) update->control_deps.push_back(reader);
     }
   }
+  if (zero) MPC_RETURN_IF_ERROR(GatherUpdatedWeights(graph, *data_parallel_, sharded));
   return true;
 }
 

@@ -23,7 +23,8 @@ std::string DataParallelJson(const CompileResults& r) {
     buckets.push_back(absl::StrCat("{\"node\":\"", JsonEscape(b.node), "\",\"bytes\":", b.bytes, ",\"params\":[",
                                    absl::StrJoin(params, ","), "]}"));
   }
-  return absl::StrCat("{\"ranks\":", r.data_parallel.world_size, ",\"buckets\":[", absl::StrJoin(buckets, ","), "]}");
+  return absl::StrCat("{\"ranks\":", r.data_parallel.world_size, ",\"zero_stage\":", r.data_parallel.zero_stage,
+                      ",\"buckets\":[", absl::StrJoin(buckets, ","), "]}");
 }
 
 }  // namespace
@@ -185,15 +186,29 @@ std::string CompileSummaryText(const Program& p) {
   if (r.data_parallel.world_size > 1) {
     int64_t bytes = 0;
     for (const DataParallelResult::Bucket& b : r.data_parallel.buckets) bytes += b.bytes;
+    const bool zero = r.data_parallel.zero_stage == 1;
     absl::StrAppendFormat(&out,
-                          "data-parallel: %d ranks, %d examples each; gradients summed in %d AllReduce bucket%s "
+                          "data-parallel: %d ranks, %d examples each; gradients summed in %d %s bucket%s "
                           "(%.2f MiB per step)%s, plus the loss\n",
                           r.data_parallel.world_size, p.batch_size, r.data_parallel.buckets.size(),
-                          r.data_parallel.buckets.size() == 1 ? "" : "s", bytes / 1048576.0,
-                          r.data_parallel.fp8_amax_node.empty() ? "" : ", FP8 amaxes (max)");
+                          zero ? "ReduceScatter" : "AllReduce", r.data_parallel.buckets.size() == 1 ? "" : "s",
+                          bytes / 1048576.0, r.data_parallel.fp8_amax_node.empty() ? "" : ", FP8 amaxes (max)");
     for (const DataParallelResult::Bucket& b : r.data_parallel.buckets) {
       absl::StrAppendFormat(&out, "  %s: %.2f MiB, %d gradients (%s .. %s)\n", b.node, b.bytes / 1048576.0,
                             b.params.size(), b.params.front(), b.params.back());
+    }
+    if (zero) {
+      // What ZeRO-1 saves: the optimizer state each rank keeps, against all of it.
+      int64_t kept = 0, whole = 0;
+      for (const auto& v : p.graph->values()) {
+        if (v->sharded_from.empty()) continue;
+        kept += static_cast<int64_t>(v->bytes());
+        whole += NumElements(v->sharded_from) * static_cast<int64_t>(DTypeSize(v->dtype));
+      }
+      absl::StrAppendFormat(&out,
+                            "zero-1: each rank keeps and updates its slice of the optimizer state (%.2f of %.2f MiB) "
+                            "and all-gathers the updated weights\n",
+                            kept / 1048576.0, whole / 1048576.0);
     }
   }
   const MemoryPlan& m = r.memory_plan.plan;

@@ -19,7 +19,11 @@ class CpuBackend : public Backend {
     caps_.native_compute = {DType::kF32, DType::kF64, DType::kBF16};
     caps_.tf32 = false;
     caps_.fp8 = false;
-    caps_.has_kernel = [this](const std::string& op, DType dtype) { return kernels().Has(op, "cpu", dtype); };
+    // The registry lives for the process; capturing it rather than `this` keeps a copy of
+    // these capabilities valid after the backend is gone (passes and tests keep copies).
+    caps_.has_kernel = [registry = &kernels()](const std::string& op, DType dtype) {
+      return registry->Has(op, "cpu", dtype);
+    };
   }
 
   std::string name() const override { return "cpu"; }

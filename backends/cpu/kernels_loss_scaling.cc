@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
+#include "distributed/communicator.h"
 
 namespace mpc {
 namespace {
@@ -72,15 +75,33 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateFindNonFinite(const Node&, Backend
   });
 }
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const Node& node, Backend&) {
+absl::StatusOr<std::unique_ptr<Kernel>> CreateClip(const Node& node, Backend& backend) {
   const double max_norm = node.attrs.GetFloat("max_norm", 1.0f);
-  return MakeKernel([max_norm](KernelContext& ctx) {
+  // ZeRO-1 (sharded=1): the inputs are this rank's slices of the gradients, so the
+  // global norm needs every rank's sum of squares.
+  Communicator* comm = nullptr;
+  if (node.attrs.GetInt("sharded", 0) != 0) {
+    comm = backend.communicator();
+    if (!comm) {
+      return absl::FailedPreconditionError(absl::StrCat("ClipByGlobalNorm '", node.name,
+                                                        "' clips ZeRO-1 gradient shards but the process is not part "
+                                                        "of a job; start it with mpirun -np N"));
+    }
+  }
+  const std::string name = node.name;
+  return MakeKernel([max_norm, comm, name](KernelContext& ctx) {
     double sum = 0;
     for (const TensorView& g : ctx.inputs) {
       const float* p = g.as<float>();
       const int64_t n = g.num_elements();
 #pragma omp parallel for reduction(+ : sum) if (n > 32768)
       for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
+    }
+    if (comm) {
+      float all = static_cast<float>(sum);
+      absl::Status s = comm->AllReduce(&all, 1, ReduceOp::kSum, absl::StrCat("'", name, "' at step ", ctx.step + 1));
+      if (!s.ok()) return s;
+      sum = all;
     }
     const double norm = std::sqrt(sum);
     // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), at most 1.

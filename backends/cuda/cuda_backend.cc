@@ -38,8 +38,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
     caps.pad_multiple[DType::kF8E5M2] = 16;
   }
   if (caps.tf32) caps.pad_multiple[DType::kF32] = 4;
-  CudaBackend* self = b.get();
-  caps.has_kernel = [self](const std::string& op, DType dtype) { return self->kernels().Has(op, "cuda", dtype); };
+  // The registry lives for the process; capturing it rather than the backend keeps a copy
+  // of these capabilities valid after the backend is gone (passes and tests keep copies).
+  caps.has_kernel = [registry = &CudaKernelRegistry()](const std::string& op, DType dtype) {
+    return registry->Has(op, "cuda", dtype);
+  };
   return b;
 }
 

@@ -65,6 +65,9 @@ class CudaBackend : public Backend {
   // An ncclComm_t, opaque here so that this header needs no nccl.h; defined and destroyed
   // in kernels_collective.cc.
   absl::StatusOr<void*> Nccl();
+  // Sums `count` doubles in place across the job's ranks on the backend's stream (ZeRO-1's
+  // clipping norm: every rank's partial sums of squares).
+  absl::Status NcclSumInPlace(double* data, size_t count, const std::string& what);
 
  private:
   CudaBackend() = default;

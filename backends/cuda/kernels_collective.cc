@@ -4,8 +4,11 @@
 // unpacks. NCCL's communicator is the backend's (CudaBackend::Nccl), set up over MPI.
 // The hold flag of an accumulating program lives on the device; reading it would stall
 // the stream, so on CUDA every micro-batch reduces (the held results are never applied).
+// ZeRO-1's ReduceScatter and AllGatherInPlace pack their buckets rank-major (graph/
+// sharding.h) with device copies around one ncclReduceScatter / ncclAllGather.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,6 +20,7 @@
 #include "backends/cuda/cuda_status.h"
 #include "base/status_macros.h"
 #include "distributed/communicator.h"
+#include "graph/sharding.h"
 
 #ifdef MPC_WITH_NCCL
 #include <nccl.h>
@@ -57,12 +61,20 @@ absl::StatusOr<void*> CudaBackend::Nccl() {
   nccl_ = std::shared_ptr<void>(comm, [](void* c) { ncclCommDestroy(static_cast<ncclComm_t>(c)); });
   return nccl_.get();
 }
+
+absl::Status CudaBackend::NcclSumInPlace(double* data, size_t count, const std::string& what) {
+  MPC_ASSIGN_OR_RETURN(void* comm, Nccl());
+  return NcclStatus(ncclAllReduce(data, data, count, ncclFloat64, ncclSum, static_cast<ncclComm_t>(comm), stream()),
+                    absl::StrCat("ncclAllReduce ", what));
+}
 #else
 absl::StatusOr<void*> CudaBackend::Nccl() {
   return absl::FailedPreconditionError(
       "this mpc was built without NCCL (libnccl was not found beside the CUDA toolkit), so data-parallel jobs run "
       "on the CPU only: use --device cpu, or rebuild with NCCL");
 }
+
+absl::Status CudaBackend::NcclSumInPlace(double*, size_t, const std::string&) { return Nccl().status(); }
 #endif
 
 namespace {
@@ -132,9 +144,124 @@ class CudaAllReduce : public Kernel {
   void* buffer_ = nullptr;
 };
 
+// Device copy of `rank`'s slice of `n` floats, zero-padded to the shard length.
+absl::Status CopySlice(const float* whole, int64_t n, int world, int rank, float* slice, cudaStream_t stream) {
+  const ShardRange range = ShardRangeOf(n, world, rank);
+  if (range.count > 0) {
+    MPC_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(slice, whole + range.begin, range.count * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  }
+  const int64_t pad = ShardLength(n, world) - range.count;
+  if (pad > 0) MPC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(slice + range.count, 0, pad * sizeof(float), stream));
+  return absl::OkStatus();
+}
+
+// ReduceScatter, Shard and AllGatherInPlace (graph/ops_collective.cc).
+class CudaZeroCollective : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
+    Communicator* world = backend.communicator();
+    if (!world || world->size() != node.attrs.GetInt("world_size", 0)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          node.op, " '", node.name, "' was compiled for a data-parallel job of ", node.attrs.GetInt("world_size", 0),
+          " ranks; start it with mpirun -np ", node.attrs.GetInt("world_size", 0)));
+    }
+    auto k = std::unique_ptr<CudaZeroCollective>(new CudaZeroCollective(cuda, world));
+    k->name_ = node.name;
+    k->op_ = node.op;
+    if (node.op == "Shard") return std::unique_ptr<Kernel>(std::move(k));
+    MPC_ASSIGN_OR_RETURN(k->comm_, cuda->Nccl());
+    const bool scatter = node.op == "ReduceScatter";
+    const size_t tensors = scatter ? node.outputs.size() : node.inputs.size() / 2;
+    for (size_t i = 0; i < tensors; ++i) {
+      k->per_rank_ += ShardLength(NumElements(node.inputs[scatter ? i : tensors + i]->shape), world->size());
+    }
+    // Rank-major: size() chunks of per_rank_, then (ReduceScatter) this rank's reduced chunk.
+    const size_t floats = static_cast<size_t>(k->per_rank_) * (world->size() + (scatter ? 1 : 0));
+    MPC_ASSIGN_OR_RETURN(k->buffer_, backend.Allocate(std::max<size_t>(floats, 1) * sizeof(float)));
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+  ~CudaZeroCollective() override {
+    if (buffer_) cuda_->Free(buffer_);
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    cudaStream_t stream = cuda_->stream();
+    const int world = world_->size(), rank = world_->rank();
+    if (op_ == "Shard") {
+      return CopySlice(ctx.inputs[0].as<float>(), ctx.inputs[0].num_elements(), world, rank, ctx.outputs[0].as<float>(),
+                       stream);
+    }
+#ifdef MPC_WITH_NCCL
+    float* chunks = static_cast<float*>(buffer_);
+    if (op_ == "ReduceScatter") {
+      const size_t tensors = ctx.outputs.size();
+      for (int r = 0; r < world; ++r) {
+        float* at = chunks + static_cast<size_t>(r) * per_rank_;
+        for (size_t i = 0; i < tensors; ++i) {
+          MPC_RETURN_IF_ERROR(CopySlice(ctx.inputs[i].as<float>(), ctx.inputs[i].num_elements(), world, r, at, stream));
+          at += ctx.outputs[i].num_elements();
+        }
+      }
+      float* reduced = chunks + static_cast<size_t>(world) * per_rank_;
+      MPC_RETURN_IF_ERROR(NcclStatus(ncclReduceScatter(chunks, reduced, static_cast<size_t>(per_rank_), ncclFloat32,
+                                                       ncclSum, static_cast<ncclComm_t>(comm_), stream),
+                                     absl::StrCat("ncclReduceScatter '", name_, "'")));
+      for (size_t i = 0; i < tensors; ++i) {
+        const size_t bytes = static_cast<size_t>(ctx.outputs[i].num_elements()) * sizeof(float);
+        MPC_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(ctx.outputs[i].data, reduced, bytes, cudaMemcpyDeviceToDevice, stream));
+        reduced += ctx.outputs[i].num_elements();
+      }
+      return absl::OkStatus();
+    }
+    // AllGatherInPlace: this rank's slices packed into its chunk, gathered, unpacked.
+    const size_t tensors = ctx.inputs.size() / 2;
+    float* mine = chunks + static_cast<size_t>(rank) * per_rank_;
+    for (size_t i = 0; i < tensors; ++i) {
+      const size_t bytes = static_cast<size_t>(ctx.inputs[i].num_elements()) * sizeof(float);
+      MPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mine, ctx.inputs[i].data, bytes, cudaMemcpyDeviceToDevice, stream));
+      mine += ctx.inputs[i].num_elements();
+    }
+    MPC_RETURN_IF_ERROR(
+        NcclStatus(ncclAllGather(chunks + static_cast<size_t>(rank) * per_rank_, chunks, static_cast<size_t>(per_rank_),
+                                 ncclFloat32, static_cast<ncclComm_t>(comm_), stream),
+                   absl::StrCat("ncclAllGather '", name_, "'")));
+    for (int r = 0; r < world; ++r) {
+      const float* at = chunks + static_cast<size_t>(r) * per_rank_;
+      for (size_t i = 0; i < tensors; ++i) {
+        TensorView& whole = ctx.inputs[tensors + i];
+        const ShardRange range = ShardRangeOf(whole.num_elements(), world, r);
+        if (range.count > 0) {
+          MPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(whole.as<float>() + range.begin, at, range.count * sizeof(float),
+                                                   cudaMemcpyDeviceToDevice, stream));
+        }
+        at += ctx.inputs[i].num_elements();
+      }
+    }
+    return absl::OkStatus();
+#else
+    return absl::FailedPreconditionError(absl::StrCat(op_, ": this mpc was built without NCCL"));
+#endif
+  }
+
+ private:
+  CudaZeroCollective(CudaBackend* cuda, Communicator* world) : cuda_(cuda), world_(world) {}
+  CudaBackend* cuda_;
+  Communicator* world_;
+  void* comm_ = nullptr;
+  std::string name_, op_;
+  int64_t per_rank_ = 0;  // floats of one rank's chunk: the bucket's shard lengths
+  void* buffer_ = nullptr;
+};
+
 }  // namespace
 
 void RegisterCudaCollectiveKernels(KernelRegistry& r) {
+  r.Register("ReduceScatter", "cuda", DType::kF32, CudaZeroCollective::Create);
+  r.Register("Shard", "cuda", DType::kF32, CudaZeroCollective::Create);
+  r.Register("AllGatherInPlace", "cuda", DType::kF32, CudaZeroCollective::Create);
   r.Register("AllReduce", "cuda", DType::kF32, CudaAllReduce::Create);
   r.Register("AllReduceInPlace", "cuda", DType::kF32, CudaAllReduce::Create);
 }

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -331,6 +332,11 @@ class CudaClipByGlobalNorm : public Kernel {
     k->stream_ = cuda->stream();
     // The CPU widens the float attribute to double before dividing.
     k->max_norm_ = static_cast<double>(node.attrs.GetFloat("max_norm", 1.0f));
+    // ZeRO-1: the inputs are this rank's gradient slices; the partial sums are added
+    // across the ranks (NCCL) before the norm. The same plan on every rank (same shapes)
+    // gives every rank the same number of partials.
+    k->sharded_ = node.attrs.GetInt("sharded", 0) != 0;
+    k->name_ = node.name;
     std::vector<int64_t> sizes;
     for (const Value* v : node.inputs) sizes.push_back(NumElements(v->shape));
     k->plans_ = PlanBatches(sizes, &k->partial_count_);
@@ -359,6 +365,10 @@ class CudaClipByGlobalNorm : public Kernel {
       SumSquaresKernel<<<p.blocks, kThreadsPerBlock, 0, stream_>>>(p.args, partials_);
       MPC_RETURN_IF_ERROR(LaunchStatus("SumSquaresKernel"));
     }
+    if (sharded_) {
+      MPC_RETURN_IF_ERROR(backend_->NcclSumInPlace(partials_, static_cast<size_t>(partial_count_),
+                                                   absl::StrCat("'", name_, "' (ZeRO-1 gradient norm)")));
+    }
     ClipCoefficientKernel<<<1, kFinalSumThreads, 0, stream_>>>(partials_, partial_count_, max_norm_,
                                                                ctx.outputs.back().as<float>(), coef_);
     MPC_RETURN_IF_ERROR(LaunchStatus("ClipCoefficientKernel"));
@@ -374,6 +384,8 @@ class CudaClipByGlobalNorm : public Kernel {
   CudaBackend* backend_ = nullptr;
   cudaStream_t stream_ = nullptr;
   double max_norm_ = 1.0;
+  bool sharded_ = false;
+  std::string name_;
   std::vector<BatchPlan> plans_;
   int partial_count_ = 0;
   double* partials_ = nullptr;

@@ -1,6 +1,8 @@
 // Trains a model in-process through mpc's public API (mpc/mpc.h) and checks the results:
 // a few steps lower the evaluation loss, a checkpoint restores the parameters exactly in a
-// second engine (which then takes the same next step), and the ONNX export is written.
+// second engine (which then takes the same next step), the same checkpoint as bytes takes
+// that engine back to the saved step (the step again: the same loss), and the ONNX export
+// is written.
 // Then, with no files at all: a spec built in code as text, the exported model as bytes,
 // and batches the program generates itself (Step(batch), Evaluate(batches)), which must
 // lower the loss on them. Exits 0 only when all of that holds.
@@ -134,6 +136,9 @@ int main(int argc, char** argv) {
   if (auto status = (*engine)->SaveCheckpoint(options.checkpoint_dir); !status.ok()) {
     return Fail("SaveCheckpoint", status);
   }
+  // The same checkpoint as one byte string, nothing on disk (for a database, a message...).
+  auto checkpoint_bytes = (*engine)->SaveCheckpointToBytes();
+  if (!checkpoint_bytes.ok()) return Fail("SaveCheckpointToBytes", checkpoint_bytes.status());
   mpc::EngineOptions resume_options = options;
   resume_options.resume = true;
   auto resumed = mpc::Engine::Create(resume_options);
@@ -161,6 +166,19 @@ int main(int argc, char** argv) {
   }
   std::printf("checkpoint at step %lld restored: %zu parameters identical, next loss %.6f and %.6f\n",
               static_cast<long long>(saved_step), names.size(), next->loss, resumed_next->loss);
+  // The bytes take the resumed engine back to the saved step (and batch): the same step
+  // again gives the same loss.
+  if (auto status = (*resumed)->LoadCheckpointFromBytes(*checkpoint_bytes); !status.ok()) {
+    return Fail("LoadCheckpointFromBytes", status);
+  }
+  if ((*resumed)->step() != saved_step) return Fail("the engine loaded from bytes is at another step");
+  auto again = (*resumed)->Step();
+  if (!again.ok()) return Fail("Step after LoadCheckpointFromBytes", again.status());
+  if (options.device == "cpu" && again->loss != next->loss) {
+    return Fail("the step after LoadCheckpointFromBytes has another loss");
+  }
+  std::printf("checkpoint bytes (%zu) restored step %lld: next loss %.6f again\n", checkpoint_bytes->size(),
+              static_cast<long long>(saved_step), again->loss);
 
   // The trained model as ONNX, for any ONNX runtime.
   const std::string onnx_path = work_dir + "/trained.onnx";

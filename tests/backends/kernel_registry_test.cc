@@ -45,6 +45,15 @@ TEST(KernelRegistryTest, MissingKernelForANodeNamesTheNode) {
   EXPECT_NE(message.find("Cast the node's inputs"), std::string::npos) << message;
 }
 
+// The passes keep copies of a backend's capabilities, sometimes past the backend's life
+// (`caps = CreateCpuBackend()->capabilities()`); has_kernel must not reach into the
+// destroyed backend (a heap-use-after-free the sanitized tests found in fp8_test.cc).
+TEST(KernelRegistryTest, CopiedCapabilitiesOutliveTheBackend) {
+  const Capabilities caps = CreateCpuBackend()->capabilities();
+  EXPECT_TRUE(caps.HasKernel("Gemm", DType::kF32));
+  EXPECT_FALSE(caps.HasKernel("AdamWUpdate", DType::kBF16));
+}
+
 TEST(KernelRegistryTest, UnknownDeviceIsAClearError) {
   auto b = CreateBackend("tpu");
   ASSERT_FALSE(b.ok());

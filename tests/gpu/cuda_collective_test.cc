@@ -2,7 +2,9 @@
 // communicator is a one-rank stand-in, so NCCL's unique id travels through its AllGather
 // and ncclCommInitRank makes a one-rank communicator. A reduction over one rank is the
 // identity, so the outputs must equal the inputs bit for bit, for a bucket of several
-// tensors and for the in-place form FP8 amax histories use. Skips without a device.
+// tensors and for the in-place form FP8 amax histories use; ZeRO-1's ops likewise.
+// Skips without a device.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,14 @@ class SoloWorld : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   absl::Status AllReduce(float*, int64_t, ReduceOp, const std::string&) override { return absl::OkStatus(); }
+  absl::Status ReduceScatter(const float* send, float* recv, int64_t count, const std::string&) override {
+    std::copy_n(send, count, recv);
+    return absl::OkStatus();
+  }
+  absl::Status AllGatherFloats(const float* mine, float* all, int64_t count, const std::string&) override {
+    std::copy_n(mine, count, all);
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, const std::string&) override {
     return std::vector<std::string>{mine};
   }
@@ -67,6 +77,56 @@ TEST(CudaAllReduce, InPlaceOnStateKeepsIt) {
   ASSERT_TRUE((*ex)->Run(0, 0).ok());
   const Tensor after = *(*ex)->ReadPersistent("h.fp8_amax_history");
   for (int64_t i = 0; i < initial.num_elements(); ++i) ASSERT_EQ(after.data<float>()[i], initial.data<float>()[i]);
+}
+
+// ZeRO-1's ops over one rank: the slice of a tensor is all of it (flattened), so
+// ReduceScatter and Shard copy, and AllGatherInPlace writes its shard into the state;
+// ClipByGlobalNorm over shards (its partial sums through NCCL) equals the unsharded one.
+TEST(CudaZero, OneRankNcclJobShardsGathersAndClips) {
+  MPC_GPU_OR_SKIP(gpu);
+  static SoloWorld solo;
+  if (!gpu.communicator()) gpu.set_communicator(&solo);
+  Graph g;
+  GraphBuilder b(&g);
+  AttrMap one_rank;
+  one_rank.Set("world_size", int64_t{1});
+  Value* x = g.AddInput("x", DType::kF32, {3, 129});
+  Value* scattered = b.OpN("ReduceScatter", {x}, one_rank)[0];
+  const Tensor initial = testing::RandomTensor(DType::kF32, {17}, 4);
+  Value* weight = g.AddState("w", initial);
+  Value* shard = b.Op("Shard", {weight}, one_rank);
+  Value* update = g.AddInput("u", DType::kF32, {17});
+  AttrMap clip_attrs;
+  clip_attrs.Set("max_norm", 0.5f);
+  AttrMap sharded_clip = clip_attrs;
+  sharded_clip.Set("sharded", int64_t{1});
+  Value* clipped = b.OpN("ClipByGlobalNorm", {x}, clip_attrs)[0];
+  Value* clipped_sharded = b.OpN("ClipByGlobalNorm", {x}, sharded_clip)[0];
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  auto gather = g.AddNode("AllGatherInPlace", {update, weight}, one_rank, "gather");
+  ASSERT_TRUE(gather.ok()) << gather.status();
+  (*gather)->control_deps.push_back(shard->producer);
+  g.SetOutputs({scattered, shard, clipped, clipped_sharded});
+  auto ex = testing::ExecutorFor(g, gpu);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  const Tensor xv = testing::RandomTensor(DType::kF32, {3, 129}, 5);
+  const Tensor uv = testing::RandomTensor(DType::kF32, {17}, 6);
+  ASSERT_TRUE((*ex)->SetInput("x", xv).ok());
+  ASSERT_TRUE((*ex)->SetInput("u", uv).ok());
+  ASSERT_TRUE((*ex)->Run(0, 0).ok());
+  const Tensor so = *(*ex)->Fetch(scattered->name);
+  const Tensor sh = *(*ex)->Fetch(shard->name);
+  const Tensor c = *(*ex)->Fetch(clipped->name);
+  const Tensor cs = *(*ex)->Fetch(clipped_sharded->name);
+  const Tensor after = *(*ex)->ReadPersistent("w");
+  for (int64_t i = 0; i < xv.num_elements(); ++i) {
+    ASSERT_EQ(so.data<float>()[i], xv.data<float>()[i]) << i;
+    ASSERT_EQ(cs.data<float>()[i], c.data<float>()[i]) << i;
+  }
+  for (int64_t i = 0; i < 17; ++i) {
+    ASSERT_EQ(sh.data<float>()[i], initial.data<float>()[i]) << i;
+    ASSERT_EQ(after.data<float>()[i], uv.data<float>()[i]) << i;
+  }
 }
 
 }  // namespace

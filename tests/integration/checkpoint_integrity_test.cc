@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -351,23 +353,56 @@ TEST_F(CheckpointIntegrityTest, ResumedMetricsHaveNoDuplicatesAndOneResumeMarker
 // start-up, steps and checkpoint writes) and resumed each time, ends with the weights
 // and the losses of an uninterrupted run, bit for bit.
 TEST_F(CheckpointIntegrityTest, KilledAndResumedRunEqualsUninterruptedRun) {
-  const std::string spec = Spec("sgd", "checkpoint { every_n_steps: 1 keep_last: 2 }", "train.spec", 300);
+  const std::string spec = Spec("sgd", "checkpoint { every_n_steps: 1 keep_last: 2 }", "train.spec", /*steps=*/300);
   auto command = [&](const std::string& name, const std::string& flags) {
     return absl::StrCat(MPC_TRAIN_BIN, " --spec ", spec, " --checkpoint_dir ", dir_, "/ckpt_", name, " --metrics ",
                         dir_, "/", name, ".jsonl --export_onnx ", dir_, "/", name, ".onnx ", flags, " > ", dir_, "/",
                         name, ".log 2>&1");
   };
+  // The uninterrupted run, timed: how long until its first checkpoint exists (start-up:
+  // loading, compiling, the first step and write) and how long in all.
   const auto start = std::chrono::steady_clock::now();
-  const auto straight = testing::RunCommand(command("straight", ""));
-  ASSERT_EQ(straight.exit_code, 0) << ReadFile(dir_ + "/straight.log");
-  const int straight_ms = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
+  auto elapsed_ms = [&start] {
+    return static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
+  };
+  const pid_t straight_pid = ::fork();
+  ASSERT_GE(straight_pid, 0);
+  if (straight_pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + command("straight", "")).c_str(), nullptr);
+    ::_exit(127);
+  }
+  int startup_ms = -1, straight_status = 0;
+  while (::waitpid(straight_pid, &straight_status, WNOHANG) == 0) {
+    if (startup_ms < 0 && fs::exists(dir_ + "/ckpt_straight/latest")) startup_ms = elapsed_ms();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const int straight_ms = elapsed_ms();
+  ASSERT_TRUE(WIFEXITED(straight_status) && WEXITSTATUS(straight_status) == 0) << ReadFile(dir_ + "/straight.log");
+  if (startup_ms < 0) startup_ms = straight_ms;
 
-  // Kills spread so that the 25 interrupted runs together cover about 70% of the run
-  // (each one also spends its start-up), on a fast machine or a slow one.
-  const int kills = 25;
+  // A fifth of the kills land in start-up (before that run writes any checkpoint); the
+  // rest after it, each letting the run go on for a random share of what is left, sized
+  // so that the remaining kills cover about a third of the remaining steps. Measured from the
+  // steps the checkpoints reached, so a machine that is faster or slower than during the
+  // uninterrupted run still sees every kill hit steps and checkpoint writes.
+  const int kills = 25, steps = 300;
+  // The fastest rate seen so far: the uninterrupted run's, then each killed run's own.
+  double ms_per_step = std::max(0.05, static_cast<double>(straight_ms - startup_ms) / steps);
   std::mt19937 rng(20261125);
-  std::uniform_int_distribution<int> delay_ms(20, 20 + 2 * straight_ms * 7 / 10 / kills);
+  auto reached_step = [&] {
+    const std::string latest = ReadFile(dir_ + "/ckpt_killed/latest");
+    int64_t step = 0;
+    return ParseStepDirName(std::string(absl::StripAsciiWhitespace(latest)), &step) ? step : int64_t{0};
+  };
+  auto delay_ms = [&](int attempt) {
+    if (attempt % 5 == 0) return std::uniform_int_distribution<int>(20, std::max(21, startup_ms))(rng);
+    // At most half of what is left over the kills still to come (a quarter on average), so
+    // even the last one leaves steps to do on a machine that gets four times as fast.
+    const double left = static_cast<double>(steps - reached_step()) * ms_per_step;
+    const double most = left * 0.5 / (kills - attempt + 1);
+    return startup_ms + std::uniform_int_distribution<int>(0, std::max(1, static_cast<int>(most)))(rng);
+  };
   int killed = 0;
   for (int attempt = 0; attempt < kills; ++attempt) {
     const pid_t pid = ::fork();
@@ -376,17 +411,24 @@ TEST_F(CheckpointIntegrityTest, KilledAndResumedRunEqualsUninterruptedRun) {
       ::execl("/bin/sh", "sh", "-c", ("exec " + command("killed", "--resume_if_present")).c_str(), nullptr);
       ::_exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    const int64_t before = reached_step();
+    const int delay = delay_ms(attempt);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
     if (WIFSIGNALED(status)) {
       ++killed;
+      const int64_t progress = reached_step() - before;
+      if (progress > 0 && delay > startup_ms) {
+        ms_per_step = std::max(0.05, std::min(ms_per_step, static_cast<double>(delay - startup_ms) / progress));
+      }
     } else {
       ASSERT_EQ(WEXITSTATUS(status), 0) << ReadFile(dir_ + "/killed.log");
     }
   }
-  EXPECT_GE(killed, 20) << "the run of " << straight_ms << " ms finished before too many of the kills";
+  EXPECT_GE(killed, 20) << "the run of " << straight_ms << " ms (start-up " << startup_ms
+                        << " ms) finished before too many of the kills";
   const auto last = testing::RunCommand(command("killed", "--resume_if_present"));
   ASSERT_EQ(last.exit_code, 0) << ReadFile(dir_ + "/killed.log");
 

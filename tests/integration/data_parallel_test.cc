@@ -3,7 +3,9 @@
 // gradient accumulation: per-step losses and final state within 1e-5); FP8 ranks reduce
 // their amaxes and quantize alike; a non-finite
 // gradient on one rank skips the step on both (fp16, dynamic scaling); a checkpoint
-// written by 2 ranks resumes at 1 and at 2 ranks and continues the uninterrupted run; a
+// written by 2 ranks resumes at 1 and at 2 ranks and continues the uninterrupted run; all
+// of it also under ZeRO-1 (sliced optimizer state; 3 ranks for element counts that do
+// not split evenly); a
 // killed rank and a hung rank end the job within 60 s naming the rank; a batch that does
 // not split and ranks with different specs are refused. Skipped in a build without MPI.
 #include <algorithm>
@@ -138,7 +140,8 @@ class DataParallelTest : public ::testing::Test {
 
 struct Setup {
   std::string name;
-  std::string fields;  // optimizer, batch, accumulation
+  std::string fields;  // optimizer, batch, accumulation, ZeRO
+  int ranks = 2;
 };
 void PrintTo(const Setup& s, std::ostream* os) { *os << s.name; }
 
@@ -152,27 +155,42 @@ TEST_P(TwoRanksAsOne, SameLossesAndWeightsAsOneRankOnTheGlobalBatch) {
   const CommandResult one = RunCommand(
       Train(absl::StrCat("--spec ", spec, " --metrics ", dir, "/one.jsonl --checkpoint_dir ", dir, "/ckpt_one")));
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const CommandResult two = RunCommand(
-      Mpirun(2, absl::StrCat("--spec ", spec, " --metrics ", dir, "/two.jsonl --checkpoint_dir ", dir, "/ckpt_two")));
+  const int ranks = GetParam().ranks;
+  const CommandResult two = RunCommand(Mpirun(
+      ranks, absl::StrCat("--spec ", spec, " --metrics ", dir, "/two.jsonl --checkpoint_dir ", dir, "/ckpt_two")));
   ASSERT_EQ(two.exit_code, 0) << two.output;
-  EXPECT_TRUE(absl::StrContains(two.output, "data-parallel: 2 ranks")) << two.output;
+  EXPECT_TRUE(absl::StrContains(two.output, absl::StrCat("data-parallel: ", ranks, " ranks"))) << two.output;
 
   const std::vector<TrainRecord> want = TrainRecords(dir + "/one.jsonl");
   const std::vector<TrainRecord> got = TrainRecords(dir + "/two.jsonl");
   ASSERT_EQ(want.size(), 20u);
   ASSERT_EQ(got.size(), 20u) << "rank 0 writes every step once";
   ASSERT_GT(want.front().loss, want.back().loss) << "the run must train";
-  ExpectSameLosses(got, want, 1, 20, "2 ranks vs 1");
+  ExpectSameLosses(got, want, 1, 20, absl::StrCat(ranks, " ranks vs 1"));
+  // Under ZeRO-1 the checkpoint holds the optimizer state gathered from the ranks' slices.
   ExpectSameState(CheckpointState(spec, dir + "/ckpt_two"), CheckpointState(spec, dir + "/ckpt_one"),
-                  "final state, 2 ranks vs 1");
+                  absl::StrCat("final state, ", ranks, " ranks vs 1"));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, TwoRanksAsOne,
-    ::testing::Values(Setup{"sgd_momentum", "batch_size: 64 optimizer { sgd { lr: 0.05 momentum: 0.9 } }"},
-                      Setup{"adamw", "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } }"},
-                      Setup{"adamw_accumulate",
-                            "batch_size: 32 accumulate_steps: 2 optimizer { adamw { lr: 0.002 } }"}),
+    ::testing::Values(
+        Setup{"sgd_momentum", "batch_size: 64 optimizer { sgd { lr: 0.05 momentum: 0.9 } }"},
+        Setup{"adamw", "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } }"},
+        Setup{"adamw_accumulate", "batch_size: 32 accumulate_steps: 2 optimizer { adamw { lr: 0.002 } }"},
+        // ZeRO-1: sliced optimizer state, clipping over the slices, and 3 ranks,
+        // which divide none of the weights' element counts but one (4 of 6 do
+        // not split evenly: the last rank's slices are short).
+        Setup{"sgd_momentum_zero1",
+              "batch_size: 64 optimizer { sgd { lr: 0.05 momentum: 0.9 } } distributed { zero_stage: 1 }"},
+        Setup{"adamw_clip_zero1",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } clip_grad_norm: 0.5 } "
+              "distributed { zero_stage: 1 }"},
+        Setup{"adamw_accumulate_zero1",
+              "batch_size: 32 accumulate_steps: 2 optimizer { adamw { lr: 0.002 } } "
+              "distributed { zero_stage: 1 }"},
+        Setup{"sgd_momentum_zero1_3ranks",
+              "batch_size: 96 optimizer { sgd { lr: 0.05 momentum: 0.9 } } distributed { zero_stage: 1 }", 3}),
     [](const ::testing::TestParamInfo<Setup>& info) { return info.param.name; });
 
 TEST_F(DataParallelTest, Fp8RanksQuantizeAlike) {
@@ -210,13 +228,14 @@ TEST_F(DataParallelTest, Fp8RanksQuantizeAlike) {
     EXPECT_NEAR(got[i].loss, want[i].loss, 0.05 * want[i].loss) << "step " << i + 1;
 }
 
-TEST_F(DataParallelTest, NonFiniteGradientOnOneRankSkipsTheStepOnBoth) {
-  // fp16 with dynamic scaling; rank 1 alone gets an inf in one gradient at step 4.
+// fp16 with dynamic scaling; rank 1 alone gets an inf in one gradient at step 4.
+void ExpectBothRanksSkipRankOnesFault(const std::string& name, const std::string& extra_fields) {
   const std::string spec = testing::WriteFashionMlpSpec(
-      "dp_fp16_fault",
+      name,
       "batch_size: 64 steps: 8 seed: 2 optimizer { adamw { lr: 0.002 } } precision { compute: FP16 } "
       "debug { inject_nonfinite { step: 3 parameter: \"3.weight\" value: \"inf\" rank: 1 } } "
-      "checkpoint { every_n_steps: 0 at_end: true }");
+      "checkpoint { every_n_steps: 0 at_end: true } " +
+          extra_fields);
   const std::string dir = fs::path(spec).parent_path().string();
   // The checkpoint at the end checks that both ranks hold bit-identical weights, optimizer
   // state and loss scale: it fails the run if rank 1 had applied its step alone.
@@ -230,11 +249,23 @@ TEST_F(DataParallelTest, NonFiniteGradientOnOneRankSkipsTheStepOnBoth) {
   EXPECT_TRUE(absl::StrContains(two.output, "8 steps (1 skipped)")) << two.output;
 }
 
-TEST_F(DataParallelTest, CheckpointOfTwoRanksResumesAtOneAndAtTwo) {
+TEST_F(DataParallelTest, NonFiniteGradientOnOneRankSkipsTheStepOnBoth) {
+  ExpectBothRanksSkipRankOnesFault("dp_fp16_fault", "");
+}
+
+// Under ZeRO-1 the inf lands in rank 1's slice of the gradient; the flag is still reduced
+// (max) before any update, and the weights (gathered from both ranks' slices) agree.
+TEST_F(DataParallelTest, NonFiniteGradientOnOneRankSkipsTheStepOnBothUnderZero) {
+  ExpectBothRanksSkipRankOnesFault("dp_fp16_fault_zero1", "distributed { zero_stage: 1 }");
+}
+
+// Saves at step 10 of a 2-rank job, resumes at 1 rank and at 2 ranks (the same spec,
+// `extra_fields` included), and compares steps 11-20 with an uninterrupted 1-rank run.
+void ExpectResumesAtOneAndAtTwo(const std::string& name, const std::string& extra_fields) {
   // Constant learning rate: the 10-step and 20-step specs schedule the same rates.
-  const std::string fields = "batch_size: 64 seed: 7 optimizer { adamw { lr: 0.002 } } ";
+  const std::string fields = "batch_size: 64 seed: 7 optimizer { adamw { lr: 0.002 } } " + extra_fields + " ";
   const std::string first =
-      testing::WriteFashionMlpSpec("dp_resume", fields + "steps: 10 checkpoint { every_n_steps: 0 at_end: true }");
+      testing::WriteFashionMlpSpec(name, fields + "steps: 10 checkpoint { every_n_steps: 0 at_end: true }");
   const std::string dir = fs::path(first).parent_path().string();
   const std::string whole = dir + "/whole.spec";
   {
@@ -267,6 +298,14 @@ TEST_F(DataParallelTest, CheckpointOfTwoRanksResumesAtOneAndAtTwo) {
   ExpectSameLosses(TrainRecords(dir + "/one.jsonl"), want, 11, 20, "resumed at 1 rank vs uninterrupted");
   ASSERT_EQ(TrainRecords(dir + "/two.jsonl").size(), 10u);
   ExpectSameLosses(TrainRecords(dir + "/two.jsonl"), want, 11, 20, "resumed at 2 ranks vs uninterrupted");
+}
+
+TEST_F(DataParallelTest, CheckpointOfTwoRanksResumesAtOneAndAtTwo) { ExpectResumesAtOneAndAtTwo("dp_resume", ""); }
+
+// ZeRO-1: the checkpoint holds the whole optimizer state, gathered from both ranks'
+// slices; 1 rank loads it whole, 2 ranks each take their slice again.
+TEST_F(DataParallelTest, ZeroCheckpointOfTwoRanksResumesAtOneAndAtTwo) {
+  ExpectResumesAtOneAndAtTwo("dp_resume_zero1", "distributed { zero_stage: 1 }");
 }
 
 // Starts a long 2-rank job, waits for its third step, does `action` (a kill command) to
@@ -368,6 +407,19 @@ TEST(DataParallelCompileTest, ReportListsTheBucketsOfAJob) {
   const CommandResult bad = RunCommand(absl::StrCat(MPC_TOOL_BIN, " compile --spec ", spec, " --ranks 3 2>&1"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(bad.output, "does not split evenly")) << bad.output;
+}
+
+TEST(DataParallelCompileTest, ReportShowsWhatZeroKeepsPerRank) {
+  // AdamW's two moments of the MLP's 235,146 parameters: 1.79 MiB, half of it per rank.
+  const std::string spec = testing::WriteFashionMlpSpec(
+      "dp_compile_zero", "batch_size: 64 steps: 2 optimizer { adamw { lr: 0.002 } } distributed { zero_stage: 1 }");
+  const CommandResult r = RunCommand(absl::StrCat(MPC_TOOL_BIN, " compile --spec ", spec, " --ranks 2 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "gradients summed in 1 ReduceScatter bucket")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output,
+                                "zero-1: each rank keeps and updates its slice of the optimizer state (0.90 "
+                                "of 1.79 MiB)"))
+      << r.output;
 }
 
 }  // namespace

@@ -164,6 +164,12 @@ class FakeWorld : public Communicator {
     for (int64_t i = 0; i < count; ++i) data[i] *= factor;
     return absl::OkStatus();
   }
+  absl::Status ReduceScatter(const float*, float*, int64_t, const std::string&) override {
+    return absl::UnimplementedError("not used here (tests/passes/zero_test.cc)");
+  }
+  absl::Status AllGatherFloats(const float*, float*, int64_t, const std::string&) override {
+    return absl::UnimplementedError("not used here (tests/passes/zero_test.cc)");
+  }
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, const std::string&) override {
     return std::vector<std::string>(ranks_, mine);
   }

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Data-parallel on this machine: 2 ranks x 1 thread (mpirun) against 1 rank x 2 threads.
+"""Data-parallel on this machine: 2 ranks x 1 thread (mpirun), without and with ZeRO-1,
+against 1 rank x 2 threads.
 
 Same spec, model, data and global batch (bench.py's seed_mlp and fashion_cnn assets), f32.
 Step time is the Train() wall time mpc-train reports ("done: N steps in S s"), as the
 difference between a run of WARMUP + STEPS steps and one of WARMUP steps, divided by STEPS:
 setup, data loading and the first steps' primitive creation drop out. The communication
-share is the AllReduce time of rank 0's --profile (packing, the MPI calls and the wait for
-the other rank, which includes any imbalance between the ranks) over its step time.
+share is the collectives' time in rank 0's --profile (AllReduce; under ZeRO-1 also
+ReduceScatter and AllGatherInPlace: packing, the MPI calls and the wait for the other rank,
+which includes any imbalance between the ranks) over its step time.
 Every configuration runs --repeat times, interleaved; the table shows the median.
 
     /usr/bin/python3 tools/bench/data_parallel_bench.py --out tools/bench/results/X.md
@@ -44,18 +46,33 @@ def train_seconds(text):
     return int(m.group(1)), float(m.group(2))
 
 
-def allreduce_ms(text):
-    m = re.search(r"^\s+AllReduce\s+(\d+) calls\s+([0-9.]+) ms", text, re.M)
-    return (int(m.group(1)), float(m.group(2))) if m else (0, 0.0)
+def collective_ms(text):
+    """(calls, ms) of the collective ops in a --profile."""
+    calls, ms = 0, 0.0
+    for op in ("AllReduce", "ReduceScatter", "AllGatherInPlace"):
+        m = re.search(r"^\s+" + op + r"\s+(\d+) calls\s+([0-9.]+) ms", text, re.M)
+        if m:
+            calls, ms = calls + int(m.group(1)), ms + float(m.group(2))
+    return calls, ms
+
+
+def with_fields(spec_path, fields, suffix):
+    """A copy of the spec with `fields` appended (the same spec otherwise)."""
+    if not fields:
+        return spec_path
+    out = spec_path + suffix
+    with open(spec_path) as f, open(out, "w") as g:
+        g.write(f.read() + "\n" + fields + "\n")
+    return out
 
 
 def measure(spec_short, spec_long, ranks, threads, steps):
-    """(ms per step, AllReduce ms per step, AllReduce calls per step) of one configuration."""
+    """(ms per step, collective ms per step, collective calls per step) of one configuration."""
     prefix = MPIRUN + ["-np", str(ranks)] if ranks > 1 else []
     short = run(prefix + [bench.MPC_TRAIN, "--spec", spec_short, "--profile"], threads)
     long_ = run(prefix + [bench.MPC_TRAIN, "--spec", spec_long, "--profile"], threads)
     (_, s0), (_, s1) = train_seconds(short), train_seconds(long_)
-    (c0, a0), (c1, a1) = allreduce_ms(short), allreduce_ms(long_)
+    (c0, a0), (c1, a1) = collective_ms(short), collective_ms(long_)
     return 1000.0 * (s1 - s0) / steps, (a1 - a0) / steps, (c1 - c0) / steps
 
 
@@ -68,7 +85,8 @@ def main():
     p.add_argument("--out", required=True)
     args = p.parse_args()
     rows, details = [], []
-    configs = [("1 rank x 2 threads", 1, 2), ("2 ranks x 1 thread", 2, 1)]
+    configs = [("1 rank x 2 threads", 1, 2, ""), ("2 ranks x 1 thread", 2, 1, ""),
+               ("2 ranks x 1 thread, ZeRO-1", 2, 1, "distributed { zero_stage: 1 }")]
     for name in args.models.split(","):
         cfg = bench.MODELS[name]
         batch = cfg["batch"]
@@ -77,13 +95,14 @@ def main():
         long_ = bench.write_spec(name, cfg, onnx_path, feats, labels, batch, args.warmup + args.steps, "f32")
         results = {c[0]: [] for c in configs}
         for r in range(args.repeat):
-            for label, ranks, threads in configs:
-                ms, comm, calls = measure(short, long_, ranks, threads, args.steps)
+            for label, ranks, threads, fields in configs:
+                ms, comm, calls = measure(with_fields(short, fields, ".zero1"), with_fields(long_, fields, ".zero1"),
+                                          ranks, threads, args.steps)
                 results[label].append((ms, comm, calls))
                 details.append(f"| {name} | {label} | {r + 1} | {ms:.1f} | {comm:.2f} | {calls:.0f} |")
                 print(details[-1], flush=True)
         base = statistics.median(x[0] for x in results[configs[0][0]])
-        for label, _, _ in configs:
+        for label, _, _, _ in configs:
             ms = statistics.median(x[0] for x in results[label])
             comm = statistics.median(x[1] for x in results[label])
             rows.append(f"| {name} | {batch} | {label} | {ms:.1f} | {ms / base:.2f} | "
@@ -93,24 +112,27 @@ def main():
                             text=True).stdout.strip()
     text = f"""# Data-parallel on the CPU: 2 ranks x 1 thread vs 1 rank x 2 threads — {now:%Y-%m-%d %H:%M} UTC
 
-| model | global batch | configuration | ms/step (median of {args.repeat}) | vs 1 rank x 2 threads | AllReduce per step (share) |
+| model | global batch | configuration | ms/step (median of {args.repeat}) | vs 1 rank x 2 threads | collectives per step (share) |
 |---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 Lower is better. Both configurations use the machine's 2 cores and train the same global batch
-(2 ranks: half each); f32, the models' bench.py specs (AdamW, constant rate).
+(2 ranks: half each); f32, the models' bench.py specs (AdamW, constant rate). ZeRO-1 adds
+`distributed {{ zero_stage: 1 }}`: gradients reduce-scattered, each rank updates half of every
+weight with half of the Adam moments, the updated weights all-gathered.
 
 ## Method
 - step time: Train() wall time of mpc-train ("done: N steps in S s") for {args.warmup} + {args.steps} steps minus
   that for {args.warmup} steps, over {args.steps}; setup and the first steps drop out.
 - 2 ranks: `mpirun -np 2 --oversubscribe --bind-to none`, `OMP_NUM_THREADS=1`; 1 rank: `OMP_NUM_THREADS=2`.
-- communication: rank 0's `--profile` AllReduce time per step (the gradient buckets, the loss; packing,
-  MPI_Alltoallv + MPI_Allgatherv over shared memory, and the wait for the other rank).
+- communication: rank 0's `--profile` time per step in AllReduce (the gradient buckets, the loss; packing,
+  MPI_Alltoallv + MPI_Allgatherv over shared memory, and the wait for the other rank), and under ZeRO-1
+  also ReduceScatter (MPI_Alltoallv) and AllGatherInPlace (MPI_Allgather).
 - machine: {bench.cpu_model()}, 2 CPUs; mpc commit `{commit}`; Open MPI {run(['mpirun', '--version'], 1).splitlines()[0]}
 - command: `/usr/bin/python3 tools/bench/data_parallel_bench.py {' '.join(argv[1:])}`
 
 ## Every run
-| model | configuration | repeat | ms/step | AllReduce ms/step | AllReduce calls/step |
+| model | configuration | repeat | ms/step | collectives ms/step | collective calls/step |
 |---|---|---|---|---|---|
 {chr(10).join(details)}
 """

@@ -1,0 +1,257 @@
+// ZeRO-1 (distributed.zero_stage 1), in one process: the training pipeline compiled for a
+// job of 3 ranks reduce-scatters the gradients, updates each weight's slice with
+// optimizer state that holds only the slice (a third of its elements, rounded up: counts
+// 3 does not divide work), gathers the updated weights once per bucket after every
+// reader, keeps the bf16 weight copies as casts of the gathered weights, and clips with the
+// ranks' summed norm; the CPU kernels of ReduceScatter, Shard and AllGatherInPlace move
+// the right slices for a rank that is neither first nor last (a fake Communicator plays
+// the others).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "distributed/communicator.h"
+#include "graph/graph_builder.h"
+#include "graph/sharding.h"
+#include "gtest/gtest.h"
+#include "passes/pipelines.h"
+#include "tests/test_util.h"
+
+namespace mpc {
+namespace {
+
+constexpr int kRanks = 3;
+
+// x [4, 7] -> Gemm(7 -> 5) -> Relu -> Gemm(5 -> 3): weights of 35, 5, 15 and 3 floats,
+// none a multiple of 3 but 15.
+std::unique_ptr<Graph> SmallMlp() {
+  auto g = std::make_unique<Graph>();
+  GraphBuilder b(g.get());
+  Value* x = g->AddInput("x", DType::kF32, {4, 7});
+  Value* w1 = g->AddParameter("w1", testing::RandomTensor(DType::kF32, {7, 5}, 1));
+  Value* b1 = g->AddParameter("b1", testing::RandomTensor(DType::kF32, {5}, 2));
+  Value* w2 = g->AddParameter("w2", testing::RandomTensor(DType::kF32, {5, 3}, 3));
+  Value* b2 = g->AddParameter("b2", testing::RandomTensor(DType::kF32, {3}, 4));
+  Value* h = b.Op("Relu", {b.Op("Gemm", {x, w1, b1})});
+  Value* logits = b.Op("Gemm", {h, w2, b2});
+  EXPECT_TRUE(b.status().ok()) << b.status();
+  g->SetOutputs({logits});
+  return g;
+}
+
+struct Compiled {
+  std::unique_ptr<Graph> graph;
+  CompileResults results;
+};
+
+Compiled CompileZero(Precision precision, int64_t bucket_bytes) {
+  Compiled c;
+  c.graph = SmallMlp();
+  CompileOptions o;
+  o.loss.logits = c.graph->outputs()[0]->name;
+  o.loss.batch_size = 4;
+  o.autocast.precision = precision;
+  o.optimizer.kind = OptimizerOptions::Kind::kAdamW;
+  o.loss_scaling.clip_grad_norm = 1.0f;
+  o.data_parallel.world_size = kRanks;
+  o.data_parallel.zero_stage = 1;
+  o.data_parallel.bucket_bytes = bucket_bytes;
+  PassPipeline p = MakeTrainingPipeline(o, testing::CpuBackend().capabilities(), &c.results);
+  auto report = p.Run(*c.graph);
+  EXPECT_TRUE(report.ok()) << report.status();
+  return c;
+}
+
+std::vector<const Node*> NodesOf(const Graph& g, const std::string& op) {
+  std::vector<const Node*> out;
+  for (const auto& n : g.nodes()) {
+    if (n->op == op) out.push_back(n.get());
+  }
+  return out;
+}
+
+TEST(ZeroPipelineTest, ShardsTheGradientsTheStateAndTheUpdates) {
+  // 64-byte buckets, filled from the last parameter: b2 + w2 (72 B), then b1 + w1 (160 B).
+  const Compiled c = CompileZero(Precision::kBF16, 64);
+  const Graph& g = *c.graph;
+  EXPECT_EQ(c.results.data_parallel.zero_stage, 1);
+  const size_t buckets = c.results.data_parallel.buckets.size();
+  ASSERT_EQ(buckets, 2u);
+  EXPECT_EQ(NodesOf(g, "ReduceScatter").size(), buckets);
+  // The only AllReduces left: the loss mean and the non-finite flag (the clip's norm is in its kernel).
+  for (const Node* n : NodesOf(g, "AllReduce")) {
+    EXPECT_EQ(NumElements(n->inputs[0]->shape), 1) << n->name << ": a gradient is all-reduced";
+  }
+  for (const auto& [param, grad] : c.results.data_parallel.param_grads) {
+    EXPECT_EQ(grad->shape, Shape{ShardLength(NumElements(param->shape), kRanks)}) << param->name;
+    EXPECT_EQ(grad->producer->op, "ReduceScatter") << param->name;
+  }
+  // Each parameter: one Shard, state of the slice's length marked with the weight's shape.
+  int states = 0;
+  for (const char* name : {"w1", "b1", "w2", "b2"}) {
+    const Value* param = g.FindValue(name);
+    ASSERT_NE(param, nullptr);
+    const int64_t slice = ShardLength(NumElements(param->shape), kRanks);
+    int shards = 0;
+    for (const Node* reader : param->consumers) shards += reader->op == "Shard";
+    EXPECT_EQ(shards, 1) << name;
+    for (const char* suffix : {".adam_m", ".adam_v"}) {
+      const Value* state = g.FindValue(std::string(name) + suffix);
+      ASSERT_NE(state, nullptr) << name << suffix;
+      EXPECT_EQ(state->shape, Shape{slice}) << name << suffix;
+      EXPECT_EQ(state->sharded_from, param->shape) << name << suffix;
+      EXPECT_EQ(state->logical_shape, param->shape) << name << suffix << ": checkpoints hold the model shape";
+      ++states;
+    }
+    const Value* step = g.FindValue(std::string(name) + ".adam_step");
+    ASSERT_NE(step, nullptr);
+    EXPECT_TRUE(step->sharded_from.empty()) << "the step counter is one number, the same on every rank";
+    EXPECT_EQ(g.FindValue(std::string(name) + ".lowp"), nullptr)
+        << "a bf16 copy written by the update would hold only this rank's slice";
+  }
+  EXPECT_EQ(states, 8);
+  // One gather per bucket, writing each trained weight once, after every update and after
+  // every other reader of the weights it writes.
+  const std::vector<const Node*> gathers = NodesOf(g, "AllGatherInPlace");
+  ASSERT_EQ(gathers.size(), buckets);
+  std::vector<std::string> written;
+  for (const Node* gather : gathers) {
+    EXPECT_EQ(gather->attrs.GetInt("world_size", 0), kRanks);
+    const size_t tensors = gather->inputs.size() / 2;
+    for (size_t i = 0; i < tensors; ++i) {
+      const Value* param = gather->inputs[tensors + i];
+      written.push_back(param->name);
+      EXPECT_EQ(gather->inputs[i]->producer->op, "Shard") << param->name;
+      for (const Node* reader : param->consumers) {
+        if (reader == gather) continue;
+        const bool ordered =
+            std::find(gather->control_deps.begin(), gather->control_deps.end(), reader) != gather->control_deps.end();
+        EXPECT_TRUE(ordered) << gather->name << " may overwrite '" << param->name << "' before " << reader->name << " ("
+                             << reader->op << ") reads it";
+      }
+    }
+    bool after_update = false;
+    for (const Node* dep : gather->control_deps) {
+      after_update |= dep->op == "MultiAdamWUpdate" || dep->op == "AdamWUpdate";
+    }
+    EXPECT_TRUE(after_update) << gather->name;
+  }
+  std::sort(written.begin(), written.end());
+  EXPECT_EQ(written, (std::vector<std::string>{"b1", "b2", "w1", "w2"}));
+  const std::vector<const Node*> clips = NodesOf(g, "ClipByGlobalNorm");
+  ASSERT_EQ(clips.size(), 1u);
+  EXPECT_EQ(clips[0]->attrs.GetInt("sharded", 0), 1);
+}
+
+TEST(ZeroPipelineTest, RefusesStagesItDoesNotHave) {
+  auto g = SmallMlp();
+  CompileOptions o;
+  o.loss.logits = g->outputs()[0]->name;
+  o.loss.batch_size = 4;
+  o.data_parallel.world_size = 2;
+  o.data_parallel.zero_stage = 2;
+  CompileResults results;
+  PassPipeline p = MakeTrainingPipeline(o, testing::CpuBackend().capabilities(), &results);
+  auto report = p.Run(*g);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("distributed.zero_stage: 2 is not supported; use 0 or 1"), std::string::npos)
+      << report.status();
+}
+
+// Plays a job of 3 ranks as rank 1. Every rank holds the same tensors, so a reduce-scatter
+// gives 3 x this rank's chunk; an all-gather gives rank r's floats times r + 1, so each
+// slice shows which rank it came from.
+class MiddleRank : public Communicator {
+ public:
+  int rank() const override { return 1; }
+  int size() const override { return kRanks; }
+  absl::Status AllReduce(float*, int64_t, ReduceOp, const std::string&) override {
+    return absl::UnimplementedError("not used here");
+  }
+  absl::Status ReduceScatter(const float* send, float* recv, int64_t count, const std::string&) override {
+    last_count = count;
+    for (int64_t i = 0; i < count; ++i) recv[i] = kRanks * send[rank() * count + i];
+    return absl::OkStatus();
+  }
+  absl::Status AllGatherFloats(const float* mine, float* all, int64_t count, const std::string&) override {
+    last_count = count;
+    for (int r = 0; r < kRanks; ++r) {
+      for (int64_t i = 0; i < count; ++i) all[r * count + i] = (r + 1) * mine[i];
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<std::string>> AllGather(const std::string&, const std::string&) override {
+    return absl::UnimplementedError("not used here");
+  }
+  void Abort(int) override { std::abort(); }
+  int64_t last_count = 0;
+};
+
+TEST(ZeroKernelTest, ReduceScatterShardAndGatherMoveTheRightSlices) {
+  // x: 10 floats (slices of 4: rank 1 owns [4, 8)); y: 2 floats (slices of 1: rank 1 owns [1, 2)).
+  Graph g;
+  GraphBuilder b(&g);
+  AttrMap ranks;
+  ranks.Set("world_size", int64_t{kRanks});
+  Value* x = g.AddInput("x", DType::kF32, {2, 5});
+  Value* y = g.AddInput("y", DType::kF32, {2});
+  std::vector<Value*> scattered = b.OpN("ReduceScatter", {x, y}, ranks);
+  const Tensor wv = testing::RandomTensor(DType::kF32, {10}, 7);
+  Value* w = g.AddState("w", wv);
+  Value* shard = b.Op("Shard", {w}, ranks);
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  Value* update = g.AddInput("u", DType::kF32, {4});
+  auto gather = g.AddNode("AllGatherInPlace", {update, w}, ranks, "gather");
+  ASSERT_TRUE(gather.ok()) << gather.status();
+  (*gather)->control_deps.push_back(shard->producer);
+  g.SetOutputs({scattered[0], scattered[1], shard});
+  EXPECT_EQ(scattered[0]->shape, Shape{4});
+  EXPECT_EQ(scattered[1]->shape, Shape{1});
+
+  MiddleRank world;
+  auto backend = CreateCpuBackend();
+  backend->set_communicator(&world);
+  auto ex = testing::ExecutorFor(g, *backend);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  const Tensor xv = testing::RandomTensor(DType::kF32, {2, 5}, 8);
+  const Tensor yv = testing::RandomTensor(DType::kF32, {2}, 9);
+  const Tensor uv = testing::RandomTensor(DType::kF32, {4}, 10);
+  ASSERT_TRUE((*ex)->SetInput("x", xv).ok());
+  ASSERT_TRUE((*ex)->SetInput("y", yv).ok());
+  ASSERT_TRUE((*ex)->SetInput("u", uv).ok());
+  ASSERT_TRUE((*ex)->Run(0, 0).ok());
+  const Tensor xs = *(*ex)->Fetch(scattered[0]->name);
+  const Tensor ys = *(*ex)->Fetch(scattered[1]->name);
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(xs.data<float>()[i], 3 * xv.data<float>()[4 + i]) << i;
+  EXPECT_FLOAT_EQ(ys.data<float>()[0], 3 * yv.data<float>()[1]);
+  const Tensor sv = *(*ex)->Fetch(shard->name);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(sv.data<float>()[i], wv.data<float>()[4 + i]) << i;
+  // Rank r's slice of w is rank r's update: (r + 1) * u here; rank 2's is 2 long.
+  const Tensor after = *(*ex)->ReadPersistent("w");
+  for (int i = 0; i < 10; ++i) {
+    const int r = i / 4;
+    EXPECT_FLOAT_EQ(after.data<float>()[i], (r + 1) * uv.data<float>()[i % 4]) << i;
+  }
+  EXPECT_EQ(world.last_count, 4) << "one rank's chunk of the gather";
+}
+
+TEST(ZeroKernelTest, AProgramForAnotherWorldSizeIsRefused) {
+  Graph g;
+  GraphBuilder b(&g);
+  AttrMap ranks;
+  ranks.Set("world_size", int64_t{4});
+  Value* s = b.Op("Shard", {g.AddInput("x", DType::kF32, {8})}, ranks);
+  ASSERT_TRUE(b.status().ok());
+  g.SetOutputs({s});
+  MiddleRank world;
+  auto backend = CreateCpuBackend();
+  backend->set_communicator(&world);
+  auto ex = testing::ExecutorFor(g, *backend);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.status().message().find("compiled for 4 ranks; this job has 3"), std::string::npos) << ex.status();
+}
+
+}  // namespace
+}  // namespace mpc
