@@ -108,19 +108,30 @@ class MpiCommunicator : public Communicator {
   absl::Status ReduceScatter(const float* send, float* recv, int64_t count, const std::string& what) override {
     Scope scope(this, what);
     std::vector<int> counts(size_), send_displs(size_), recv_displs(size_);
+    // Sent in place when every chunk's start fits an int displacement (count * size <=
+    // kMaxPiece); larger buffers go in pieces, each packed first.
+    const bool in_place = count * size_ <= kMaxPiece;
     for (int64_t begin = 0; begin < count; begin += kMaxPiece) {
       const int n = static_cast<int>(std::min(kMaxPiece, count - begin));
-      // Piece [begin, begin + n) of every rank's chunk: chunk r starts at r * count, which
-      // may not fit an int displacement, so each piece is sent from a packed copy.
-      packed_.resize(static_cast<size_t>(n) * size_);
-      for (int r = 0; r < size_; ++r) {
-        std::copy_n(send + static_cast<int64_t>(r) * count + begin, n, packed_.data() + static_cast<size_t>(r) * n);
-        counts[r] = n;
-        send_displs[r] = recv_displs[r] = r * n;
+      const float* source = send;
+      if (in_place) {
+        for (int r = 0; r < size_; ++r) {
+          counts[r] = n;
+          send_displs[r] = static_cast<int>(r * count);
+          recv_displs[r] = r * n;
+        }
+      } else {
+        packed_.resize(static_cast<size_t>(n) * size_);
+        for (int r = 0; r < size_; ++r) {
+          std::copy_n(send + static_cast<int64_t>(r) * count + begin, n, packed_.data() + static_cast<size_t>(r) * n);
+          counts[r] = n;
+          send_displs[r] = recv_displs[r] = r * n;
+        }
+        source = packed_.data();
       }
       scratch_.resize(static_cast<size_t>(n) * size_);
-      if (int rc = MPI_Alltoallv(packed_.data(), counts.data(), send_displs.data(), MPI_FLOAT, scratch_.data(),
-                                 counts.data(), recv_displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+      if (int rc = MPI_Alltoallv(source, counts.data(), send_displs.data(), MPI_FLOAT, scratch_.data(), counts.data(),
+                                 recv_displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
           rc != MPI_SUCCESS) {
         return MpiError(rc, "MPI_Alltoallv", what, rank_);
       }
@@ -136,6 +147,14 @@ class MpiCommunicator : public Communicator {
 
   absl::Status AllGatherFloats(const float* mine, float* all, int64_t count, const std::string& what) override {
     Scope scope(this, what);
+    if (count * size_ <= kMaxPiece) {  // straight into `all`
+      if (int rc = MPI_Allgather(mine, static_cast<int>(count), MPI_FLOAT, all, static_cast<int>(count), MPI_FLOAT,
+                                 MPI_COMM_WORLD);
+          rc != MPI_SUCCESS) {
+        return MpiError(rc, "MPI_Allgather", what, rank_);
+      }
+      return absl::OkStatus();
+    }
     for (int64_t begin = 0; begin < count; begin += kMaxPiece) {
       const int n = static_cast<int>(std::min(kMaxPiece, count - begin));
       scratch_.resize(static_cast<size_t>(n) * size_);
