@@ -35,7 +35,7 @@ namespace mpc {
 struct InferenceOptions {
   std::string device = "cpu";     // "cpu", "cuda", "cuda:N", or "auto" (CUDA when it can run the model)
   std::string precision = "f32";  // f32, tf32, bf16, fp16 (f16), fp8: autocast as in `mpc compile --precision`
-  int pad_multiple = 0;           // pad GEMM dims to this multiple; 0: the backend's preference, 1: never
+  int pad_multiple = 0;  // pad GEMM and conv-channel dims to this multiple; 0: the backend's preference, 1: never
   // Evaluation mode by default: Dropout is the identity and BatchNormalization uses its
   // running statistics, whatever training_mode the model declares. True keeps each op's
   // own training_mode (ONNX's reference semantics; the node-test conformance uses it).

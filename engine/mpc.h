@@ -420,7 +420,7 @@ class Engine {
 struct PredictorOptions {
   std::string device = "cpu";     // "cpu", "cuda", "cuda:N", or "auto" (CUDA when it can run the model)
   std::string precision = "f32";  // f32, tf32, bf16, fp16 (f16), fp8: as `mpc run --precision`
-  int pad_multiple = 0;           // pad GEMM dims to this multiple; 0: the backend's preference, 1: never
+  int pad_multiple = 0;  // pad GEMM and conv-channel dims to this multiple; 0: the backend's preference, 1: never
   // The most Runs that compute at once (the pool's size); more callers wait for a worker.
   // 0: the number of hardware threads.
   int max_concurrent_runs = 0;

@@ -7,6 +7,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -139,7 +140,16 @@ absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph, const ExportOpt
       uses_mpc_domain = true;
     }
     for (const Value* in : node->inputs) n->add_input(in ? in->name : "");
-    for (const Value* out : node->outputs) n->add_output(out->name);
+    // Trailing outputs nothing reads are left out, as ONNX's optional outputs are: mpc's
+    // BatchNormalization always has five (the saved statistics BatchNormGrad reads), and
+    // ONNX allows at most three (one in inference mode). The importer recreates them.
+    const int min_outputs = def != nullptr ? std::max(def->min_outputs, 1) : 1;
+    size_t written = node->outputs.size();
+    while (static_cast<int>(written) > min_outputs && node->outputs[written - 1]->consumers.empty() &&
+           !graph.IsOutput(node->outputs[written - 1])) {
+      --written;
+    }
+    for (size_t i = 0; i < written; ++i) n->add_output(node->outputs[i]->name);
     for (const auto& [name, value] : node->attrs.all()) SetAttribute(name, value, n->add_attribute());
     // ONNX has no control edges; keep the ordering constraint visible to readers.
     if (!node->control_deps.empty()) {
@@ -147,7 +157,8 @@ absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph, const ExportOpt
       for (const Node* dep : node->control_deps) deps.push_back(dep->name);
       n->set_doc_string(absl::StrCat("runs after: ", absl::StrJoin(deps, ", ")));
     }
-    for (const Value* out : node->outputs) {
+    for (size_t i = 0; i < written; ++i) {
+      const Value* out = node->outputs[i];
       if (!graph.IsOutput(out) && options.batch_dim_param.empty()) AddValueInfo(*out, g->mutable_value_info());
     }
   }

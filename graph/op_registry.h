@@ -29,7 +29,8 @@ using InferFn = std::function<absl::StatusOr<std::vector<TensorType>>(const Node
 using GradFn = std::function<absl::StatusOr<std::vector<Value*>>(GraphBuilder& b, const Node& node,
                                                                  const std::vector<Value*>& output_grads)>;
 
-// How an op treats zero padding along the last axis of its operands (passes/pad_dims.h):
+// How an op treats zero padding of its operands (passes/pad_dims.h). A padded activation is
+// padded along one axis: the last for GEMM outputs, the channel axis (1, NCHW) for Conv's.
 //   kOpaque: padded operands are sliced back to the model's shape before the op.
 //   kZeroPreservingUnary: f(0) = 0 elementwise (Relu, Tanh, Neg, casts, dropout),
 //     so padded zeros stay zeros and the padded width flows through.
@@ -37,7 +38,22 @@ using GradFn = std::function<absl::StatusOr<std::vector<Value*>>(GraphBuilder& b
 //     operand is zero-padded too (a parameter is padded with zeros to match).
 //   kContraction: Gemm, and MatMul with a 2-D parameter B — the pass pads the weight (and a
 //     bias) directly.
-enum class PaddingRule { kOpaque, kZeroPreservingUnary, kZeroPreservingBinary, kContraction };
+//   kChannelContraction: Conv with group 1 — the pass pads the weight's output channels
+//     (and the bias), and its input channels to follow a channel-padded input.
+//   kChannelwise: per-channel ops on NCHW (pools, BatchNormalization) that keep an all-zero
+//     channel zero once their per-channel operands (scale, bias, running statistics) are
+//     zero-padded too.
+//   kFlatten: Flatten carries a padded axis when it is the first flattened one and every
+//     axis after it is 1 (GlobalAveragePool's [N, C, 1, 1] -> [N, C]).
+enum class PaddingRule {
+  kOpaque,
+  kZeroPreservingUnary,
+  kZeroPreservingBinary,
+  kContraction,
+  kChannelContraction,
+  kChannelwise,
+  kFlatten,
+};
 
 struct OpDef {
   std::string name;
@@ -83,10 +99,10 @@ void RegisterLossOps(OpRegistry& registry);
 void RegisterTrainingOps(OpRegistry& registry);
 void RegisterLossScalingOps(OpRegistry& registry);
 void RegisterFp8Ops(OpRegistry& registry);
-void RegisterFp8GemmOps(OpRegistry& registry);  // graph/ops_fp8_gemm.cc: Fp8Cast, Fp8Gemm (fp8-lower)
-void RegisterConvOps(OpRegistry& registry);     // graph/ops_conv.cc: Conv, pooling
-void RegisterNormOps(OpRegistry& registry);     // graph/ops_norm.cc: normalisations, math, reductions
-void RegisterTensorOps(OpRegistry& registry);   // graph/ops_tensor.cc: indexing and data movement
+void RegisterFp8GemmOps(OpRegistry& registry);     // graph/ops_fp8_gemm.cc: Fp8Cast, Fp8Gemm (fp8-lower)
+void RegisterConvOps(OpRegistry& registry);        // graph/ops_conv.cc: Conv, pooling
+void RegisterNormOps(OpRegistry& registry);        // graph/ops_norm.cc: normalisations, math, reductions
+void RegisterTensorOps(OpRegistry& registry);      // graph/ops_tensor.cc: indexing and data movement
 void RegisterCollectiveOps(OpRegistry& registry);  // graph/ops_collective.cc: AllReduce (data-parallel)
 
 }  // namespace mpc

@@ -9,7 +9,9 @@
 //   AveragePoolGrad(dY)    -> dX   attributes: the forward's + input_shape
 // Conv's bias gradient is ReduceSumTo(dY, [M,1,...]) reshaped to [M]. GlobalAveragePool's
 // gradient is BroadcastTo(dY) / (spatial size); GlobalMaxPool's is a MaxPoolGrad with
-// the whole spatial extent as its kernel. Every op here is PaddingRule::kOpaque.
+// the whole spatial extent as its kernel. Padding rules (passes/pad_dims.h): Conv is
+// kChannelContraction, the forward pools kChannelwise, the backward ops kOpaque (autodiff
+// runs after pad-dims).
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "graph/ops_common.h"
@@ -283,7 +285,8 @@ Grads GradGlobalMaxPool(GraphBuilder& b, const Node& n, const std::vector<Value*
   return std::vector<Value*>{b.Op("MaxPoolGrad", {dys[0], n.inputs[0]}, std::move(a))};
 }
 
-OpDef Def(const char* name, const char* domain, int min_in, int max_in, InferFn infer, GradFn grad = nullptr) {
+OpDef Def(const char* name, const char* domain, int min_in, int max_in, InferFn infer, GradFn grad = nullptr,
+          PaddingRule padding = PaddingRule::kOpaque) {
   OpDef d;
   d.name = name;
   d.domain = domain;
@@ -291,23 +294,23 @@ OpDef Def(const char* name, const char* domain, int min_in, int max_in, InferFn 
   d.max_inputs = max_in;
   d.infer = std::move(infer);
   d.grad = std::move(grad);
-  d.padding = PaddingRule::kOpaque;  // NCHW: channel axis 1, spatial axes last
+  d.padding = padding;  // NCHW: channel axis 1, spatial axes last
   return d;
 }
 
 }  // namespace
 
 void RegisterConvOps(OpRegistry& r) {
-  r.Register(Def("Conv", "", 2, 3, InferConv, GradConv));
+  r.Register(Def("Conv", "", 2, 3, InferConv, GradConv, PaddingRule::kChannelContraction));
   r.Register(Def("ConvGradInput", "mpc", 2, 2, InferConvGradInput));
   r.Register(Def("ConvGradWeight", "mpc", 2, 2, InferConvGradWeight));
   // MaxPool's optional Indices output is not supported (the importer says so).
-  r.Register(Def("MaxPool", "", 1, 1, InferPool, GradMaxPool));
-  r.Register(Def("AveragePool", "", 1, 1, InferPool, GradAveragePool));
+  r.Register(Def("MaxPool", "", 1, 1, InferPool, GradMaxPool, PaddingRule::kChannelwise));
+  r.Register(Def("AveragePool", "", 1, 1, InferPool, GradAveragePool, PaddingRule::kChannelwise));
   r.Register(Def("MaxPoolGrad", "mpc", 2, 2, InferMaxPoolGrad));
   r.Register(Def("AveragePoolGrad", "mpc", 1, 1, InferAveragePoolGrad));
-  r.Register(Def("GlobalAveragePool", "", 1, 1, InferGlobalPool, GradGlobalAveragePool));
-  r.Register(Def("GlobalMaxPool", "", 1, 1, InferGlobalPool, GradGlobalMaxPool));
+  r.Register(Def("GlobalAveragePool", "", 1, 1, InferGlobalPool, GradGlobalAveragePool, PaddingRule::kChannelwise));
+  r.Register(Def("GlobalMaxPool", "", 1, 1, InferGlobalPool, GradGlobalMaxPool, PaddingRule::kChannelwise));
 }
 
 }  // namespace mpc

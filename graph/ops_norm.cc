@@ -464,6 +464,7 @@ void RegisterNormOps(OpRegistry& r) {
   bn.max_outputs = 5;
   bn.infer = InferBatchNorm;
   bn.grad = GradBatchNorm;
+  bn.padding = PaddingRule::kChannelwise;  // scale, bias and running statistics padded with zeros
   r.Register(bn);
 
   OpDef bn_grad;

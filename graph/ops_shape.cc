@@ -154,6 +154,7 @@ void RegisterShapeOps(OpRegistry& r) {
   flatten.infer = InferFlatten;
   flatten.grad = ReshapeBack;
   flatten.view = true;
+  flatten.padding = PaddingRule::kFlatten;
   r.Register(flatten);
 
   OpDef transpose;

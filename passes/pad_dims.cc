@@ -12,6 +12,12 @@ namespace {
 
 int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// How an activation is padded: along `axis`, whose model extent is `logical`.
+struct Padding {
+  int axis = 0;
+  int64_t logical = 0;
+};
+
 // A parameter reached directly or through the single Cast autocast put in front of it.
 struct ParamRef {
   Value* param = nullptr;
@@ -69,7 +75,8 @@ class Padder {
     auto it = sliced_.find(v);
     if (it != sliced_.end()) return it->second;
     Shape shape = v->shape;
-    shape.back() = padded_.at(v);
+    const Padding& p = padded_.at(v);
+    shape[p.axis] = p.logical;
     AttrMap attrs;
     attrs.Set("shape", shape);
     Value* s = b_.Op("SliceTo", {v}, std::move(attrs));
@@ -81,12 +88,31 @@ class Padder {
     for (Node* n : order) {
       const OpDef* def = OpRegistry::Global().Find(n->op);
       bool handled = false;
-      if (def->padding == PaddingRule::kContraction) {
-        MPC_ASSIGN_OR_RETURN(handled, PadGemm(n, multiple_for(n->inputs[0]->dtype)));
-      } else if (def->padding == PaddingRule::kZeroPreservingUnary) {
-        handled = PassThroughUnary(n);
-      } else if (def->padding == PaddingRule::kZeroPreservingBinary) {
-        MPC_ASSIGN_OR_RETURN(handled, PassThroughBinary(n));
+      switch (def->padding) {
+        case PaddingRule::kContraction: {
+          MPC_ASSIGN_OR_RETURN(handled, PadGemm(n, multiple_for(n->inputs[0]->dtype)));
+          break;
+        }
+        case PaddingRule::kChannelContraction: {
+          MPC_ASSIGN_OR_RETURN(handled, PadConv(n, multiple_for(n->inputs[0]->dtype)));
+          break;
+        }
+        case PaddingRule::kZeroPreservingUnary:
+          handled = PassThroughUnary(n);
+          break;
+        case PaddingRule::kZeroPreservingBinary: {
+          MPC_ASSIGN_OR_RETURN(handled, PassThroughBinary(n));
+          break;
+        }
+        case PaddingRule::kChannelwise: {
+          MPC_ASSIGN_OR_RETURN(handled, PassThroughChannelwise(n));
+          break;
+        }
+        case PaddingRule::kFlatten:
+          handled = PassThroughFlatten(n);
+          break;
+        case PaddingRule::kOpaque:
+          break;
       }
       if (!handled) MPC_RETURN_IF_ERROR(SliceInputs(n));
       MPC_RETURN_IF_ERROR(b_.status());
@@ -126,7 +152,8 @@ class Padder {
     Value* in = n->inputs.empty() ? nullptr : n->inputs[0];
     if (!in || !padded_.contains(in)) return false;
     if (!Reinfer(n).ok()) return false;
-    for (Value* out : n->outputs) padded_[out] = padded_[in];
+    const Padding pad = padded_[in];  // a copy: inserting below may rehash the map
+    for (Value* out : n->outputs) padded_[out] = pad;
     return true;
   }
 
@@ -136,23 +163,71 @@ class Padder {
     if (!padded_.contains(a) && !padded_.contains(b)) return false;
     Value* padded_side = padded_.contains(a) ? a : b;
     Value* other = padded_side == a ? b : a;
-    const int64_t logical = padded_[padded_side];
-    const int64_t width = padded_side->shape.back();
+    const Padding pad = padded_[padded_side];
+    const int rank = static_cast<int>(padded_side->shape.size());
+    const int64_t width = padded_side->shape[pad.axis];
+    // The axis of `other` that broadcasting lines up with the padded one (shapes align at
+    // the end); negative when `other` has no such axis.
+    const int other_axis = pad.axis - (rank - static_cast<int>(other->shape.size()));
     if (padded_.contains(other)) {
-      if (other->shape.back() != width) return false;
-    } else if (!other->shape.empty() && other->shape.back() == logical && logical != 1) {
+      const Padding op = padded_[other];
+      if (op.axis != other_axis || op.logical != pad.logical || other->shape[op.axis] != width) return false;
+    } else if (other_axis >= 0 && other->shape[other_axis] == pad.logical && pad.logical != 1) {
       // An unpadded operand along the padded axis: only a parameter can be padded (with zeros).
       ParamRef ref = AsPaddableParam(other, n);
       if (!ref.param || ref.param->shape.empty()) return false;
-      MPC_RETURN_IF_ERROR(PadParam(ref, static_cast<int>(ref.param->shape.size()) - 1, width));
-    } else if (!other->shape.empty() && other->shape.back() != 1) {
+      MPC_RETURN_IF_ERROR(PadParam(ref, other_axis, width));
+    } else if (other_axis >= 0 && other->shape[other_axis] != 1) {
       return false;
     } else if (n->op != "Mul") {
-      // Adding/subtracting a broadcast scalar would make the padding non-zero.
+      // Adding/subtracting a value broadcast along the padded axis would make the padding non-zero.
       return false;
     }
     MPC_RETURN_IF_ERROR(Reinfer(n));
-    padded_[n->outputs[0]] = logical;
+    Value* out = n->outputs[0];
+    padded_[out] = {pad.axis + static_cast<int>(out->shape.size()) - rank, pad.logical};
+    return true;
+  }
+
+  // Per-channel ops on a channel-padded NCHW input: every per-channel operand ([C]: scale,
+  // bias, running statistics) is padded with zeros too, so the extra channels stay zero
+  // (BatchNormalization normalises an all-zero channel to 0 and scales it by 0; pools of
+  // zeros are zeros). Nothing is changed unless every such operand can be padded.
+  absl::StatusOr<bool> PassThroughChannelwise(Node* n) {
+    Value* x = n->inputs[0];
+    if (!padded_.contains(x) || padded_[x].axis != 1 || x->shape.size() < 3) return false;
+    const Padding pad = padded_[x];
+    std::vector<ParamRef> per_channel;
+    for (size_t i = 1; i < n->inputs.size(); ++i) {
+      Value* in = n->inputs[i];
+      if (!in) continue;
+      if (in->shape != Shape{pad.logical}) return false;
+      ParamRef ref = AsPaddableParam(in, n);
+      // Running statistics are state that BatchNormStatsUpdate also reads: pad them in place.
+      if (!ref.param && in->kind == ValueKind::kState) ref.param = in;
+      if (!ref.param) return false;
+      per_channel.push_back(ref);
+    }
+    for (const ParamRef& ref : per_channel) MPC_RETURN_IF_ERROR(PadParam(ref, 0, x->shape[1]));
+    MPC_RETURN_IF_ERROR(Reinfer(n));
+    padded_[n->outputs[0]] = pad;
+    return true;
+  }
+
+  // Flatten keeps a padded axis when flattening starts at it and every later axis is 1.
+  bool PassThroughFlatten(Node* n) {
+    Value* x = n->inputs[0];
+    if (!padded_.contains(x)) return false;
+    const Padding pad = padded_[x];
+    const int rank = static_cast<int>(x->shape.size());
+    int64_t axis = n->attrs.GetInt("axis", 1);
+    if (axis < 0) axis += rank;
+    if (axis != pad.axis) return false;
+    for (int d = pad.axis + 1; d < rank; ++d) {
+      if (x->shape[d] != 1) return false;
+    }
+    if (!Reinfer(n).ok()) return false;
+    padded_[n->outputs[0]] = {1, pad.logical};
     return true;
   }
 
@@ -166,10 +241,17 @@ class Padder {
     const bool ta = n->attrs.GetInt("transA", 0) != 0, tb = n->attrs.GetInt("transB", 0) != 0;
     if (ta || n->attrs.Has("mpc_output_dtype") || n->attrs.Has("mpc_fp8")) return false;
     if (matmul ? (a->shape.size() < 2 || w->shape.size() != 2) : a->shape.size() != 2) return false;
+    if (padded_.contains(a) && padded_[a].axis != static_cast<int>(a->shape.size()) - 1) {
+      // Padded along another axis (a Conv's channels): the GEMM sees the model's shape.
+      Value* s = Unpadded(a);
+      MPC_RETURN_IF_ERROR(b_.status());
+      g_.SetNodeInput(n, 0, s);
+      a = s;
+    }
     ParamRef wref = AsPaddableParam(w, n);
     const int k_axis = tb ? 1 : 0, n_axis = tb ? 0 : 1;
     const int64_t m_rows = NumElements(a->shape) / a->shape.back();
-    const int64_t k_logical = padded_.contains(a) ? padded_[a] : a->shape.back();
+    const int64_t k_logical = padded_.contains(a) ? padded_[a].logical : a->shape.back();
     const int64_t n_logical = w->shape[n_axis];
     base_flops += 2.0 * m_rows * k_logical * n_logical;
     // Contraction: follow a padded input (its extra columns are zeros).
@@ -197,8 +279,52 @@ class Padder {
     const Shape& out = n->outputs[0]->shape;
     padded_flops += 2.0 * m_rows * a->shape.back() * out.back();
     if (pad_n) {
-      padded_[n->outputs[0]] = n_logical;
+      padded_[n->outputs[0]] = {static_cast<int>(out.size()) - 1, n_logical};
       result_.padding.push_back({n->outputs[0]->name, static_cast<int>(out.size()) - 1, n_logical, n_to});
+    }
+    return true;
+  }
+
+  // Conv(X[N, C, ...], W[M, C, k...], B[M]) with group 1: the output channels M are padded
+  // to the multiple (W's axis 0 and the bias, with zeros), and W's input channels follow a
+  // channel-padded X. cuDNN's tensor-core convolutions want both channel counts aligned.
+  absl::StatusOr<bool> PadConv(Node* n, int64_t m) {
+    Value* x = n->inputs[0];
+    Value* w = n->inputs[1];
+    Value* c = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
+    if (n->attrs.GetInt("group", 1) != 1 || x->shape.size() < 3 || w->shape.size() != x->shape.size()) return false;
+    if (n->attrs.Has("mpc_output_dtype") || n->attrs.Has("mpc_fp8")) return false;
+    if (padded_.contains(x) && padded_[x].axis != 1) return false;  // sliced by the caller
+    ParamRef wref = AsPaddableParam(w, n);
+    const int64_t c_logical = padded_.contains(x) ? padded_[x].logical : x->shape[1];
+    const int64_t m_logical = w->shape[0];
+    const Value* y = n->outputs[0];
+    const int64_t kernel = NumElements(w->shape) / (w->shape[0] * w->shape[1]);
+    const double positions = static_cast<double>(NumElements(y->shape)) / y->shape[1];  // N * output spatial
+    base_flops += 2.0 * positions * m_logical * c_logical * kernel;
+    if (padded_.contains(x)) {
+      if (!wref.param) {
+        padded_flops += 2.0 * positions * m_logical * c_logical * kernel;
+        return false;  // a weight that is not a parameter: slice the input instead
+      }
+      MPC_RETURN_IF_ERROR(PadParam(wref, 1, x->shape[1]));
+    }
+    const int64_t m_to = RoundUp(m_logical, m);
+    bool pad_m = m > 1 && m_to != m_logical && wref.param;
+    ParamRef cref;
+    if (pad_m && c) {
+      cref = AsPaddableParam(c, n);
+      if (!cref.param || c->shape != Shape{m_logical}) pad_m = false;
+    }
+    if (pad_m) {
+      MPC_RETURN_IF_ERROR(PadParam(wref, 0, m_to));
+      if (c) MPC_RETURN_IF_ERROR(PadParam(cref, 0, m_to));
+    }
+    MPC_RETURN_IF_ERROR(Reinfer(n));
+    padded_flops += 2.0 * positions * y->shape[1] * x->shape[1] * kernel;
+    if (pad_m) {
+      padded_[n->outputs[0]] = {1, m_logical};
+      result_.padding.push_back({n->outputs[0]->name, 1, m_logical, m_to});
     }
     return true;
   }
@@ -206,7 +332,7 @@ class Padder {
   Graph& g_;
   PadDimsResult& result_;
   GraphBuilder b_;
-  absl::flat_hash_map<const Value*, int64_t> padded_;  // activation -> logical last-dim width
+  absl::flat_hash_map<const Value*, Padding> padded_;  // padded activations
   absl::flat_hash_map<const Value*, Value*> sliced_;
   int64_t extra_param_bytes_ = 0;
 };

@@ -41,7 +41,8 @@ ABSL_FLAG(std::string, o, "", "write the compiled training program as ONNX (doma
 ABSL_FLAG(std::string, device, "", "compile for this backend's capabilities (cpu, cuda); overrides the spec");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides the spec's precision.compute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
-ABSL_FLAG(int32_t, pad_multiple, 0, "pad Gemm weights to this multiple (1: no padding); overrides the spec");
+ABSL_FLAG(int32_t, pad_multiple, 0,
+          "pad Gemm, MatMul and Conv weights to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
 ABSL_FLAG(int32_t, ranks, 1,
           "mpc compile: the training program of rank 0 of a data-parallel job of this many ranks (its share of "

@@ -40,7 +40,8 @@ ABSL_FLAG(std::string, export_ema_onnx, "",
           "after training, write the model with the moving average of its weights here (needs `ema` in the spec)");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides the spec's precision.compute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
-ABSL_FLAG(int32_t, pad_multiple, 0, "pad Gemm weights to this multiple (1: no padding); overrides the spec");
+ABSL_FLAG(int32_t, pad_multiple, 0,
+          "pad Gemm, MatMul and Conv weights to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training");
 ABSL_FLAG(bool, check_numerics, false,
           "check every op's outputs each step and stop at the first NaN/inf, naming the op (slow: for debugging)");

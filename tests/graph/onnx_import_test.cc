@@ -573,6 +573,37 @@ TEST(OnnxExport, ConstantsAndAbsentInputsSurvive) {
   EXPECT_EQ((*back)->outputs()[0]->shape, (Shape{3, 4}));
 }
 
+// mpc's BatchNormalization has five outputs (the last two are the saved statistics its
+// gradient reads); ONNX allows at most three. The export writes the ones something reads,
+// so a model with batch norms passes ONNX's checker and imports again.
+TEST(OnnxExport, UnreadTrailingOutputsAreLeftOutSoBatchNormPassesTheChecker) {
+  Graph g;
+  Value* x = g.AddInput("x", DType::kF32, {2, 3, 4, 4});
+  std::vector<Value*> per_channel;
+  for (const char* name : {"scale", "bias", "mean", "var"}) {
+    per_channel.push_back(
+        g.AddParameter(name, testing::RandomTensor(DType::kF32, {3}, per_channel.size() + 1, 0.5, 1.5)));
+  }
+  auto bn =
+      g.AddNode("BatchNormalization", {x, per_channel[0], per_channel[1], per_channel[2], per_channel[3]}, {}, "bn");
+  ASSERT_TRUE(bn.ok()) << bn.status();
+  ASSERT_EQ((*bn)->outputs.size(), 5u);
+  g.AddOutput((*bn)->outputs[0]);
+  auto model = ExportOnnxModel(g, ExportOptions());
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->graph().node_size(), 1);
+  EXPECT_EQ(model->graph().node(0).output_size(), 1);
+
+  const std::string path = testing::MakeTempDir("onnx_batch_norm") + "/bn.onnx";
+  ASSERT_TRUE(ExportOnnxFile(g, ExportOptions(), path).ok());
+  auto back = ImportOnnxFile(path, Batch(2));  // runs ONNX's checker
+  ASSERT_TRUE(back.ok()) << back.status();
+  const Node* node = (*back)->FindNode("bn");
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->outputs.size(), 5u);
+  EXPECT_EQ((*back)->FindValue("mean")->kind, ValueKind::kState);
+}
+
 TEST(OnnxExport, MpcDomainOpsKeepTheirDomain) {
   // A backward op (ReluGrad is registered in domain "mpc") must be written with that
   // domain and an opset import for it, and the file must load again through the checker.
