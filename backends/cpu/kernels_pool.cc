@@ -9,15 +9,20 @@
 // and gives 0; count_include_pad counting explicit pads but not the ceil_mode overhang;
 // MaxPoolGrad recomputing the first maximum from X instead of a forward workspace) are
 // stated once here and match the forward exactly. Max pooling over wide rows evaluates a
-// row of windows at a time in vector lanes (MaxWindowsAcross); narrow rows go window by
-// window, with fixed-size loops for windows inside the input. Both visit each window's
-// taps in row-major order with a strict comparison, so they agree bit for bit
+// row of windows at a time in vector lanes (MaxWindowsAcross); 2x2/2 windows tiling the
+// plane take the maximum of every horizontal pair in one vector loop and then the better
+// pair of each window (ForEachArgMax2x2Tiles); other windows inside the input go a row at a
+// time without branches (ArgMaxFullRow), the rest window by window. All visit each
+// window's taps in row-major order with a strict comparison, so they agree bit for bit
 // (tests/graph/conv_op_cases.cc holds padded, ceil_mode, dilated and tied cases of both
-// widths); with disjoint windows the gradient writes dX directly instead of through an
+// widths; tests/backends/max_pool_paths_test.cc runs the paths against each other on ties
+// and NaNs); with disjoint windows the gradient writes dX directly instead of through an
 // accumulator.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +33,9 @@
 
 namespace mpc {
 namespace {
+
+// ForEachArgMaxScalar's rows of full windows are evaluated this many windows at a time.
+constexpr int64_t kMaxRowWindows = 64;
 
 // Taps of a window along one axis: start, and the range of tap indices [k0, k1) that
 // land inside [0, in).
@@ -42,6 +50,7 @@ struct PoolGeom {
   std::vector<Taps> th, tw;     // per output row / column, computed once per node
   std::vector<int64_t> ch, cw;  // averaging divisor factors per output row / column
   bool full_windows = false;    // every window lies inside the input, dilation 1
+  bool tiles_2x2 = false;       // 2x2 windows, stride 2, exactly tiling the input (see ForEachArgMax2x2Tiles)
   // Max pooling's scratch rows (see MaxWindowsAcross): the left padding, the input row,
   // then columns up to the last tap of the last window; valid_columns marks the input.
   int64_t scratch_width = 0;
@@ -95,6 +104,8 @@ absl::StatusOr<PoolGeom> PoolGeomOf(const Node& node, const Shape& x_shape) {
   g.full_windows = d.dh == 1 && d.dw == 1;
   for (const Taps& t : g.th) g.full_windows &= t.k0 == 0 && t.k1 == d.kh;
   for (const Taps& t : g.tw) g.full_windows &= t.k0 == 0 && t.k1 == d.kw;
+  g.tiles_2x2 =
+      g.full_windows && d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2 && d.ih == 2 * d.oh && d.iw == 2 * d.ow;
   return g;
 }
 
@@ -146,15 +157,68 @@ inline int64_t ArgMaxFull(const T* xp, int64_t iw, int64_t first, int64_t kh, in
   return best;
 }
 
+// Selects `a` where `mask` is all ones and `b` where it is zero, on the bits: no branch for
+// the compiler to make (with a ternary GCC branched on every compare of the rows below).
+template <typename A, typename Bits = std::conditional_t<sizeof(A) == 4, uint32_t, uint64_t>>
+inline A SelectBits(Bits mask, A a, A b) {
+  Bits ua, ub;
+  std::memcpy(&ua, &a, sizeof(A));
+  std::memcpy(&ub, &b, sizeof(A));
+  const Bits r = (ua & mask) | (ub & ~mask);
+  A out;
+  std::memcpy(&out, &r, sizeof(A));
+  return out;
+}
+
+// ArgMaxFull for a row of `count` (<= kMaxRowWindows) windows whose top-left taps are
+// `stride_w` apart, one tap at a time across the row's windows and without branches. A
+// window at a time, each compare waits for the previous select and "is this tap larger"
+// is a coin flip on real activations: Fashion-CNN's 2x2/2 pools (14 and 7 windows per row,
+// too few for the vector path) spent ~half its step mispredicting. Here the windows'
+// chains are independent and nothing branches. Same taps, order and strict comparison as
+// ArgMaxFull, so the same first maximum (and the same last NaN).
+template <typename T, int KH, int KW>
+inline void ArgMaxFullRow(const T* __restrict xp, int64_t iw, int64_t first_of_row, int64_t stride_w, int64_t count,
+                          int64_t kh, int64_t kw, int32_t* __restrict best_i) {
+  using A = cpu::Acc<T>;
+  using Bits = std::conditional_t<sizeof(A) == 4, uint32_t, uint64_t>;
+  const int64_t rows = KH > 0 ? KH : kh, cols = KW > 0 ? KW : kw;
+  A best_v[kMaxRowWindows];
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t first = first_of_row + j * stride_w;
+    best_i[j] = static_cast<int32_t>(first);
+    best_v[j] = A(xp[first]);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = r == 0 ? 1 : 0; c < cols; ++c) {
+      const int64_t off = first_of_row + r * iw + c;
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t i = off + j * stride_w;
+        const A v = A(xp[i]);
+        const A bv = best_v[j];
+        const bool take = (v > bv) | (v != v);
+        const Bits mask = Bits{0} - static_cast<Bits>(take);
+        best_v[j] = SelectBits<A>(mask, v, bv);
+        const uint32_t imask = static_cast<uint32_t>(mask);
+        best_i[j] =
+            static_cast<int32_t>((static_cast<uint32_t>(i) & imask) | (static_cast<uint32_t>(best_i[j]) & ~imask));
+      }
+    }
+  }
+}
+
 // Calls f(output index, argmax index) for every window of one plane, one window at a time:
 // for rows of fewer windows than a vector holds (the vector path below needs them wide).
 template <typename T, typename F>
 inline void ForEachArgMaxScalar(const T* xp, const PoolGeom& g, F f) {
   const conv::Window2D& d = g.w;
-  auto full = [&](auto argmax) {
+  auto full = [&](auto argmax_row) {
+    int32_t best_i[kMaxRowWindows];
     for (int64_t oh = 0; oh < d.oh; ++oh) {
-      for (int64_t ow = 0; ow < d.ow; ++ow) {
-        f(oh * d.ow + ow, argmax(g.th[oh].start * d.iw + g.tw[ow].start));
+      for (int64_t ow0 = 0; ow0 < d.ow; ow0 += kMaxRowWindows) {
+        const int64_t count = std::min<int64_t>(kMaxRowWindows, d.ow - ow0);
+        argmax_row(g.th[oh].start * d.iw + g.tw[ow0].start, count, best_i);
+        for (int64_t j = 0; j < count; ++j) f(oh * d.ow + ow0 + j, static_cast<int64_t>(best_i[j]));
       }
     }
   };
@@ -177,11 +241,13 @@ inline void ForEachArgMaxScalar(const T* xp, const PoolGeom& g, F f) {
       }
     }
   } else if (d.kh == 2 && d.kw == 2) {
-    full([&](int64_t first) { return ArgMaxFull<T, 2, 2>(xp, d.iw, first, 2, 2); });
+    full([&](int64_t first, int64_t n, int32_t* out) { ArgMaxFullRow<T, 2, 2>(xp, d.iw, first, d.sw, n, 2, 2, out); });
   } else if (d.kh == 3 && d.kw == 3) {
-    full([&](int64_t first) { return ArgMaxFull<T, 3, 3>(xp, d.iw, first, 3, 3); });
+    full([&](int64_t first, int64_t n, int32_t* out) { ArgMaxFullRow<T, 3, 3>(xp, d.iw, first, d.sw, n, 3, 3, out); });
   } else {
-    full([&](int64_t first) { return ArgMaxFull<T, 0, 0>(xp, d.iw, first, d.kh, d.kw); });
+    full([&](int64_t first, int64_t n, int32_t* out) {
+      ArgMaxFullRow<T, 0, 0>(xp, d.iw, first, d.sw, n, d.kh, d.kw, out);
+    });
   }
 }
 
@@ -202,6 +268,8 @@ struct MaxPoolScratch {
   std::vector<int32_t> best_i;
   std::vector<int64_t> row_base;
   std::vector<uint8_t> row_used;
+  std::vector<A> pair_v;  // ForEachArgMax2x2Tiles: the larger of each horizontal pair
+  std::vector<int32_t> pair_i;
 };
 
 // best_i[j] = plane index of the first maximum of window j of the row (-1 if it sees no
@@ -272,6 +340,50 @@ inline void ForEachArgMaxVector(const T* xp, const PoolGeom& g, MaxPoolScratch<c
   }
 }
 
+// The larger of each horizontal pair of a plane whose width is even: (x[2m], x[2m+1]) ->
+// value and plane index, for every m at once (so it runs in vector lanes). The second
+// tap wins when larger or NaN, as in ArgMax. Compiled for each vector ISA.
+template <typename T>
+MPC_ISA_CLONES void MaxOfPairs(const T* __restrict x, int64_t pairs, cpu::Acc<T>* __restrict pair_v,
+                               int32_t* __restrict pair_i) {
+  using A = cpu::Acc<T>;
+#pragma omp simd
+  for (int64_t m = 0; m < pairs; ++m) {
+    const A a = A(x[2 * m]), b = A(x[2 * m + 1]);
+    const bool take = (b > a) | (b != b);
+    pair_v[m] = take ? b : a;
+    pair_i[m] = static_cast<int32_t>(2 * m) + static_cast<int32_t>(take);
+  }
+}
+
+// 2x2 windows with stride 2 tiling the plane (VGG's and Fashion-CNN's pools): the
+// horizontal pairs of every row first, all of the plane in one vector loop, then the
+// better of each window's upper and lower pair. Row-major order with the strict
+// comparison makes this the same first maximum (and last NaN) as ArgMax: the lower pair
+// wins only when larger than the upper one's winner, or NaN. Rows of 14 or 7 windows are
+// too short for the vector path, and window by window the compares mispredict.
+template <typename T, typename F>
+inline void ForEachArgMax2x2Tiles(const T* xp, const PoolGeom& g, MaxPoolScratch<cpu::Acc<T>>& scratch, F f) {
+  using A = cpu::Acc<T>;
+  const conv::Window2D& d = g.w;
+  const int64_t pairs = d.ih * d.ow;
+  scratch.pair_v.resize(static_cast<size_t>(pairs));
+  scratch.pair_i.resize(static_cast<size_t>(pairs));
+  MaxOfPairs(xp, pairs, scratch.pair_v.data(), scratch.pair_i.data());
+  for (int64_t oh = 0; oh < d.oh; ++oh) {
+    const A* upper_v = scratch.pair_v.data() + 2 * oh * d.ow;
+    const int32_t* upper_i = scratch.pair_i.data() + 2 * oh * d.ow;
+    const A* lower_v = upper_v + d.ow;
+    const int32_t* lower_i = upper_i + d.ow;
+    for (int64_t ow = 0; ow < d.ow; ++ow) {
+      const bool take = (lower_v[ow] > upper_v[ow]) | (lower_v[ow] != lower_v[ow]);
+      const uint32_t mask = 0u - static_cast<uint32_t>(take);
+      const uint32_t best = (static_cast<uint32_t>(lower_i[ow]) & mask) | (static_cast<uint32_t>(upper_i[ow]) & ~mask);
+      f(oh * d.ow + ow, static_cast<int64_t>(static_cast<int32_t>(best)));
+    }
+  }
+}
+
 // Rows of at least this many windows take the vector path: below, a row does not fill
 // one AVX-512 vector of f32 lanes and the per-row copies cost more than they save
 // (Fashion-CNN's 14-wide 2x2/2 pools ran 2x slower on it; ResNet's 16-wide 3x3/2 2.6x faster).
@@ -279,6 +391,7 @@ constexpr int64_t kVectorMinWindows = 16;
 
 template <typename T, typename F>
 inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch<cpu::Acc<T>>& scratch, F f) {
+  if (g.tiles_2x2) return ForEachArgMax2x2Tiles(xp, g, scratch, f);
   if (g.w.ow >= kVectorMinWindows) return ForEachArgMaxVector(xp, g, scratch, f);
   ForEachArgMaxScalar(xp, g, f);
 }

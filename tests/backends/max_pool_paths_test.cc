@@ -1,0 +1,147 @@
+// The CPU max pooling kernels have several paths for the same rule (row-major taps, the
+// first maximum wins ties, the last NaN wins): 2x2/2 windows tiling the plane, full
+// windows a row at a time, wide rows in vector lanes, and the general window-by-window
+// loop. They are checked against each other on data full of ties and NaNs: the same X
+// run as a tiled 8x8 plane (tiled path), embedded in a 9x9 plane whose extra row and
+// column no window reaches (full windows a row at a time), and in that 9x9 plane with
+// ceil_mode, whose extra partial windows send it down the general window-by-window path;
+// in every float dtype, forward and gradient.
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/cpu_backend.h"
+#include "graph/graph_builder.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace mpc {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+Backend& Cpu() {
+  static Backend* backend = CreateCpuBackend().release();
+  return *backend;
+}
+
+struct PoolRun {
+  Tensor y, dx;  // as f32
+};
+
+// MaxPool 2x2/2 of x and MaxPoolGrad of dy through it, in `dtype`.
+PoolRun RunPool(const Tensor& x, const Tensor& dy, DType dtype, bool ceil_mode = false) {
+  Graph g;
+  GraphBuilder b(&g);
+  Value* xv = g.AddInput("x", dtype, x.shape());
+  Value* dyv = g.AddInput("dy", dtype, dy.shape());
+  AttrMap attrs;
+  attrs.Set("kernel_shape", std::vector<int64_t>{2, 2});
+  attrs.Set("strides", std::vector<int64_t>{2, 2});
+  if (ceil_mode) attrs.Set("ceil_mode", int64_t{1});
+  Value* y = b.Op("MaxPool", {xv}, attrs);
+  Value* dx = b.Op("MaxPoolGrad", {dyv, xv}, attrs);
+  EXPECT_TRUE(b.status().ok()) << b.status();
+  g.SetOutputs({y, dx});
+  auto ex = testing::ExecutorFor(g, Cpu());
+  EXPECT_TRUE(ex.ok()) << ex.status();
+  PoolRun r;
+  if (!ex.ok()) return r;
+  EXPECT_TRUE((*ex)->SetInput("x", x.CastTo(dtype)).ok());
+  EXPECT_TRUE((*ex)->SetInput("dy", dy.CastTo(dtype)).ok());
+  EXPECT_TRUE((*ex)->Run(0, 0).ok());
+  r.y = (*ex)->Fetch(y->name)->CastTo(DType::kF32);
+  r.dx = (*ex)->Fetch(dx->name)->CastTo(DType::kF32);
+  return r;
+}
+
+// Bitwise equal as f32, NaNs included (a NaN matches a NaN).
+void ExpectSame(const float* a, const float* b, int64_t n, const std::string& what) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      EXPECT_TRUE(std::isnan(a[i]) && std::isnan(b[i])) << what << "[" << i << "]: " << a[i] << " vs " << b[i];
+    } else {
+      EXPECT_EQ(a[i], b[i]) << what << "[" << i << "]";
+    }
+  }
+}
+
+TEST(MaxPoolPathsTest, TiledTwoByTwoPathAgreesWithTheGeneralPathOnTiesAndNaNs) {
+  constexpr int64_t kPlanes = 6, kSide = 8;
+  // Values from {-1, 0, 0.5, 1} (exact in every dtype, so ties everywhere) and a NaN in
+  // about one tap in seven: windows with none, one or several NaNs in either pair.
+  std::vector<float> tiled(kPlanes * kSide * kSide);
+  const float levels[] = {-1, 0, 0.5f, 1};
+  uint32_t state = 12345;  // a small LCG: neighbouring taps and pairs tie often, in no fixed pattern
+  for (float& v : tiled) {
+    state = state * 1664525u + 1013904223u;
+    const uint32_t r = state >> 16;
+    v = r % 7 == 0 ? kNaN : levels[(r / 7) % 4];
+  }
+  // The same planes with one more row and column, which no 2x2/2 window reaches.
+  std::vector<float> framed(kPlanes * (kSide + 1) * (kSide + 1), -1);
+  for (int64_t p = 0; p < kPlanes; ++p) {
+    for (int64_t r = 0; r < kSide; ++r) {
+      for (int64_t c = 0; c < kSide; ++c) {
+        framed[(p * (kSide + 1) + r) * (kSide + 1) + c] = tiled[(p * kSide + r) * kSide + c];
+      }
+    }
+  }
+  constexpr int64_t kOut = kSide / 2;
+  const Tensor dy = testing::RandomTensor(DType::kF32, {1, kPlanes, kOut, kOut}, 7, 0.5, 1.5);
+  // ceil_mode's 5x5 windows: the 4x4 of dy in the corner, the partial windows' own values.
+  Tensor dy_ceil = testing::RandomTensor(DType::kF32, {1, kPlanes, kOut + 1, kOut + 1}, 8, 0.5, 1.5);
+  for (int64_t p = 0; p < kPlanes; ++p) {
+    for (int64_t r = 0; r < kOut; ++r) {
+      for (int64_t c = 0; c < kOut; ++c) {
+        dy_ceil.data<float>()[(p * (kOut + 1) + r) * (kOut + 1) + c] = dy.data<float>()[(p * kOut + r) * kOut + c];
+      }
+    }
+  }
+  // The top-left rows x cols of each plane of t (planes of `side` x `side`).
+  auto corner = [](const Tensor& t, int64_t side, int64_t rows) {
+    std::vector<float> out;
+    for (int64_t p = 0; p < kPlanes; ++p) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < rows; ++c) out.push_back(t.data<float>()[(p * side + r) * side + c]);
+      }
+    }
+    return out;
+  };
+  const Tensor x_tiled = Tensor::FromVector<float>({1, kPlanes, kSide, kSide}, tiled);
+  const Tensor x_framed = Tensor::FromVector<float>({1, kPlanes, kSide + 1, kSide + 1}, framed);
+  for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(d));
+    const PoolRun a = RunPool(x_tiled, dy, d);
+    const PoolRun b = RunPool(x_framed, dy, d);
+    const PoolRun c = RunPool(x_framed, dy_ceil, d, /*ceil_mode=*/true);
+    ASSERT_EQ(a.y.shape(), b.y.shape());
+    ASSERT_EQ(c.y.shape(), (Shape{1, kPlanes, kOut + 1, kOut + 1}));
+    int nan_windows = 0;
+    for (int64_t i = 0; i < a.y.num_elements(); ++i) nan_windows += std::isnan(a.y.data<float>()[i]);
+    EXPECT_GT(nan_windows, 10);  // the NaN rule is exercised, not just ties
+    const int64_t n = a.y.num_elements();
+    ExpectSame(a.y.data<float>(), b.y.data<float>(), n, "Y tiled vs rows");
+    ExpectSame(a.y.data<float>(), corner(c.y, kOut + 1, kOut).data(), n, "Y tiled vs general");
+    // The gradient goes to the same tap: dX on the shared 8x8 region (the partial windows
+    // of ceil_mode reach only row and column 8).
+    const int64_t m = a.dx.num_elements();
+    ExpectSame(a.dx.data<float>(), corner(b.dx, kSide + 1, kSide).data(), m, "dX tiled vs rows");
+    ExpectSame(a.dx.data<float>(), corner(c.dx, kSide + 1, kSide).data(), m, "dX tiled vs general");
+  }
+}
+
+// The last NaN of a window takes its gradient, whichever pair of the 2x2 it is in.
+TEST(MaxPoolPathsTest, GradientGoesToTheLastNaNOfEachWindow) {
+  // Window 0: NaN 1 / NaN 2 -> (1,0). Window 1: 1 NaN / 2 3 -> (0,1).
+  const Tensor x = Tensor::FromVector<float>({1, 1, 2, 4}, {kNaN, 1, 1, kNaN, kNaN, 2, 2, 3});
+  const Tensor dy = Tensor::FromVector<float>({1, 1, 1, 2}, {10, 20});
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(d));
+    const PoolRun r = RunPool(x, dy, d);
+    const std::vector<float> expected = {0, 0, 0, 20, 10, 0, 0, 0};
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(r.dx.data<float>()[i], expected[i]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace mpc
