@@ -14,6 +14,8 @@
 //   f64   plain loops (the reference), OpenMP-parallel over N x M (forward), N x C
 //         (backward data) or M x C/group (backward weights). The same loops over f32
 //         are the fallback when oneDNN rejects a configuration.
+// ConvGradWeight of a group-1 convolution with tiny output planes (f32, bf16) is one
+// matmul over an im2col matrix instead (conv_grad_weight_gemm.h).
 // Pooling lives in kernels_pool.cc and is registered from here.
 #include <array>
 #include <functional>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backends/cpu/conv_grad_weight_gemm.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/kernels_gemm.h"
@@ -330,6 +333,17 @@ class ConvKernel : public Kernel {
     auto k = std::make_unique<ConvKernel>();
     k->dtype_ = node.inputs[0]->dtype;
     k->has_bias_ = kMode == ConvMode::kForward && node.inputs.size() > 2 && node.inputs[2] != nullptr;
+    if (kMode == ConvMode::kGradWeight && q.g == 1 && !cpu::RunsInTf32(node)) {
+      const cpu::ConvGradWeightGeom gq{q.n, q.c, q.m, q.w};
+      if (cpu::ConvGradWeightGemm::Prefers(gq, k->dtype_)) {
+        auto gemm = cpu::ConvGradWeightGemm::Create(gq, k->dtype_);
+        if (gemm.ok()) {
+          std::shared_ptr<cpu::ConvGradWeightGemm> g = std::move(*gemm);
+          k->fn_ = [g](const void* dy, const void* x, const void*, void* dw) { g->Run(dy, x, dw); };
+          return std::unique_ptr<Kernel>(std::move(k));
+        }
+      }
+    }
     switch (k->dtype_) {
       case DType::kF64:
         k->fn_ = LoopConv<double>(q, kMode);

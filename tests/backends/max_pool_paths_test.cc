@@ -5,9 +5,13 @@
 // run as a tiled 8x8 plane (tiled path), embedded in a 9x9 plane whose extra row and
 // column no window reaches (full windows a row at a time), and in that 9x9 plane with
 // ceil_mode, whose extra partial windows send it down the general window-by-window path;
-// in every float dtype, forward and gradient.
+// in every float dtype, forward and gradient. Wide rows (the vector path) are checked
+// against a window-by-window oracle written here.
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "graph/graph_builder.h"
@@ -28,16 +32,29 @@ struct PoolRun {
   Tensor y, dx;  // as f32
 };
 
-// MaxPool 2x2/2 of x and MaxPoolGrad of dy through it, in `dtype`.
-PoolRun RunPool(const Tensor& x, const Tensor& dy, DType dtype, bool ceil_mode = false) {
+// A max pooling window configuration (2-D).
+struct PoolAttrs {
+  std::vector<int64_t> kernel{2, 2}, strides{2, 2}, pads{0, 0, 0, 0}, dilations{1, 1};
+  bool ceil_mode = false;
+};
+
+AttrMap AttrsOf(const PoolAttrs& pool) {
+  AttrMap attrs;
+  attrs.Set("kernel_shape", pool.kernel);
+  attrs.Set("strides", pool.strides);
+  attrs.Set("pads", pool.pads);
+  attrs.Set("dilations", pool.dilations);
+  if (pool.ceil_mode) attrs.Set("ceil_mode", int64_t{1});
+  return attrs;
+}
+
+// MaxPool of x and MaxPoolGrad of dy through it, in `dtype`.
+PoolRun RunPool(const Tensor& x, const Tensor& dy, DType dtype, const PoolAttrs& pool) {
   Graph g;
   GraphBuilder b(&g);
   Value* xv = g.AddInput("x", dtype, x.shape());
   Value* dyv = g.AddInput("dy", dtype, dy.shape());
-  AttrMap attrs;
-  attrs.Set("kernel_shape", std::vector<int64_t>{2, 2});
-  attrs.Set("strides", std::vector<int64_t>{2, 2});
-  if (ceil_mode) attrs.Set("ceil_mode", int64_t{1});
+  const AttrMap attrs = AttrsOf(pool);
   Value* y = b.Op("MaxPool", {xv}, attrs);
   Value* dx = b.Op("MaxPoolGrad", {dyv, xv}, attrs);
   EXPECT_TRUE(b.status().ok()) << b.status();
@@ -54,6 +71,37 @@ PoolRun RunPool(const Tensor& x, const Tensor& dy, DType dtype, bool ceil_mode =
   return r;
 }
 
+// Y's shape as MaxPool's shape inference gives it.
+Shape PooledShape(const Shape& x_shape, const PoolAttrs& pool) {
+  Graph g;
+  GraphBuilder b(&g);
+  const AttrMap attrs = AttrsOf(pool);
+  Value* y = b.Op("MaxPool", {g.AddInput("x", DType::kF32, x_shape)}, attrs);
+  EXPECT_TRUE(b.status().ok()) << b.status();
+  return b.status().ok() ? y->shape : Shape{};
+}
+
+// MaxPool 2x2/2.
+PoolRun RunPool(const Tensor& x, const Tensor& dy, DType dtype, bool ceil_mode = false) {
+  PoolAttrs pool;
+  pool.ceil_mode = ceil_mode;
+  return RunPool(x, dy, dtype, pool);
+}
+
+// Values from {-1, 0, 0.5, 1} (exact in every dtype, so ties everywhere) and a NaN in
+// about one tap in `nan_every`, from a small LCG: neighbouring taps tie often, in no
+// fixed pattern.
+std::vector<float> TiesAndNaNs(int64_t count, uint32_t state, uint32_t nan_every) {
+  const float levels[] = {-1, 0, 0.5f, 1};
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& e : v) {
+    state = state * 1664525u + 1013904223u;
+    const uint32_t r = state >> 16;
+    e = r % nan_every == 0 ? kNaN : levels[(r / nan_every) % 4];
+  }
+  return v;
+}
+
 // Bitwise equal as f32, NaNs included (a NaN matches a NaN).
 void ExpectSame(const float* a, const float* b, int64_t n, const std::string& what) {
   for (int64_t i = 0; i < n; ++i) {
@@ -67,16 +115,8 @@ void ExpectSame(const float* a, const float* b, int64_t n, const std::string& wh
 
 TEST(MaxPoolPathsTest, TiledTwoByTwoPathAgreesWithTheGeneralPathOnTiesAndNaNs) {
   constexpr int64_t kPlanes = 6, kSide = 8;
-  // Values from {-1, 0, 0.5, 1} (exact in every dtype, so ties everywhere) and a NaN in
-  // about one tap in seven: windows with none, one or several NaNs in either pair.
-  std::vector<float> tiled(kPlanes * kSide * kSide);
-  const float levels[] = {-1, 0, 0.5f, 1};
-  uint32_t state = 12345;  // a small LCG: neighbouring taps and pairs tie often, in no fixed pattern
-  for (float& v : tiled) {
-    state = state * 1664525u + 1013904223u;
-    const uint32_t r = state >> 16;
-    v = r % 7 == 0 ? kNaN : levels[(r / 7) % 4];
-  }
+  // Windows with none, one or several NaNs in either pair.
+  const std::vector<float> tiled = TiesAndNaNs(kPlanes * kSide * kSide, 12345, 7);
   // The same planes with one more row and column, which no 2x2/2 window reaches.
   std::vector<float> framed(kPlanes * (kSide + 1) * (kSide + 1), -1);
   for (int64_t p = 0; p < kPlanes; ++p) {
@@ -127,6 +167,65 @@ TEST(MaxPoolPathsTest, TiledTwoByTwoPathAgreesWithTheGeneralPathOnTiesAndNaNs) {
     const int64_t m = a.dx.num_elements();
     ExpectSame(a.dx.data<float>(), corner(b.dx, kSide + 1, kSide).data(), m, "dX tiled vs rows");
     ExpectSame(a.dx.data<float>(), corner(c.dx, kSide + 1, kSide).data(), m, "dX tiled vs general");
+  }
+}
+
+// Rows of at least 16 windows go through the vector path (MaxWindowsAcross, one tap
+// across a row of windows); each window is checked against a window-by-window oracle of
+// the rule (row-major taps, strict comparison: the first maximum, the last NaN), forward and
+// gradient, on ResNet's 3x3/2 pad-1 pool and on stride 1, dilation, asymmetric
+// padding and ceil_mode. dY holds quarters, so every gradient sum is exact in every dtype.
+TEST(MaxPoolPathsTest, WideRowsAgreeWithAWindowByWindowOracle) {
+  constexpr int64_t kPlanes = 3, kH = 8, kW = 38;
+  std::vector<std::pair<std::string, PoolAttrs>> configs;
+  configs.push_back({"resnet 3x3/2 pad 1", {{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false}});
+  configs.push_back({"3x3/1 pad 1", {{3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, false}});
+  configs.push_back({"2x3/(1,2) dilated, asymmetric pads", {{2, 3}, {1, 2}, {1, 2, 0, 1}, {2, 2}, false}});
+  configs.push_back({"1x4/2 ceil_mode, padded", {{1, 4}, {2, 2}, {0, 1, 0, 1}, {1, 1}, true}});
+  configs.push_back({"3x3/2 ceil_mode", {{3, 3}, {2, 2}, {0, 0, 0, 0}, {1, 1}, true}});
+  const Tensor x = Tensor::FromVector<float>({1, kPlanes, kH, kW}, TiesAndNaNs(kPlanes * kH * kW, 2024, 13));
+  for (const auto& [name, pool] : configs) {
+    SCOPED_TRACE(name);
+    const Shape y_shape = PooledShape(x.shape(), pool);
+    ASSERT_EQ(y_shape.size(), 4u);
+    const int64_t oh = y_shape[2], ow = y_shape[3];
+    ASSERT_GE(ow, 16) << "the row must be wide enough for the vector path";
+    std::vector<float> dy_values(static_cast<size_t>(kPlanes * oh * ow));
+    for (size_t i = 0; i < dy_values.size(); ++i) dy_values[i] = 0.25f * static_cast<float>(1 + i % 4);
+    const Tensor dy = Tensor::FromVector<float>({1, kPlanes, oh, ow}, dy_values);
+    // The oracle: each window's taps in row-major order.
+    std::vector<float> want_y(dy_values.size(), 0), want_dx(static_cast<size_t>(kPlanes * kH * kW), 0);
+    int nan_windows = 0;
+    for (int64_t p = 0; p < kPlanes; ++p) {
+      const float* xp = x.data<float>() + p * kH * kW;
+      for (int64_t r = 0; r < oh; ++r) {
+        for (int64_t c = 0; c < ow; ++c) {
+          int64_t best = -1;
+          for (int64_t i = 0; i < pool.kernel[0]; ++i) {
+            const int64_t h = r * pool.strides[0] - pool.pads[0] + i * pool.dilations[0];
+            for (int64_t j = 0; j < pool.kernel[1]; ++j) {
+              const int64_t w = c * pool.strides[1] - pool.pads[1] + j * pool.dilations[1];
+              if (h < 0 || h >= kH || w < 0 || w >= kW) continue;
+              const float v = xp[h * kW + w];
+              if (best < 0 || v > xp[best] || std::isnan(v)) best = h * kW + w;
+            }
+          }
+          const int64_t o = (p * oh + r) * ow + c;
+          if (best < 0) continue;  // a window that sees no input: 0, no gradient
+          want_y[o] = xp[best];
+          nan_windows += std::isnan(xp[best]);
+          want_dx[p * kH * kW + best] += dy_values[o];
+        }
+      }
+    }
+    EXPECT_GT(nan_windows, 3);  // the NaN rule is exercised, not just ties
+    for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(DTypeName(d));
+      const PoolRun got = RunPool(x, dy, d, pool);
+      ASSERT_EQ(got.y.num_elements(), static_cast<int64_t>(want_y.size()));
+      ExpectSame(got.y.data<float>(), want_y.data(), got.y.num_elements(), "Y");
+      ExpectSame(got.dx.data<float>(), want_dx.data(), got.dx.num_elements(), "dX");
+    }
   }
 }
 

@@ -1,0 +1,171 @@
+// Times the two CPU paths for a convolution's weight gradient on ResNet-18's layers
+// (64x64 images, batch 32, as tools/bench's resnet18 row): oneDNN's direct
+// backward-weights primitive with the reorders mpc's convolution kernel runs around it
+// (plain NCHW/OIHW in and out, oneDNN's preferred blocked layouts inside), and
+// cpu::ConvGradWeightGemm (im2col + one matmul). Prints a markdown table with the median
+// of each, their ratio, which path the CPU kernel picks (ConvGradWeightGemm::Prefers),
+// and the largest difference between the two results relative to the largest |dW|.
+//
+//   OMP_NUM_THREADS=2 build/conv_grad_weight_paths [--reps N]   (N: timed runs per path, default 20)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/conv_grad_weight_gemm.h"
+#include "backends/cpu/cpu_backend.h"
+#include "graph/float_convert.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace {
+
+using dnnl::memory;
+using mpc::DType;
+
+struct Layer {
+  const char* name;
+  int64_t c, m, in, k, stride, pad;
+};
+
+// ResNet-18's distinct weight-gradient shapes at 64x64 (batch 32).
+const Layer kLayers[] = {
+    {"conv1 7x7/2", 3, 64, 64, 7, 2, 3},           {"layer1 3x3", 64, 64, 16, 3, 1, 1},
+    {"layer2.0 3x3/2", 64, 128, 16, 3, 2, 1},      {"layer2.0 down 1x1/2", 64, 128, 16, 1, 2, 0},
+    {"layer2 3x3", 128, 128, 8, 3, 1, 1},          {"layer3.0 3x3/2", 128, 256, 8, 3, 2, 1},
+    {"layer3.0 down 1x1/2", 128, 256, 8, 1, 2, 0}, {"layer3 3x3", 256, 256, 4, 3, 1, 1},
+    {"layer4.0 3x3/2", 256, 512, 4, 3, 2, 1},      {"layer4.0 down 1x1/2", 256, 512, 4, 1, 2, 0},
+    {"layer4 3x3", 512, 512, 2, 3, 1, 1},
+};
+constexpr int64_t kBatch = 32;
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <typename F>
+double MedianMs(int reps, F run) {
+  for (int i = 0; i < 3; ++i) run();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double start = NowMs();
+    run();
+    t.push_back(NowMs() - start);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// oneDNN's backward-weights primitive on `any` layouts, with reorders from and to the
+// plain buffers (what backends/cpu/kernels_conv.cc runs for ConvGradWeight).
+struct DirectGradWeight {
+  dnnl::convolution_backward_weights primitive;
+  memory user_x, user_dy, user_dw, x, dy, dw;
+
+  DirectGradWeight(const mpc::cpu::ConvGradWeightGeom& q, memory::data_type dt, void* xp, void* dyp, void* dwp) {
+    auto& eng = mpc::CpuDnnlEngine();
+    const mpc::conv::Window2D& d = q.w;
+    const memory::desc x_md({q.n, q.c, d.ih, d.iw}, dt, memory::format_tag::nchw);
+    const memory::desc w_md({q.m, q.c, d.kh, d.kw}, dt, memory::format_tag::oihw);
+    const memory::desc y_md({q.n, q.m, d.oh, d.ow}, dt, memory::format_tag::nchw);
+    auto any = [](const memory::desc& md) { return memory::desc(md.dims(), md.data_type(), memory::format_tag::any); };
+    const memory::dims strides{d.sh, d.sw}, dilates{0, 0}, pad_l{d.pt, d.pl}, pad_r{d.pb, d.pr};
+    const auto algo = dnnl::algorithm::convolution_direct;
+    dnnl::convolution_forward::primitive_desc fwd(
+        {dnnl::prop_kind::forward_training, algo, any(x_md), any(w_md), any(y_md), strides, dilates, pad_l, pad_r},
+        eng);
+    dnnl::convolution_backward_weights::primitive_desc pd(
+        {algo, any(x_md), any(w_md), any(y_md), strides, dilates, pad_l, pad_r}, eng, fwd);
+    primitive = dnnl::convolution_backward_weights(pd);
+    user_x = memory(x_md, eng, xp);
+    user_dy = memory(y_md, eng, dyp);
+    user_dw = memory(w_md, eng, dwp);
+    x = memory(pd.src_desc(), eng);
+    dy = memory(pd.diff_dst_desc(), eng);
+    dw = memory(pd.diff_weights_desc(), eng);
+  }
+
+  void Run() {
+    auto& s = mpc::CpuDnnlStream();
+    dnnl::reorder(user_x, x).execute(s, user_x, x);
+    dnnl::reorder(user_dy, dy).execute(s, user_dy, dy);
+    primitive.execute(s, {{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}});
+    dnnl::reorder(dw, user_dw).execute(s, dw, user_dw);
+    s.wait();
+  }
+};
+
+float ToFloat(const std::vector<uint16_t>& v, size_t i) { return mpc::Bf16ToFloat(v[i]); }
+float ToFloat(const std::vector<float>& v, size_t i) { return v[i]; }
+
+template <typename T>
+void Fill(std::vector<T>& v, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (T& e : v) {
+    if constexpr (sizeof(T) == 2) {
+      e = mpc::FloatToBf16(u(rng));
+    } else {
+      e = u(rng);
+    }
+  }
+}
+
+template <typename T>
+void Row(const Layer& l, DType dtype, int reps) {
+  mpc::cpu::ConvGradWeightGeom q{kBatch, l.c, l.m, {}};
+  mpc::conv::Window2D& d = q.w;
+  d.ih = d.iw = l.in;
+  d.kh = d.kw = l.k;
+  d.sh = d.sw = l.stride;
+  d.pt = d.pl = d.pb = d.pr = l.pad;
+  d.oh = d.ow = (l.in + 2 * l.pad - l.k) / l.stride + 1;
+  std::mt19937 rng(7);
+  std::vector<T> x(static_cast<size_t>(q.n * q.c * d.ih * d.iw)), dy(static_cast<size_t>(q.n * q.m * d.oh * d.ow));
+  std::vector<T> dw_direct(static_cast<size_t>(q.m * q.c * d.kh * d.kw)), dw_gemm(dw_direct.size());
+  Fill(x, rng);
+  Fill(dy, rng);
+  const auto dt = dtype == DType::kF32 ? memory::data_type::f32 : memory::data_type::bf16;
+  DirectGradWeight direct(q, dt, x.data(), dy.data(), dw_direct.data());
+  auto gemm = mpc::cpu::ConvGradWeightGemm::Create(q, dtype);
+  if (!gemm.ok()) {
+    std::fprintf(stderr, "%s: %s\n", l.name, std::string(gemm.status().message()).c_str());
+    std::exit(1);
+  }
+  const double direct_ms = MedianMs(reps, [&] { direct.Run(); });
+  const double gemm_ms = MedianMs(reps, [&] { (*gemm)->Run(dy.data(), x.data(), dw_gemm.data()); });
+  double largest = 0, diff = 0;
+  for (size_t i = 0; i < dw_direct.size(); ++i) {
+    largest = std::max(largest, std::fabs(static_cast<double>(ToFloat(dw_direct, i))));
+    diff = std::max(diff, std::fabs(static_cast<double>(ToFloat(dw_direct, i)) - ToFloat(dw_gemm, i)));
+  }
+  std::printf("| %s | %ld→%ld | %ldx%ld | %s | %.3f | %.3f | %.2f | %s | %.1e |\n", l.name, static_cast<long>(l.c),
+              static_cast<long>(l.m), static_cast<long>(d.oh), static_cast<long>(d.ow), mpc::DTypeName(dtype),
+              direct_ms, gemm_ms, gemm_ms / direct_ms,
+              mpc::cpu::ConvGradWeightGemm::Prefers(q, dtype) ? "matmul" : "oneDNN direct", diff / largest);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
+  }
+  std::printf(
+      "| layer | channels | output plane | dtype | oneDNN direct + reorders ms | im2col + matmul ms | "
+      "ratio | kernel picks | max diff / max abs |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const Layer& l : kLayers) {
+      if (dtype == DType::kF32) {
+        Row<float>(l, dtype, reps);
+      } else {
+        Row<uint16_t>(l, dtype, reps);
+      }
+    }
+  }
+  return 0;
+}
