@@ -6,12 +6,17 @@
 // oneDNN's softmax ignores a NaN or +inf when it takes the row's maximum, so a row holding one comes out partly finite;
 // IEEE arithmetic (and PyTorch) make the whole row NaN, which a pass over the output restores.
 #include <array>
+#include <atomic>
+#include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_isa.h"
+#include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/kernels_gemm.h"
 #include "graph/half_types.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -20,6 +25,20 @@ namespace mpc {
 namespace {
 
 using dnnl::memory;
+
+// Whether any of n floats (Word = uint32_t) or bf16 values (uint16_t) is a NaN, on the
+// bits: exponent all ones and a nonzero mantissa. Branch-free so it runs in vector lanes
+// (compiled for each vector ISA): the short-circuit `any || y != y` over Bf16 values did
+// not vectorize, and char_gpt's Softmax took 16.2 ms a bf16 step with it, 7.9 without.
+template <typename Word>
+MPC_ISA_CLONES bool AnyNaNBits(const Word* y, int64_t n) {
+  constexpr Word kAbs = static_cast<Word>(sizeof(Word) == 2 ? 0x7fffu : 0x7fffffffu);
+  constexpr Word kInf = static_cast<Word>(sizeof(Word) == 2 ? 0x7f80u : 0x7f800000u);
+  uint32_t nan = 0;
+#pragma omp simd reduction(| : nan)
+  for (int64_t i = 0; i < n; ++i) nan |= static_cast<uint32_t>((y[i] & kAbs) > kInf);
+  return nan != 0;
+}
 
 memory::desc FlatDesc(const Shape& shape, DType dtype = DType::kF32) {
   const memory::dims dims = shape.empty() ? memory::dims{1} : memory::dims(shape.begin(), shape.end());
@@ -62,10 +81,13 @@ class DnnlUnaryKernel : public Kernel {
   static void SpreadNaNOverRows(T* y, const std::array<int64_t, 3>& rows) {
     const auto [outer, dim, inner] = rows;
     const int64_t n = outer * dim * inner;
-    bool any = false;
-#pragma omp parallel for simd reduction(|| : any) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) any = any || y[i] != y[i];
-    if (!any) return;  // the usual case: one read of the output
+    using Word = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
+    const Word* bits = reinterpret_cast<const Word*>(y);
+    std::atomic<bool> any{false};
+    cpu::ParallelRanges(n, 65536, [&](int64_t begin, int64_t end) {
+      if (AnyNaNBits(bits + begin, end - begin)) any.store(true, std::memory_order_relaxed);
+    });
+    if (!any.load()) return;  // the usual case: one read of the output
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t i = 0; i < inner; ++i) {
         T* row = y + o * dim * inner + i;
