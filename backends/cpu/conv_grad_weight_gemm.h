@@ -3,7 +3,7 @@
 // images: 4x4 and 2x2). There oneDNN 2.6's direct backward-weights kernel spends most of
 // its time on taps that land in the padding and on reorders to and from blocked layouts:
 // on ResNet-18's 512-channel 3x3 convolutions on 2x2 planes (batch 32, 2 threads) it
-// takes 2.5 ms in bf16 and f32 with its reorders, against 0.8 ms (bf16) and 1.4 ms (f32)
+// takes 2.6 ms in bf16 and f32 with its reorders, against 0.8 ms (bf16) and 1.4 ms (f32)
 // for this path with its staging (tools/bench/conv_grad_weight_paths; results in
 // tools/bench/results/2026-11-25-cpu-dev-resnet18-grad-weight-gemm.md). Prefers() says
 // where it wins.
@@ -37,9 +37,10 @@ struct ConvGradWeightGeom {
 class ConvGradWeightGemm {
  public:
   // True when this path beats oneDNN's direct kernel (tools/bench/conv_grad_weight_paths
-  // on ResNet-18's layers): output planes of at most 4 positions in f32 (at 4x4 the two
-  // broke even: 0.89-1.05x) and 16 in bf16 (4x4: 0.63-0.85x; 8x8: 0.74-1.51x), scratch
-  // under kMaxScratchBytes, operands whose element offsets fit int32.
+  // on ResNet-18's layers, matmul / direct): output planes of at most 4 positions in f32
+  // (2x2: 0.47-0.76x; at 4x4 the two broke even, 0.89-1.09x) and 16 in bf16 (4x4:
+  // 0.66-0.87x; 8x8: 0.76-1.51x), scratch under kMaxScratchBytes, operands whose element
+  // offsets fit int32.
   static bool Prefers(const ConvGradWeightGeom& q, DType dtype);
   // dtype: f32 or bf16 (operands and dW alike). Allocates the scratch once.
   static absl::StatusOr<std::unique_ptr<ConvGradWeightGemm>> Create(const ConvGradWeightGeom& q, DType dtype);

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,10 +62,27 @@ double MedianMs(int reps, F run) {
 }
 
 // oneDNN's backward-weights primitive on `any` layouts, with reorders from and to the
-// plain buffers (what backends/cpu/kernels_conv.cc runs for ConvGradWeight).
+// plain buffers where the chosen layout differs, every primitive built once (what
+// backends/cpu/kernels_conv.cc runs for ConvGradWeight).
 struct DirectGradWeight {
+  // A plain buffer and oneDNN's copy of it, with the reorder between them (if needed).
+  struct Operand {
+    memory user, internal;
+    std::optional<dnnl::reorder> reorder;
+    Operand(const memory::desc& plain, const memory::desc& chosen, void* data, bool into_primitive) {
+      auto& eng = mpc::CpuDnnlEngine();
+      user = memory(plain, eng, data);
+      if (chosen == plain) {
+        internal = user;
+        return;
+      }
+      internal = memory(chosen, eng);
+      reorder = into_primitive ? dnnl::reorder(user, internal) : dnnl::reorder(internal, user);
+    }
+  };
+
   dnnl::convolution_backward_weights primitive;
-  memory user_x, user_dy, user_dw, x, dy, dw;
+  std::optional<Operand> x, dy, dw;
 
   DirectGradWeight(const mpc::cpu::ConvGradWeightGeom& q, memory::data_type dt, void* xp, void* dyp, void* dwp) {
     auto& eng = mpc::CpuDnnlEngine();
@@ -81,20 +99,18 @@ struct DirectGradWeight {
     dnnl::convolution_backward_weights::primitive_desc pd(
         {algo, any(x_md), any(w_md), any(y_md), strides, dilates, pad_l, pad_r}, eng, fwd);
     primitive = dnnl::convolution_backward_weights(pd);
-    user_x = memory(x_md, eng, xp);
-    user_dy = memory(y_md, eng, dyp);
-    user_dw = memory(w_md, eng, dwp);
-    x = memory(pd.src_desc(), eng);
-    dy = memory(pd.diff_dst_desc(), eng);
-    dw = memory(pd.diff_weights_desc(), eng);
+    x.emplace(x_md, pd.src_desc(), xp, true);
+    dy.emplace(y_md, pd.diff_dst_desc(), dyp, true);
+    dw.emplace(w_md, pd.diff_weights_desc(), dwp, false);
   }
 
   void Run() {
     auto& s = mpc::CpuDnnlStream();
-    dnnl::reorder(user_x, x).execute(s, user_x, x);
-    dnnl::reorder(user_dy, dy).execute(s, user_dy, dy);
-    primitive.execute(s, {{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}});
-    dnnl::reorder(dw, user_dw).execute(s, dw, user_dw);
+    if (x->reorder) x->reorder->execute(s, x->user, x->internal);
+    if (dy->reorder) dy->reorder->execute(s, dy->user, dy->internal);
+    primitive.execute(
+        s, {{DNNL_ARG_SRC, x->internal}, {DNNL_ARG_DIFF_DST, dy->internal}, {DNNL_ARG_DIFF_WEIGHTS, dw->internal}});
+    if (dw->reorder) dw->reorder->execute(s, dw->internal, dw->user);
     s.wait();
   }
 };
