@@ -14,13 +14,11 @@ namespace {
 
 using dnnl::memory;
 
-int64_t Positions(const ConvGradWeightGeom& q) { return q.n * q.w.oh * q.w.ow; }  // the matmul's K
-int64_t Taps(const ConvGradWeightGeom& q) { return q.c * q.w.kh * q.w.kw; }       // dW's columns
-int64_t ScratchElements(const ConvGradWeightGeom& q) { return (q.m + Taps(q)) * Positions(q); }
+int64_t ScratchElements(const GemmConvGeom& q) { return (q.m + q.taps()) * q.positions(); }
 
 }  // namespace
 
-bool ConvGradWeightGemm::Prefers(const ConvGradWeightGeom& q, DType dtype) {
+bool ConvGradWeightGemm::Prefers(const GemmConvGeom& q, DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) return false;
   const int64_t largest_operand = std::max(q.n * q.c * q.w.ih * q.w.iw, q.n * q.m * q.w.oh * q.w.ow);
   const int64_t max_plane = dtype == DType::kBF16 ? kMaxOutputPlaneBf16 : kMaxOutputPlaneF32;
@@ -29,8 +27,7 @@ bool ConvGradWeightGemm::Prefers(const ConvGradWeightGeom& q, DType dtype) {
          largest_operand <= std::numeric_limits<int32_t>::max();  // the index tables are int32
 }
 
-absl::StatusOr<std::unique_ptr<ConvGradWeightGemm>> ConvGradWeightGemm::Create(const ConvGradWeightGeom& q,
-                                                                               DType dtype) {
+absl::StatusOr<std::unique_ptr<ConvGradWeightGemm>> ConvGradWeightGemm::Create(const GemmConvGeom& q, DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("ConvGradWeightGemm: dtype ", DTypeName(dtype), " is not f32 or bf16 (stage it through f32)"));
@@ -38,30 +35,17 @@ absl::StatusOr<std::unique_ptr<ConvGradWeightGemm>> ConvGradWeightGemm::Create(c
   auto g = std::make_unique<ConvGradWeightGemm>();
   g->q_ = q;
   g->dtype_ = dtype;
-  const int64_t k = Positions(q), taps = Taps(q);
+  const int64_t k = q.positions(), taps = q.taps();
   const int64_t words_per = DTypeSize(dtype) == 2 ? 2 : 1;  // elements per uint32_t
   g->dy_rows_.resize(static_cast<size_t>((q.m * k + words_per - 1) / words_per));
   g->col_.resize(static_cast<size_t>((taps * k + words_per - 1) / words_per));
-  // Position j = (n, oh, ow) of K: where dY' row m reads (from channel m's plane of
-  // sample 0) and where each (kh, kw) tap reads (from channel c's plane of sample 0).
-  const conv::Window2D& d = q.w;
-  const int64_t kernel = d.kh * d.kw, out_plane = d.oh * d.ow;
+  // Position j = (n, oh, ow) of K: where dY' row m reads (from channel m's plane of sample 0).
+  const int64_t out_plane = q.w.oh * q.w.ow;
   g->dy_index_.resize(static_cast<size_t>(k));
-  g->tap_index_.assign(static_cast<size_t>(kernel * k), 0);
-  g->tap_keep_.assign(static_cast<size_t>(kernel * k), 0);
   for (int64_t j = 0; j < k; ++j) {
-    const int64_t n = j / out_plane, oh = (j % out_plane) / d.ow, ow = j % d.ow;
-    g->dy_index_[j] = static_cast<int32_t>(n * q.m * out_plane + j % out_plane);
-    for (int64_t kh = 0; kh < d.kh; ++kh) {
-      for (int64_t kw = 0; kw < d.kw; ++kw) {
-        const int64_t ih = oh * d.sh - d.pt + kh * d.dh, iw = ow * d.sw - d.pl + kw * d.dw;
-        if (ih < 0 || ih >= d.ih || iw < 0 || iw >= d.iw) continue;  // padding: index 0, masked
-        const size_t at = static_cast<size_t>((kh * d.kw + kw) * k + j);
-        g->tap_index_[at] = static_cast<int32_t>((n * q.c * d.ih + ih) * d.iw + iw);
-        g->tap_keep_[at] = ~uint32_t{0};
-      }
-    }
+    g->dy_index_[j] = static_cast<int32_t>((j / out_plane) * q.m * out_plane + j % out_plane);
   }
+  g->im2col_ = Im2ColTransposed(q);
   try {
     auto& eng = CpuDnnlEngine();
     const memory::data_type dt = DnnlType(dtype);
@@ -79,31 +63,20 @@ absl::StatusOr<std::unique_ptr<ConvGradWeightGemm>> ConvGradWeightGemm::Create(c
   return g;
 }
 
-// Fills dY' and col^T through the index tables built at creation: every (c, kh, kw) row
-// of col^T gathers the same N*OH*OW positions of channel c's planes, and every dY' row
-// gathers the same positions of its channel. A tap in the padding reads element 0 and is
-// masked to +0 (a zero word is +0 in f32 and bf16 alike), so nothing branches.
+// Fills dY' through its index table (every row gathers the same positions of its
+// channel) and col^T through the im2col tables.
 template <typename Word>
 void ConvGradWeightGemm::Stage(const Word* dy, const Word* x) {
-  const ConvGradWeightGeom& q = q_;
-  const int64_t k = Positions(q), kernel = q.w.kh * q.w.kw, plane = q.w.ih * q.w.iw, out_plane = q.w.oh * q.w.ow;
+  const int64_t k = q_.positions(), out_plane = q_.w.oh * q_.w.ow;
   Word* rows = reinterpret_cast<Word*>(dy_rows_.data());
-  Word* col = reinterpret_cast<Word*>(col_.data());
   const int32_t* dy_index = dy_index_.data();
 #pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < q.m; ++m) {
+  for (int64_t m = 0; m < q_.m; ++m) {
     const Word* src = dy + m * out_plane;
     Word* dst = rows + m * k;
     for (int64_t j = 0; j < k; ++j) dst[j] = src[dy_index[j]];
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t tap = 0; tap < q.c * kernel; ++tap) {
-    const Word* src = x + (tap / kernel) * plane;
-    const int32_t* index = tap_index_.data() + (tap % kernel) * k;
-    const uint32_t* keep = tap_keep_.data() + (tap % kernel) * k;
-    Word* dst = col + tap * k;
-    for (int64_t j = 0; j < k; ++j) dst[j] = src[index[j]] & static_cast<Word>(keep[j]);
-  }
+  im2col_.Stage(x, reinterpret_cast<Word*>(col_.data()));
 }
 
 void ConvGradWeightGemm::Run(const void* dy, const void* x, void* dw) {

@@ -4,17 +4,17 @@
 // its time on taps that land in the padding and on reorders to and from blocked layouts:
 // on ResNet-18's 512-channel 3x3 convolutions on 2x2 planes (batch 32, 2 threads) it
 // takes 2.6 ms in bf16 and f32 with its reorders, against 0.8 ms (bf16) and 1.4 ms (f32)
-// for this path with its staging (tools/bench/conv_grad_weight_paths; results in
+// for this path with its staging (tools/bench/conv_gemm_paths; results in
 // tools/bench/results/2026-11-25-cpu-dev-resnet18-grad-weight-gemm.md). Prefers() says
 // where it wins.
 //
 //   dW[M, C*KH*KW] = dY'[M, N*OH*OW] x col[N*OH*OW, C*KH*KW]
 //
-// dY' is dY with its N and M axes swapped, col holds the input tap each output position
-// sees for each (c, kh, kw) (0 where the tap is in the padding), stored transposed so
-// that each (c, kh, kw) row is written contiguously; the matmul reads it through
-// strides. Products accumulate in f32 and dW is rounded to its dtype once, as oneDNN's
-// convolution does.
+// dY' is dY with its N and M axes swapped, col is the im2col matrix (conv_im2col.h),
+// stored transposed so that each (c, kh, kw) row is written contiguously; the matmul
+// reads it through strides. Products accumulate in f32 and dW is rounded to its dtype
+// once, as oneDNN's convolution does. The input gradient of such convolutions has its own
+// matmul path (conv_grad_input_gemm.h).
 #pragma once
 
 #include <cstdint>
@@ -22,28 +22,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "backends/cpu/conv_im2col.h"
 #include "graph/dtype.h"
-#include "graph/ops_conv_util.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace mpc::cpu {
 
-// Batch n, input channels c, output channels m, group 1.
-struct ConvGradWeightGeom {
-  int64_t n = 0, c = 0, m = 0;
-  conv::Window2D w;
-};
-
 class ConvGradWeightGemm {
  public:
-  // True when this path beats oneDNN's direct kernel (tools/bench/conv_grad_weight_paths
+  // True when this path beats oneDNN's direct kernel (tools/bench/conv_gemm_paths
   // on ResNet-18's layers, matmul / direct): output planes of at most 4 positions in f32
   // (2x2: 0.47-0.76x; at 4x4 the two broke even, 0.89-1.09x) and 16 in bf16 (4x4:
   // 0.66-0.87x; 8x8: 0.76-1.51x), scratch under kMaxScratchBytes, operands whose element
   // offsets fit int32.
-  static bool Prefers(const ConvGradWeightGeom& q, DType dtype);
+  static bool Prefers(const GemmConvGeom& q, DType dtype);
   // dtype: f32 or bf16 (operands and dW alike). Allocates the scratch once.
-  static absl::StatusOr<std::unique_ptr<ConvGradWeightGemm>> Create(const ConvGradWeightGeom& q, DType dtype);
+  static absl::StatusOr<std::unique_ptr<ConvGradWeightGemm>> Create(const GemmConvGeom& q, DType dtype);
 
   // dy: [N, M, OH, OW], x: [N, C, IH, IW], dw: [M, C, KH, KW], all in dtype, plain.
   void Run(const void* dy, const void* x, void* dw);
@@ -55,13 +49,11 @@ class ConvGradWeightGemm {
   template <typename Word>
   void Stage(const Word* dy, const Word* x);
 
-  ConvGradWeightGeom q_;
+  GemmConvGeom q_;
   DType dtype_ = DType::kF32;
   std::vector<uint32_t> dy_rows_, col_;  // dY' and col^T, in dtype's words (bf16 packs two per uint32_t)
-  // Per position of K: the dY element dY' reads, and per (kh, kw) the X element the tap
-  // reads and an all-ones mask (all-zeros where the tap lies in the padding).
-  std::vector<int32_t> dy_index_, tap_index_;
-  std::vector<uint32_t> tap_keep_;
+  std::vector<int32_t> dy_index_;        // per position of K: the dY element dY' reads
+  Im2ColTransposed im2col_;
   dnnl::matmul primitive_;
   dnnl::memory a_, b_, y_;
 };

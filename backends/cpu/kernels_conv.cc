@@ -14,8 +14,8 @@
 //   f64   plain loops (the reference), OpenMP-parallel over N x M (forward), N x C
 //         (backward data) or M x C/group (backward weights). The same loops over f32
 //         are the fallback when oneDNN rejects a configuration.
-// ConvGradWeight of a group-1 convolution with tiny output planes (f32, bf16) is one
-// matmul over an im2col matrix instead (conv_grad_weight_gemm.h).
+// ConvGradInput and ConvGradWeight of a group-1 convolution with tiny output planes (f32,
+// bf16) are one matmul each instead (conv_grad_input_gemm.h, conv_grad_weight_gemm.h).
 // Pooling lives in kernels_pool.cc and is registered from here.
 #include <array>
 #include <functional>
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backends/cpu/conv_grad_input_gemm.h"
 #include "backends/cpu/conv_grad_weight_gemm.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
@@ -333,8 +334,17 @@ class ConvKernel : public Kernel {
     auto k = std::make_unique<ConvKernel>();
     k->dtype_ = node.inputs[0]->dtype;
     k->has_bias_ = kMode == ConvMode::kForward && node.inputs.size() > 2 && node.inputs[2] != nullptr;
+    const cpu::GemmConvGeom gq{q.n, q.c, q.m, q.w};
+    if (kMode == ConvMode::kGradInput && q.g == 1 && !cpu::RunsInTf32(node) &&
+        cpu::ConvGradInputGemm::Prefers(gq, k->dtype_)) {
+      auto gemm = cpu::ConvGradInputGemm::Create(gq, k->dtype_);
+      if (gemm.ok()) {
+        std::shared_ptr<cpu::ConvGradInputGemm> g = std::move(*gemm);
+        k->fn_ = [g](const void* dy, const void* w, const void*, void* dx) { g->Run(dy, w, dx); };
+        return std::unique_ptr<Kernel>(std::move(k));
+      }
+    }
     if (kMode == ConvMode::kGradWeight && q.g == 1 && !cpu::RunsInTf32(node)) {
-      const cpu::ConvGradWeightGeom gq{q.n, q.c, q.m, q.w};
       if (cpu::ConvGradWeightGemm::Prefers(gq, k->dtype_)) {
         auto gemm = cpu::ConvGradWeightGemm::Create(gq, k->dtype_);
         if (gemm.ok()) {

@@ -82,12 +82,12 @@ conv::Window2D WindowOf(const GradWeightCase& c) {
 
 TEST(ConvGradWeightGemmTest, TheseCasesTakeTheGemmPathAndLargerPlanesDoNot) {
   for (const GradWeightCase& c : Cases()) {
-    const cpu::ConvGradWeightGeom q{c.x[0], c.x[1], c.dy[1], WindowOf(c)};
+    const cpu::GemmConvGeom q{c.x[0], c.x[1], c.dy[1], WindowOf(c)};
     EXPECT_TRUE(cpu::ConvGradWeightGemm::Prefers(q, DType::kF32)) << c.name;
     EXPECT_TRUE(cpu::ConvGradWeightGemm::Prefers(q, DType::kBF16)) << c.name;
     EXPECT_FALSE(cpu::ConvGradWeightGemm::Prefers(q, DType::kF16)) << c.name << ": f16 is staged through f32";
   }
-  cpu::ConvGradWeightGeom big{32, 256, 256, {}};
+  cpu::GemmConvGeom big{32, 256, 256, {}};
   big.w.ih = big.w.iw = big.w.oh = big.w.ow = 4;
   big.w.kh = big.w.kw = 3;
   big.w.pt = big.w.pl = big.w.pb = big.w.pr = 1;

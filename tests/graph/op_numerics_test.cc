@@ -139,12 +139,21 @@ absl::StatusOr<ForwardRun> RunForward(const OpCase& c, DType float_dtype) {
 // output once, so every element is the f64 reference rounded to the format, give or
 // take one ulp where the f32 evaluation lands across a rounding boundary. An f16/bf16
 // accumulator, or a second rounding, shows up here long before the norm tolerance.
+// The exception is an element that is the small difference of much larger terms (a
+// normalised value next to its channel's mean): it carries the f32 evaluation's absolute
+// error, which is set by the terms, not by the element. Elements within 2^-20 of the
+// largest |output| of the reference (8 f32 ulps of it; a 16-bit ulp of it is 2^-8 or
+// 2^-11) are held to that instead.
 ::testing::AssertionResult CheckRoundedOnce(const std::vector<Tensor>& got, const std::vector<Tensor>& ref,
                                             DType dtype) {
   auto ordered = [](uint16_t h) -> int64_t { return (h & 0x8000) ? -int64_t(h & 0x7fff) : int64_t(h & 0x7fff); };
   for (size_t i = 0; i < ref.size(); ++i) {
     if (got[i].dtype() != dtype) continue;  // fixed-dtype outputs (masks, f32 products)
+    double largest = 0;
+    for (int64_t k = 0; k < ref[i].num_elements(); ++k) largest = std::max(largest, std::abs(ref[i].GetAsDouble(k)));
+    const double f32_noise = std::ldexp(largest, -20);
     for (int64_t k = 0; k < ref[i].num_elements(); ++k) {
+      if (std::abs(got[i].GetAsDouble(k) - ref[i].GetAsDouble(k)) <= f32_noise) continue;
       const double want = RoundToFormat(ref[i].GetAsDouble(k), dtype);
       const Tensor want_t = Tensor::FromVector<double>({}, {want}).CastTo(dtype);  // exact: want is in the format
       const int64_t ulps = std::abs(ordered(got[i].data<uint16_t>()[k]) - ordered(want_t.data<uint16_t>()[0]));
