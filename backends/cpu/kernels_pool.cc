@@ -11,7 +11,9 @@
 // stated once here and match the forward exactly. Max pooling over wide rows evaluates a
 // row of windows at a time in vector lanes (MaxWindowsAcross); 2x2/2 windows tiling the
 // plane take the maximum of every horizontal pair in one vector loop and then the better
-// pair of each window (ForEachArgMax2x2Tiles); other windows inside the input go a row at a
+// pair of each window (ForEachArgMax2x2Tiles); 3x3/2 windows with one leading pad
+// (ResNet's stem pool) are separable: three-tap maxima per input row, then the best of
+// three rows (ForEachArgMax3x3Stride2); other windows inside the input go a row at a
 // time without branches (ArgMaxFullRow), the rest window by window. All visit each
 // window's taps in row-major order with a strict comparison, so they agree bit for bit
 // (tests/graph/conv_op_cases.cc holds padded, ceil_mode, dilated and tied cases of both
@@ -47,10 +49,13 @@ struct PoolGeom {
   int64_t planes = 0;  // N x C
   conv::Window2D w;
   bool include_pad = false;
-  std::vector<Taps> th, tw;     // per output row / column, computed once per node
-  std::vector<int64_t> ch, cw;  // averaging divisor factors per output row / column
-  bool full_windows = false;    // every window lies inside the input, dilation 1
-  bool tiles_2x2 = false;       // 2x2 windows, stride 2, exactly tiling the input (see ForEachArgMax2x2Tiles)
+  std::vector<Taps> th, tw;       // per output row / column, computed once per node
+  std::vector<int64_t> ch, cw;    // averaging divisor factors per output row / column
+  bool full_windows = false;      // every window lies inside the input, dilation 1
+  bool tiles_2x2 = false;         // 2x2 windows, stride 2, exactly tiling the input (see ForEachArgMax2x2Tiles)
+  bool separable_3x3_s2 = false;  // 3x3 windows, stride 2, one leading pad (see ForEachArgMax3x3Stride2)
+  // ForEachArgMax3x3Stride2: per window column j, whether its taps 2j-1, 2j, 2j+1 lie in the input.
+  std::vector<int32_t> left_valid, middle_valid, right_valid;
   // Max pooling's scratch rows (see MaxWindowsAcross): the left padding, the input row,
   // then columns up to the last tap of the last window; valid_columns marks the input.
   int64_t scratch_width = 0;
@@ -106,6 +111,16 @@ absl::StatusOr<PoolGeom> PoolGeomOf(const Node& node, const Shape& x_shape) {
   for (const Taps& t : g.tw) g.full_windows &= t.k0 == 0 && t.k1 == d.kw;
   g.tiles_2x2 =
       g.full_windows && d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2 && d.ih == 2 * d.oh && d.iw == 2 * d.ow;
+  // Every window of this shape sees at least its middle tap (ONNX starts the last window
+  // inside the input or the leading pad), so none is empty; trailing pads and a ceil_mode
+  // overhang only drop taps, which the validity masks handle.
+  g.separable_3x3_s2 = d.kh == 3 && d.kw == 3 && d.sh == 2 && d.sw == 2 && d.dh == 1 && d.dw == 1 && d.pt == 1 &&
+                       d.pl == 1 && d.ih >= 2 && d.iw >= 2;
+  for (int64_t j = 0; j < d.ow; ++j) {
+    g.left_valid.push_back(j >= 1 && 2 * j - 1 < d.iw);
+    g.middle_valid.push_back(2 * j < d.iw);
+    g.right_valid.push_back(2 * j + 1 < d.iw);
+  }
   return g;
 }
 
@@ -270,6 +285,9 @@ struct MaxPoolScratch {
   std::vector<uint8_t> row_used;
   std::vector<A> pair_v;  // ForEachArgMax2x2Tiles: the larger of each horizontal pair
   std::vector<int32_t> pair_i;
+  std::vector<A> even, odd;  // ForEachArgMax3x3Stride2: the plane's even and odd columns,
+  std::vector<A> row_v;      // and the first maximum of each input row's three taps
+  std::vector<int32_t> row_i;
 };
 
 // best_i[j] = plane index of the first maximum of window j of the row (-1 if it sees no
@@ -384,6 +402,107 @@ inline void ForEachArgMax2x2Tiles(const T* xp, const PoolGeom& g, MaxPoolScratch
   }
 }
 
+// Per input row, the first maximum (or last NaN) of the three taps 2j-1, 2j, 2j+1 of
+// every window column j: value and plane index. The row's columns arrive split, even[j]
+// = column 2j and odd[j + 1] = column 2j + 1 (odd[0] stands for the leading pad), so all
+// three taps are contiguous loads (strided ones became gathers). Row-major order with the
+// strict comparison, as ArgMax; the middle tap is valid in every window but a ceil_mode
+// overhang's, whose left tap is. Compiled for each vector ISA.
+template <typename A>
+MPC_ISA_CLONES void RowMaximaOfThree(const A* __restrict even, const A* __restrict odd, int64_t ih, int64_t iw,
+                                     int64_t ow, const int32_t* __restrict left_valid,
+                                     const int32_t* __restrict middle_valid, const int32_t* __restrict right_valid,
+                                     A* __restrict row_v, int32_t* __restrict row_i) {
+  for (int64_t r = 0; r < ih; ++r) {
+    const A* e = even + r * ow;
+    const A* o = odd + r * (ow + 1);
+    const int32_t base = static_cast<int32_t>(r * iw);
+    A* out_v = row_v + r * ow;
+    int32_t* out_i = row_i + r * ow;
+    // The left tap, then the middle and the right one across the row's windows, one
+    // loop each, as MaxWindowsAcross: with the three taps in one loop GCC found control
+    // flow and left it scalar. The left tap's index is -1 where it is the pad (masks,
+    // not a ternary, for the same reason).
+#pragma omp simd
+    for (int64_t j = 0; j < ow; ++j) {
+      const int32_t keep = -static_cast<int32_t>(left_valid[j] != 0);
+      out_v[j] = o[j];
+      out_i[j] = ((base + static_cast<int32_t>(2 * j) - 1) & keep) | ~keep;
+    }
+    for (int64_t c = 0; c < 2; ++c) {
+      const A* tap = c == 0 ? e : o + 1;
+      const int32_t* valid = c == 0 ? middle_valid : right_valid;
+#pragma omp simd
+      for (int64_t j = 0; j < ow; ++j) {
+        const A v = tap[j];
+        const A bv = out_v[j];
+        const int32_t bi = out_i[j];
+        const bool take = (valid[j] != 0) & ((bi < 0) | (v > bv) | (v != v));
+        out_v[j] = take ? v : bv;
+        out_i[j] = take ? base + static_cast<int32_t>(2 * j + c) : bi;
+      }
+    }
+  }
+}
+
+// best_i[j] = the first maximum (or last NaN) of rows 2o-1, 2o, 2o+1's row maxima in
+// column j, for output row o: the earliest row holding the window's maximum, at its
+// first column, is the row-major first maximum. Compiled for each vector ISA.
+template <typename A>
+MPC_ISA_CLONES void ColumnMaximaOfThree(const A* __restrict row_v, const int32_t* __restrict row_i, int64_t ih,
+                                        int64_t o, int64_t ow, A* __restrict best_v, int32_t* __restrict best_i) {
+  const int64_t r0 = std::max<int64_t>(2 * o - 1, 0), r1 = std::min<int64_t>(2 * o + 2, ih);
+  for (int64_t j = 0; j < ow; ++j) {
+    best_v[j] = row_v[r0 * ow + j];
+    best_i[j] = row_i[r0 * ow + j];
+  }
+  for (int64_t r = r0 + 1; r < r1; ++r) {
+    const A* v_row = row_v + r * ow;
+    const int32_t* i_row = row_i + r * ow;
+#pragma omp simd
+    for (int64_t j = 0; j < ow; ++j) {
+      const A v = v_row[j];
+      const bool take = (i_row[j] >= 0) & ((best_i[j] < 0) | (v > best_v[j]) | (v != v));
+      best_v[j] = take ? v : best_v[j];
+      best_i[j] = take ? i_row[j] : best_i[j];
+    }
+  }
+}
+
+// 3x3 windows with stride 2 and one leading pad row and column (ResNet's stem pool, and
+// most CNNs' first): separable. Each input row's three-tap maxima are computed once for
+// the whole plane (a row feeds two windows' rows), then each output row takes the best of
+// three of them; row by row as in ForEachArgMaxVector, the plane's rows were copied and
+// scanned with nine strided taps per window and paid a call per output row.
+template <typename T, typename F>
+inline void ForEachArgMax3x3Stride2(const T* xp, const PoolGeom& g, MaxPoolScratch<cpu::Acc<T>>& scratch, F f) {
+  using A = cpu::Acc<T>;
+  const conv::Window2D& d = g.w;
+  const int64_t ow = d.ow;
+  scratch.even.resize(static_cast<size_t>(d.ih * ow));
+  scratch.odd.resize(static_cast<size_t>(d.ih * (ow + 1)));
+  scratch.row_v.resize(static_cast<size_t>(d.ih * ow));
+  scratch.row_i.resize(static_cast<size_t>(d.ih * ow));
+  scratch.best_v.resize(static_cast<size_t>(ow));
+  scratch.best_i.resize(static_cast<size_t>(ow));
+  // Columns past the input (a ceil_mode overhang) keep whatever they hold: masked.
+  const int64_t evens = std::min(ow, (d.iw + 1) / 2), odds = std::min(ow, d.iw / 2);
+  for (int64_t r = 0; r < d.ih; ++r) {
+    const T* src = xp + r * d.iw;
+    A* e = scratch.even.data() + r * ow;
+    A* o = scratch.odd.data() + r * (ow + 1) + 1;
+    for (int64_t m = 0; m < evens; ++m) e[m] = A(src[2 * m]);
+    for (int64_t m = 0; m < odds; ++m) o[m] = A(src[2 * m + 1]);
+  }
+  RowMaximaOfThree(scratch.even.data(), scratch.odd.data(), d.ih, d.iw, ow, g.left_valid.data(), g.middle_valid.data(),
+                   g.right_valid.data(), scratch.row_v.data(), scratch.row_i.data());
+  for (int64_t o = 0; o < d.oh; ++o) {
+    ColumnMaximaOfThree(scratch.row_v.data(), scratch.row_i.data(), d.ih, o, d.ow, scratch.best_v.data(),
+                        scratch.best_i.data());
+    for (int64_t j = 0; j < d.ow; ++j) f(o * d.ow + j, static_cast<int64_t>(scratch.best_i[j]));
+  }
+}
+
 // Rows of at least this many windows take the vector path: below, a row does not fill
 // one AVX-512 vector of f32 lanes and the per-row copies cost more than they save
 // (Fashion-CNN's 14-wide 2x2/2 pools ran 2x slower on it; ResNet's 16-wide 3x3/2 2.6x faster).
@@ -392,6 +511,7 @@ constexpr int64_t kVectorMinWindows = 16;
 template <typename T, typename F>
 inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch<cpu::Acc<T>>& scratch, F f) {
   if (g.tiles_2x2) return ForEachArgMax2x2Tiles(xp, g, scratch, f);
+  if (g.separable_3x3_s2) return ForEachArgMax3x3Stride2(xp, g, scratch, f);
   if (g.w.ow >= kVectorMinWindows) return ForEachArgMaxVector(xp, g, scratch, f);
   ForEachArgMaxScalar(xp, g, f);
 }
@@ -420,6 +540,14 @@ struct MaxPoolKernel {
     });
   }
 };
+
+// dst[i] = acc[i] rounded to T. Compiled for each vector ISA: in the baseline build the
+// 16-bit roundings stay scalar (cpu_isa.h), and this was most of ResNet-18's MaxPoolGrad.
+template <typename T>
+MPC_ISA_CLONES void StoreRoundedPlane(const cpu::Acc<T>* __restrict acc, T* __restrict dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) cpu::StoreRounded(dst + i, acc[i]);
+}
 
 // MaxPoolGrad(dY, X): dX[argmax] += dY.
 template <typename T>
@@ -457,7 +585,7 @@ struct MaxPoolGradKernel {
           ForEachArgMax(xp, g, scratch, [&](int64_t o, int64_t i) {
             if (i >= 0) acc[i] += A(dyp[o]);
           });
-          for (int64_t i = 0; i < d.ih * d.iw; ++i) cpu::StoreRounded(dxp + i, acc[i]);
+          StoreRoundedPlane(acc.data(), dxp, d.ih * d.iw);
         }
       }
       return absl::OkStatus();

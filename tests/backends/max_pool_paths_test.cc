@@ -5,14 +5,16 @@
 // run as a tiled 8x8 plane (tiled path), embedded in a 9x9 plane whose extra row and
 // column no window reaches (full windows a row at a time), and in that 9x9 plane with
 // ceil_mode, whose extra partial windows send it down the general window-by-window path;
-// in every float dtype, forward and gradient. Wide rows (the vector path) are checked
-// against a window-by-window oracle written here.
+// in every float dtype, forward and gradient. Wide rows (the vector path) and ResNet's
+// 3x3/2 pad-1 windows (the separable path) are checked against a window-by-window oracle
+// written here.
 #include <cmath>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
@@ -170,63 +172,98 @@ TEST(MaxPoolPathsTest, TiledTwoByTwoPathAgreesWithTheGeneralPathOnTiesAndNaNs) {
   }
 }
 
+// Runs MaxPool and MaxPoolGrad of `pool` over [1, planes, h, w] data full of ties and
+// NaNs in every float dtype and checks each window against a window-by-window oracle of
+// the rule (row-major taps, strict comparison: the first maximum, the last NaN), forward
+// and gradient. dY holds quarters, so every gradient sum is exact in every dtype.
+struct OracleRun {
+  int64_t windows_per_row = 0;
+  int nan_windows = 0;  // windows whose maximum is a NaN
+};
+
+OracleRun ExpectMatchesOracle(int64_t planes, int64_t h, int64_t w, const PoolAttrs& pool, uint32_t seed) {
+  const Tensor x = Tensor::FromVector<float>({1, planes, h, w}, TiesAndNaNs(planes * h * w, seed, 13));
+  const Shape y_shape = PooledShape(x.shape(), pool);
+  EXPECT_EQ(y_shape.size(), 4u);
+  if (y_shape.size() != 4) return {};
+  const int64_t oh = y_shape[2], ow = y_shape[3];
+  std::vector<float> dy_values(static_cast<size_t>(planes * oh * ow));
+  for (size_t i = 0; i < dy_values.size(); ++i) dy_values[i] = 0.25f * static_cast<float>(1 + i % 4);
+  const Tensor dy = Tensor::FromVector<float>({1, planes, oh, ow}, dy_values);
+  // The oracle: each window's taps in row-major order.
+  std::vector<float> want_y(dy_values.size(), 0), want_dx(static_cast<size_t>(planes * h * w), 0);
+  int nan_windows = 0;
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* xp = x.data<float>() + p * h * w;
+    for (int64_t r = 0; r < oh; ++r) {
+      for (int64_t c = 0; c < ow; ++c) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < pool.kernel[0]; ++i) {
+          const int64_t hi = r * pool.strides[0] - pool.pads[0] + i * pool.dilations[0];
+          for (int64_t j = 0; j < pool.kernel[1]; ++j) {
+            const int64_t wi = c * pool.strides[1] - pool.pads[1] + j * pool.dilations[1];
+            if (hi < 0 || hi >= h || wi < 0 || wi >= w) continue;
+            const float v = xp[hi * w + wi];
+            if (best < 0 || v > xp[best] || std::isnan(v)) best = hi * w + wi;
+          }
+        }
+        const int64_t o = (p * oh + r) * ow + c;
+        if (best < 0) continue;  // a window that sees no input: 0, no gradient
+        want_y[o] = xp[best];
+        nan_windows += std::isnan(xp[best]);
+        want_dx[p * h * w + best] += dy_values[o];
+      }
+    }
+  }
+  for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(d));
+    const PoolRun got = RunPool(x, dy, d, pool);
+    EXPECT_EQ(got.y.num_elements(), static_cast<int64_t>(want_y.size()));
+    if (got.y.num_elements() != static_cast<int64_t>(want_y.size())) continue;
+    ExpectSame(got.y.data<float>(), want_y.data(), got.y.num_elements(), "Y");
+    ExpectSame(got.dx.data<float>(), want_dx.data(), got.dx.num_elements(), "dX");
+  }
+  return {ow, nan_windows};
+}
+
 // Rows of at least 16 windows go through the vector path (MaxWindowsAcross, one tap
-// across a row of windows); each window is checked against a window-by-window oracle of
-// the rule (row-major taps, strict comparison: the first maximum, the last NaN), forward and
-// gradient, on ResNet's 3x3/2 pad-1 pool and on stride 1, dilation, asymmetric
-// padding and ceil_mode. dY holds quarters, so every gradient sum is exact in every dtype.
+// across a row of windows): stride 1, dilation, asymmetric padding and ceil_mode.
 TEST(MaxPoolPathsTest, WideRowsAgreeWithAWindowByWindowOracle) {
-  constexpr int64_t kPlanes = 3, kH = 8, kW = 38;
   std::vector<std::pair<std::string, PoolAttrs>> configs;
-  configs.push_back({"resnet 3x3/2 pad 1", {{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false}});
   configs.push_back({"3x3/1 pad 1", {{3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, false}});
   configs.push_back({"2x3/(1,2) dilated, asymmetric pads", {{2, 3}, {1, 2}, {1, 2, 0, 1}, {2, 2}, false}});
   configs.push_back({"1x4/2 ceil_mode, padded", {{1, 4}, {2, 2}, {0, 1, 0, 1}, {1, 1}, true}});
   configs.push_back({"3x3/2 ceil_mode", {{3, 3}, {2, 2}, {0, 0, 0, 0}, {1, 1}, true}});
-  const Tensor x = Tensor::FromVector<float>({1, kPlanes, kH, kW}, TiesAndNaNs(kPlanes * kH * kW, 2024, 13));
   for (const auto& [name, pool] : configs) {
     SCOPED_TRACE(name);
-    const Shape y_shape = PooledShape(x.shape(), pool);
-    ASSERT_EQ(y_shape.size(), 4u);
-    const int64_t oh = y_shape[2], ow = y_shape[3];
-    ASSERT_GE(ow, 16) << "the row must be wide enough for the vector path";
-    std::vector<float> dy_values(static_cast<size_t>(kPlanes * oh * ow));
-    for (size_t i = 0; i < dy_values.size(); ++i) dy_values[i] = 0.25f * static_cast<float>(1 + i % 4);
-    const Tensor dy = Tensor::FromVector<float>({1, kPlanes, oh, ow}, dy_values);
-    // The oracle: each window's taps in row-major order.
-    std::vector<float> want_y(dy_values.size(), 0), want_dx(static_cast<size_t>(kPlanes * kH * kW), 0);
-    int nan_windows = 0;
-    for (int64_t p = 0; p < kPlanes; ++p) {
-      const float* xp = x.data<float>() + p * kH * kW;
-      for (int64_t r = 0; r < oh; ++r) {
-        for (int64_t c = 0; c < ow; ++c) {
-          int64_t best = -1;
-          for (int64_t i = 0; i < pool.kernel[0]; ++i) {
-            const int64_t h = r * pool.strides[0] - pool.pads[0] + i * pool.dilations[0];
-            for (int64_t j = 0; j < pool.kernel[1]; ++j) {
-              const int64_t w = c * pool.strides[1] - pool.pads[1] + j * pool.dilations[1];
-              if (h < 0 || h >= kH || w < 0 || w >= kW) continue;
-              const float v = xp[h * kW + w];
-              if (best < 0 || v > xp[best] || std::isnan(v)) best = h * kW + w;
-            }
-          }
-          const int64_t o = (p * oh + r) * ow + c;
-          if (best < 0) continue;  // a window that sees no input: 0, no gradient
-          want_y[o] = xp[best];
-          nan_windows += std::isnan(xp[best]);
-          want_dx[p * kH * kW + best] += dy_values[o];
-        }
-      }
-    }
-    EXPECT_GT(nan_windows, 3);  // the NaN rule is exercised, not just ties
-    for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
-      SCOPED_TRACE(DTypeName(d));
-      const PoolRun got = RunPool(x, dy, d, pool);
-      ASSERT_EQ(got.y.num_elements(), static_cast<int64_t>(want_y.size()));
-      ExpectSame(got.y.data<float>(), want_y.data(), got.y.num_elements(), "Y");
-      ExpectSame(got.dx.data<float>(), want_dx.data(), got.dx.num_elements(), "dX");
+    const OracleRun run = ExpectMatchesOracle(3, 8, 38, pool, 2024);
+    EXPECT_GE(run.windows_per_row, 16) << "the row must be wide enough for the vector path";
+    EXPECT_GT(run.nan_windows, 3) << "the NaN rule is exercised, not just ties";
+  }
+}
+
+// 3x3 windows with stride 2 and one leading pad row and column (ResNet's stem pool) go
+// through the separable path (ForEachArgMax3x3Stride2: three-tap maxima per input row,
+// then per output row the best of three rows): even and odd plane sizes, trailing pads
+// of 0 to 2, ceil_mode windows hanging over the end, planes as small as 2x2 and rows
+// from 1 to 19 windows.
+TEST(MaxPoolPathsTest, SeparableThreeByThreeStrideTwoAgreesWithAWindowByWindowOracle) {
+  const std::vector<std::pair<int64_t, int64_t>> planes = {{8, 38}, {32, 32}, {7, 9}, {5, 6}, {2, 2}, {3, 2}};
+  std::vector<std::pair<std::string, PoolAttrs>> configs;
+  configs.push_back({"resnet 3x3/2 pad 1", {{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false}});
+  configs.push_back({"leading pads only", {{3, 3}, {2, 2}, {1, 1, 0, 0}, {1, 1}, false}});
+  configs.push_back({"trailing pads of 2", {{3, 3}, {2, 2}, {1, 1, 2, 2}, {1, 1}, false}});
+  configs.push_back({"ceil_mode", {{3, 3}, {2, 2}, {1, 1, 0, 0}, {1, 1}, true}});
+  configs.push_back({"ceil_mode, padded", {{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, true}});
+  uint32_t seed = 77;
+  int nan_windows = 0;
+  for (const auto& [h, w] : planes) {
+    for (const auto& [name, pool] : configs) {
+      SCOPED_TRACE(absl::StrCat(name, ", ", h, "x", w));
+      nan_windows += ExpectMatchesOracle(4, h, w, pool, ++seed).nan_windows;
     }
   }
+  EXPECT_GT(nan_windows, 20) << "the NaN rule is exercised, not just ties";
 }
 
 // The last NaN of a window takes its gradient, whichever pair of the 2x2 it is in.
