@@ -20,6 +20,9 @@ struct Capabilities {
   std::vector<DType> native_compute;  // dtypes whose GEMMs run natively
   bool fp8 = false;
   bool tf32 = false;
+  // The multi-tensor optimizer updates and FindNonFinite read bf16/f16 gradients (widening
+  // as they load), so fold-gradient-casts may drop the gradients' Casts to f32.
+  bool updates_read_16bit_gradients = false;
   std::map<DType, int> pad_multiple;  // preferred GEMM dim multiple per compute dtype
   // Whether the backend has a kernel for (op, dtype); null means "assume yes" (fake
   // capability sets in pass tests).

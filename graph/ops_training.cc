@@ -57,8 +57,12 @@ absl::Status CheckParameterInputs(const Node& n, const UpdateTensorInputs& in) {
     return absl::InvalidArgumentError(absl::StrCat("gradient ", ShapeToString(grad->shape),
                                                    " does not match parameter ", ShapeToString(param->shape)));
   }
-  if (grad->dtype != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat("gradient of '", param->name, "' must arrive in f32"));
+  // bf16/f16 gradients only in the multi-tensor updates, where fold-gradient-casts puts
+  // them on backends whose kernels widen as they read (Capabilities).
+  const bool multi = n.op == "MultiSgdUpdate" || n.op == "MultiAdamWUpdate";
+  if (grad->dtype != DType::kF32 && !(multi && (grad->dtype == DType::kBF16 || grad->dtype == DType::kF16))) {
+    return absl::InvalidArgumentError(absl::StrCat("gradient of '", param->name, "' must arrive in f32",
+                                                   multi ? ", bf16 or f16" : "", "; it is ", DTypeName(grad->dtype)));
   }
   for (int i : {in.momentum_buf, in.m, in.v}) {
     if (i >= 0) MPC_RETURN_IF_ERROR(CheckStateLike(n, i, param));
@@ -198,11 +202,14 @@ void RegisterTrainingOps(OpRegistry& r) {
 namespace mpc {
 namespace {
 
-absl::StatusOr<std::vector<TensorType>> InferGradientList(const Node& n, int first) {
+// allow_16bit: FindNonFinite also reads bf16/f16 gradients (fold-gradient-casts).
+absl::StatusOr<std::vector<TensorType>> InferGradientList(const Node& n, int first, bool allow_16bit = false) {
   std::vector<TensorType> out;
   for (size_t i = first; i < n.inputs.size(); ++i) {
-    if (n.inputs[i]->dtype != DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient '", n.inputs[i]->name, "' must be f32"));
+    const DType d = n.inputs[i]->dtype;
+    if (d != DType::kF32 && !(allow_16bit && (d == DType::kBF16 || d == DType::kF16))) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient '", n.inputs[i]->name, "' must be f32",
+                                                     allow_16bit ? ", bf16 or f16" : "", "; it is ", DTypeName(d)));
     }
     out.push_back({DType::kF32, n.inputs[i]->shape});
   }
@@ -230,7 +237,7 @@ void RegisterLossScalingOps(OpRegistry& r) {
   find.min_inputs = 1;
   find.max_inputs = kMany;
   find.infer = [](const Node& n) -> absl::StatusOr<std::vector<TensorType>> {
-    MPC_ASSIGN_OR_RETURN(std::vector<TensorType> types, InferGradientList(n, 0));
+    MPC_ASSIGN_OR_RETURN(std::vector<TensorType> types, InferGradientList(n, 0, /*allow_16bit=*/true));
     return std::vector<TensorType>{types.back()};
   };
   r.Register(find);

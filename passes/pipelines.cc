@@ -10,6 +10,7 @@
 #include "passes/batch_norm_stats.h"
 #include "passes/defer_widening_casts.h"
 #include "passes/ema.h"
+#include "passes/fold_gradient_casts.h"
 #include "passes/fold_output_casts.h"
 #include "passes/fold_transposes.h"
 #include "passes/fp8_lower.h"
@@ -75,6 +76,9 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   p.Add(std::make_unique<Tf32Pass>(o.autocast.precision == Precision::kTF32, &r->tf32));
   // Multi-tensor updates: once every update exists and nothing rewrites them.
   p.Add(std::make_unique<FuseUpdatesPass>());
+  // 16-bit gradients read by the fused updates directly, their Casts to f32 gone, where
+  // the backend's update kernels widen as they load: after fuse-updates made them.
+  p.Add(std::make_unique<FoldGradientCastsPass>(caps));
   // The weight average after each weight's update: after fuse-updates, so it orders itself
   // after the node that will write the weight.
   p.Add(std::make_unique<EmaPass>(o.ema, &r->optimizer, &r->ema));

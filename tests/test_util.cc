@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -58,6 +59,19 @@ absl::StatusOr<std::unique_ptr<Executor>> ExecutorFor(const Graph& graph, Backen
   if (!memory.ok()) return memory.status();
   plan.plan = *memory;
   return Executor::Create(graph, plan, backend);
+}
+
+std::string FirstDifference(const std::map<std::string, Tensor>& want, const std::map<std::string, Tensor>& got) {
+  if (want.size() != got.size()) {
+    return "expected " + std::to_string(want.size()) + " tensors, got " + std::to_string(got.size());
+  }
+  for (const auto& [name, t] : want) {
+    auto it = got.find(name);
+    if (it == got.end()) return "'" + name + "' is missing";
+    if (it->second.dtype() != t.dtype() || it->second.shape() != t.shape()) return "'" + name + "' has another type";
+    if (std::memcmp(it->second.raw(), t.raw(), t.bytes()) != 0) return "'" + name + "' differs";
+  }
+  return "";
 }
 
 std::string FashionMnistPath(const std::string& file) { return std::string(MPC_FASHION_MNIST_DIR) + "/" + file; }

@@ -1,6 +1,7 @@
 // Helpers shared by the tests: seeded random tensors, relative errors, paths.
 #pragma once
 
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ std::string Python();
 std::string FashionMnistPath(const std::string& file);
 // The numbers of a golden losses file (one per line, as the tests/golden scripts write them).
 std::vector<double> ReadLosses(const std::string& path);
+// "" when `got` holds the same names as `want` with bit-identical tensors; otherwise what
+// differs first (for the tests that train twice and expect the same bits).
+std::string FirstDifference(const std::map<std::string, Tensor>& want, const std::map<std::string, Tensor>& got);
 // One CPU backend shared by a test binary (its kernel registry is built once).
 Backend& CpuBackend();
 // An executor for a hand-built graph: its topological order and memory plan, as the

@@ -19,6 +19,7 @@ class CpuBackend : public Backend {
     caps_.native_compute = {DType::kF32, DType::kF64, DType::kBF16};
     caps_.tf32 = false;
     caps_.fp8 = false;
+    caps_.updates_read_16bit_gradients = true;  // kernels_multi_tensor_update.cc, kernels_loss_scaling.cc
     // The registry lives for the process; capturing it rather than `this` keeps a copy of
     // these capabilities valid after the backend is gone (passes and tests keep copies).
     caps_.has_kernel = [registry = &kernels()](const std::string& op, DType dtype) {

@@ -44,6 +44,28 @@ MPC_ISA_CLONES bool AnyNonFiniteRange(const float* g, int64_t n) {
   return bad != 0;
 }
 
+// The same over 16-bit words: an infinity or a NaN has every exponent bit set (bf16:
+// 0x7f80, f16: 0x7c00). For gradients whose widening Cast was folded into the update
+// (passes/fold_gradient_casts.h).
+template <uint16_t kExponent>
+MPC_ISA_CLONES bool AnyNonFinite16Range(const uint16_t* g, int64_t n) {
+  uint32_t bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (int64_t i = 0; i < n; ++i) bad |= (g[i] & kExponent) == kExponent ? 1u : 0u;
+  return bad != 0;
+}
+
+bool AnyNonFiniteIn(const TensorView& t, int64_t begin, int64_t end) {
+  switch (t.dtype) {
+    case DType::kBF16:
+      return AnyNonFinite16Range<0x7f80>(static_cast<const uint16_t*>(t.data) + begin, end - begin);
+    case DType::kF16:
+      return AnyNonFinite16Range<0x7c00>(static_cast<const uint16_t*>(t.data) + begin, end - begin);
+    default:
+      return AnyNonFiniteRange(t.as<float>() + begin, end - begin);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreateUnscale(const Node&, Backend&) {
   return MakeKernel([](KernelContext& ctx) {
     const float inv = 1.0f / ctx.inputs[0].as<float>()[0];
@@ -65,9 +87,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateFindNonFinite(const Node&, Backend
   return MakeKernel([](KernelContext& ctx) {
     std::atomic<bool> nonfinite{false};
     for (const TensorView& t : ctx.inputs) {
-      const float* g = t.as<float>();
       cpu::ParallelRanges(t.num_elements(), 32768, [&](int64_t begin, int64_t end) {
-        if (AnyNonFiniteRange(g + begin, end - begin)) nonfinite.store(true, std::memory_order_relaxed);
+        if (AnyNonFiniteIn(t, begin, end)) nonfinite.store(true, std::memory_order_relaxed);
       });
     }
     ctx.outputs[0].as<float>()[0] = nonfinite.load() ? 1.0f : 0.0f;
@@ -164,6 +185,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateUpdateScale(const Node& node, Back
 
 void RegisterCpuLossScalingKernels(KernelRegistry& r) {
   r.Register("UnscaleGradients", "cpu", DType::kF32, CreateUnscale);
+  // Looked up by its first gradient's dtype, which fold-gradient-casts keeps f32; the
+  // others may be bf16/f16.
   r.Register("FindNonFinite", "cpu", DType::kF32, CreateFindNonFinite);
   r.Register("ClipByGlobalNorm", "cpu", DType::kF32, CreateClip);
   r.Register("InjectNonFinite", "cpu", DType::kF32, CreateInject);

@@ -1,6 +1,7 @@
 // CPU MultiSgdUpdate / MultiAdamWUpdate (graph/multi_tensor_update.h): the single
 // updates' loops (optimizer_math.h) parameter after parameter, so fusing the updates
-// changes no value.
+// changes no value. A gradient may arrive in bf16 or f16 (passes/fold_gradient_casts.h):
+// the loops widen it as they read it.
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/optimizer_math.h"
@@ -17,6 +18,15 @@ using cpu::NextAdamWStep;
 using cpu::SgdLoop;
 using cpu::WithCopyAt;
 
+// Calls loop(gradient pointer) with the element type of the gradient at input `index`.
+template <typename Loop>
+void WithGradientAt(const KernelContext& ctx, int index, Loop loop) {
+  const TensorView& g = ctx.inputs[index];
+  if (g.dtype == DType::kBF16) return loop(g.as<Bf16>());
+  if (g.dtype == DType::kF16) return loop(g.as<Half>());
+  loop(g.as<float>());
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMultiSgd(const Node& node, Backend&) {
   MPC_ASSIGN_OR_RETURN(const MultiUpdateLayout layout, MultiUpdateLayoutOf(node));
   const float momentum = node.attrs.GetFloat("momentum", 0.0f);
@@ -29,10 +39,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMultiSgd(const Node& node, Backend
     const float lr = ctx.inputs[layout.lr].as<float>()[0];
     for (const UpdateTensorInputs& in : layout.tensors) {
       float* p = ctx.inputs[in.param].as<float>();
-      const float* g = ctx.inputs[in.grad].as<float>();
       float* buf = in.momentum_buf >= 0 ? ctx.inputs[in.momentum_buf].as<float>() : nullptr;
       const int64_t n = ctx.inputs[in.param].num_elements();
-      WithCopyAt(ctx, in.lowp_copy, [&](auto* copy) { SgdLoop(n, p, g, buf, lr, momentum, wd, nesterov, copy); });
+      WithGradientAt(ctx, in.grad, [&](const auto* g) {
+        WithCopyAt(ctx, in.lowp_copy, [&](auto* copy) { SgdLoop(n, p, g, buf, lr, momentum, wd, nesterov, copy); });
+      });
     }
     return absl::OkStatus();
   });
@@ -50,11 +61,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMultiAdamW(const Node& node, Backe
     for (const UpdateTensorInputs& in : layout.tensors) {
       const AdamWCoefs c = NextAdamWStep(ctx.inputs[in.step].as<float>(), lr, b1, b2, eps, wd);
       float* p = ctx.inputs[in.param].as<float>();
-      const float* g = ctx.inputs[in.grad].as<float>();
       float* m = ctx.inputs[in.m].as<float>();
       float* v = ctx.inputs[in.v].as<float>();
       const int64_t n = ctx.inputs[in.param].num_elements();
-      WithCopyAt(ctx, in.lowp_copy, [&](auto* copy) { AdamWLoop(n, p, g, m, v, c, copy); });
+      WithGradientAt(ctx, in.grad, [&](const auto* g) {
+        WithCopyAt(ctx, in.lowp_copy, [&](auto* copy) { AdamWLoop(n, p, g, m, v, c, copy); });
+      });
     }
     return absl::OkStatus();
   });

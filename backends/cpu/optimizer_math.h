@@ -5,7 +5,10 @@
 //   AdamW: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //          p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 // A weight's bf16/f16 copy (lowp_copy) is rewritten in the same loop. The loops are
-// instantiated per copy type so the plain f32 update stays a branch-free vector loop.
+// instantiated per copy type so the plain f32 update stays a branch-free vector loop, and
+// per gradient type: the multi-tensor updates read a bf16/f16 gradient directly where the
+// compiler folded its widening Cast (passes/fold_gradient_casts.h); widening is exact, so
+// the update is the same as on the f32 copy.
 #pragma once
 
 #include <cmath>
@@ -44,13 +47,13 @@ inline void StoreCopy(Half* copy, int64_t i, float w) { copy[i].bits = FloatToHa
 // The update loops take everything as plain arguments (no closure captures), so each
 // instantiation is the same vector loop; with NoCopy, StoreCopy vanishes. Each runs over
 // one thread's range, compiled for every vector ISA (cpu_isa.h).
-template <typename C>
-MPC_ISA_CLONES void SgdRange(int64_t begin, int64_t end, float* p, const float* g, float* buf, float lr, float momentum,
+template <typename G, typename C>
+MPC_ISA_CLONES void SgdRange(int64_t begin, int64_t end, float* p, const G* g, float* buf, float lr, float momentum,
                              float wd, bool nesterov, C* copy) {
   if (buf) {
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) {
-      float d = g[i] + wd * p[i];
+      float d = static_cast<float>(g[i]) + wd * p[i];
       buf[i] = momentum * buf[i] + d;
       d = nesterov ? d + momentum * buf[i] : buf[i];
       p[i] -= lr * d;
@@ -60,13 +63,13 @@ MPC_ISA_CLONES void SgdRange(int64_t begin, int64_t end, float* p, const float* 
   }
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    p[i] -= lr * (g[i] + wd * p[i]);
+    p[i] -= lr * (static_cast<float>(g[i]) + wd * p[i]);
     StoreCopy(copy, i, p[i]);
   }
 }
 
-template <typename C>
-inline void SgdLoop(int64_t n, float* p, const float* g, float* buf, float lr, float momentum, float wd, bool nesterov,
+template <typename G, typename C>
+inline void SgdLoop(int64_t n, float* p, const G* g, float* buf, float lr, float momentum, float wd, bool nesterov,
                     C* copy) {
   ParallelRanges(
       n, 32768, [&](int64_t begin, int64_t end) { SgdRange(begin, end, p, g, buf, lr, momentum, wd, nesterov, copy); });
@@ -84,22 +87,23 @@ inline AdamWCoefs NextAdamWStep(float* step, float lr, float b1, float b2, float
   return AdamWCoefs{b1, b2, eps, lr / bc1, std::sqrt(bc2), 1.0f - lr * wd};
 }
 
-template <typename C>
-MPC_ISA_CLONES void AdamWRange(int64_t begin, int64_t end, float* p, const float* g, float* m, float* v,
+template <typename G, typename C>
+MPC_ISA_CLONES void AdamWRange(int64_t begin, int64_t end, float* p, const G* grad, float* m, float* v,
                                const AdamWCoefs c, C* copy) {
   const float b1 = c.b1, b2 = c.b2, eps = c.eps, step_size = c.step_size, bc2_sqrt = c.bc2_sqrt, decay = c.decay;
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
+    const float g = static_cast<float>(grad[i]);
     p[i] *= decay;
-    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * g;
+    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
     p[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
     StoreCopy(copy, i, p[i]);
   }
 }
 
-template <typename C>
-inline void AdamWLoop(int64_t n, float* p, const float* g, float* m, float* v, const AdamWCoefs c, C* copy) {
+template <typename G, typename C>
+inline void AdamWLoop(int64_t n, float* p, const G* g, float* m, float* v, const AdamWCoefs c, C* copy) {
   ParallelRanges(n, 32768, [&](int64_t begin, int64_t end) { AdamWRange(begin, end, p, g, m, v, c, copy); });
 }
 

@@ -168,6 +168,16 @@ class CudaMultiTensorUpdate : public Kernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
     MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
     MPC_ASSIGN_OR_RETURN(MultiUpdateLayout layout, MultiUpdateLayoutOf(node));
+    // These kernels read f32 gradients; the CUDA backend does not claim
+    // updates_read_16bit_gradients, so fold-gradient-casts leaves its Casts in place.
+    for (const UpdateTensorInputs& in : layout.tensors) {
+      if (node.inputs[in.grad]->dtype != DType::kF32) {
+        return absl::UnimplementedError(absl::StrCat("cuda ", node.op, " node '", node.name, "': gradient '",
+                                                     node.inputs[in.grad]->name, "' is ",
+                                                     DTypeName(node.inputs[in.grad]->dtype),
+                                                     "; the CUDA updates read f32 gradients (keep their Casts)"));
+      }
+    }
     auto k = std::unique_ptr<CudaMultiTensorUpdate>(new CudaMultiTensorUpdate());
     k->backend_ = cuda;
     k->stream_ = cuda->stream();
