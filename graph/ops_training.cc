@@ -59,7 +59,7 @@ absl::Status CheckParameterInputs(const Node& n, const UpdateTensorInputs& in) {
   }
   // bf16/f16 gradients only in the multi-tensor updates, where fold-gradient-casts puts
   // them on backends whose kernels widen as they read (Capabilities).
-  const bool multi = n.op == "MultiSgdUpdate" || n.op == "MultiAdamWUpdate";
+  const bool multi = IsMultiTensorUpdate(n);
   if (grad->dtype != DType::kF32 && !(multi && (grad->dtype == DType::kBF16 || grad->dtype == DType::kF16))) {
     return absl::InvalidArgumentError(absl::StrCat("gradient of '", param->name, "' must arrive in f32",
                                                    multi ? ", bf16 or f16" : "", "; it is ", DTypeName(grad->dtype)));

@@ -61,6 +61,17 @@ absl::StatusOr<std::unique_ptr<Executor>> ExecutorFor(const Graph& graph, Backen
   return Executor::Create(graph, plan, backend);
 }
 
+absl::StatusOr<std::map<std::string, Tensor>> ReadPersistentTensors(const Graph& graph, const Executor& executor) {
+  std::map<std::string, Tensor> out;
+  for (const auto& v : graph.values()) {
+    if (v->kind != ValueKind::kParameter && v->kind != ValueKind::kState) continue;
+    auto t = executor.ReadPersistent(v->name);
+    if (!t.ok()) return t.status();
+    out[v->name] = *std::move(t);
+  }
+  return out;
+}
+
 std::string FirstDifference(const std::map<std::string, Tensor>& want, const std::map<std::string, Tensor>& got) {
   if (want.size() != got.size()) {
     return "expected " + std::to_string(want.size()) + " tensors, got " + std::to_string(got.size());

@@ -27,6 +27,8 @@ std::string Python();
 std::string FashionMnistPath(const std::string& file);
 // The numbers of a golden losses file (one per line, as the tests/golden scripts write them).
 std::vector<double> ReadLosses(const std::string& path);
+// Every parameter and state tensor of `graph` as `executor` holds it now, by name.
+absl::StatusOr<std::map<std::string, Tensor>> ReadPersistentTensors(const Graph& graph, const Executor& executor);
 // "" when `got` holds the same names as `want` with bit-identical tensors; otherwise what
 // differs first (for the tests that train twice and expect the same bits).
 std::string FirstDifference(const std::map<std::string, Tensor>& want, const std::map<std::string, Tensor>& got);

@@ -32,16 +32,12 @@ bool ConvGradInputGemm::Prefers(const GemmConvGeom& q, DType dtype) {
 }
 
 absl::StatusOr<std::unique_ptr<ConvGradInputGemm>> ConvGradInputGemm::Create(const GemmConvGeom& q, DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ConvGradInputGemm: dtype ", DTypeName(dtype), " is not f32 or bf16 (stage it through f32)"));
-  }
+  if (absl::Status s = CheckGemmConvDtype(dtype, "ConvGradInputGemm"); !s.ok()) return s;
   auto g = std::make_unique<ConvGradInputGemm>();
   g->q_ = q;
   g->dtype_ = dtype;
   const int64_t k = q.positions(), taps = q.taps();
-  const int64_t words_per = DTypeSize(dtype) == 2 ? 2 : 1;  // elements per uint32_t
-  g->dy_t_.resize(static_cast<size_t>((k * q.m + words_per - 1) / words_per));
+  g->dy_t_.resize(WordsFor(k * q.m, dtype));
   g->dcol_.resize(static_cast<size_t>(k * taps));
   // Which (output position, tap) pairs of one sample read each input position.
   const conv::Window2D& d = q.w;

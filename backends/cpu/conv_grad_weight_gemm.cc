@@ -20,7 +20,7 @@ int64_t ScratchElements(const GemmConvGeom& q) { return (q.m + q.taps()) * q.pos
 
 bool ConvGradWeightGemm::Prefers(const GemmConvGeom& q, DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) return false;
-  const int64_t largest_operand = std::max(q.n * q.c * q.w.ih * q.w.iw, q.n * q.m * q.w.oh * q.w.ow);
+  const int64_t largest_operand = std::max(q.x_size(), q.y_size());
   const int64_t max_plane = dtype == DType::kBF16 ? kMaxOutputPlaneBf16 : kMaxOutputPlaneF32;
   return q.w.oh * q.w.ow <= max_plane &&
          ScratchElements(q) * static_cast<int64_t>(DTypeSize(dtype)) <= kMaxScratchBytes &&
@@ -28,17 +28,13 @@ bool ConvGradWeightGemm::Prefers(const GemmConvGeom& q, DType dtype) {
 }
 
 absl::StatusOr<std::unique_ptr<ConvGradWeightGemm>> ConvGradWeightGemm::Create(const GemmConvGeom& q, DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ConvGradWeightGemm: dtype ", DTypeName(dtype), " is not f32 or bf16 (stage it through f32)"));
-  }
+  if (absl::Status s = CheckGemmConvDtype(dtype, "ConvGradWeightGemm"); !s.ok()) return s;
   auto g = std::make_unique<ConvGradWeightGemm>();
   g->q_ = q;
   g->dtype_ = dtype;
   const int64_t k = q.positions(), taps = q.taps();
-  const int64_t words_per = DTypeSize(dtype) == 2 ? 2 : 1;  // elements per uint32_t
-  g->dy_rows_.resize(static_cast<size_t>((q.m * k + words_per - 1) / words_per));
-  g->col_.resize(static_cast<size_t>((taps * k + words_per - 1) / words_per));
+  g->dy_rows_.resize(WordsFor(q.m * k, dtype));
+  g->col_.resize(WordsFor(taps * k, dtype));
   // Position j = (n, oh, ow) of K: where dY' row m reads (from channel m's plane of sample 0).
   const int64_t out_plane = q.w.oh * q.w.ow;
   g->dy_index_.resize(static_cast<size_t>(k));

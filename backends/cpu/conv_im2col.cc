@@ -1,7 +1,19 @@
 // See conv_im2col.h.
 #include "backends/cpu/conv_im2col.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace mpc::cpu {
+
+absl::Status CheckGemmConvDtype(DType dtype, const char* path) {
+  if (dtype == DType::kF32 || dtype == DType::kBF16) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": dtype ", DTypeName(dtype), " is not f32 or bf16 (stage it through f32)"));
+}
+
+size_t WordsFor(int64_t elements, DType dtype) {
+  return static_cast<size_t>(DTypeSize(dtype) == 2 ? (elements + 1) / 2 : elements);
+}
 
 Im2ColTransposed::Im2ColTransposed(const GemmConvGeom& q) : q_(q) {
   const conv::Window2D& d = q.w;

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "graph/dtype.h"
 #include "graph/ops_conv_util.h"
 
 namespace mpc::cpu {
@@ -21,6 +23,12 @@ struct GemmConvGeom {
   int64_t x_size() const { return n * c * w.ih * w.iw; }
   int64_t y_size() const { return n * m * w.oh * w.ow; }
 };
+
+// The matmul paths run f32 and bf16 (f16 is staged through f32 by the caller): an error
+// naming `path` otherwise.
+absl::Status CheckGemmConvDtype(DType dtype, const char* path);
+// uint32_t words holding `elements` values of dtype (bf16 packs two per word).
+size_t WordsFor(int64_t elements, DType dtype);
 
 class Im2ColTransposed {
  public:

@@ -63,12 +63,9 @@ TrainResult Train(const TrainSpec& spec, const std::string& model_path, const Da
     EXPECT_TRUE((*ex)->Run(spec.seed(), step).ok());
     r.losses.push_back(static_cast<float>((*ex)->Fetch(program->loss_output)->GetAsDouble(0)));
   }
-  for (const auto& v : program->graph->values()) {
-    if (v->kind != ValueKind::kParameter && v->kind != ValueKind::kState) continue;
-    auto t = (*ex)->ReadPersistent(v->name);
-    EXPECT_TRUE(t.ok()) << v->name << ": " << t.status();
-    if (t.ok()) r.persistent[v->name] = *t;
-  }
+  auto persistent = testing::ReadPersistentTensors(*program->graph, **ex);
+  EXPECT_TRUE(persistent.ok()) << persistent.status();
+  if (persistent.ok()) r.persistent = *std::move(persistent);
   return r;
 }
 
