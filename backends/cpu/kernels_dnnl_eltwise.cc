@@ -1,6 +1,6 @@
 // f32 activations and softmax on oneDNN primitives (eltwise_forward for logistic and
 // tanh; softmax_forward / logsoftmax_forward along one axis), built once per node with
-// its static shape. Softmax, Gelu and GeluGrad also in bf16 (oneDNN reads and writes bf16
+// its static shape. Softmax and Gelu also in bf16 (oneDNN reads and writes bf16
 // and computes in f32, as the numerics contract asks). These replace the loop kernels for f32; the f64 loop kernels
 // stay as the reference the op numerics tests compare against. ReLU stays mpc's loop: oneDNN's turns NaN into 0.
 // oneDNN's softmax ignores a NaN or +inf when it takes the row's maximum, so a row holding one comes out partly finite;
@@ -136,44 +136,6 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGelu(const Node& node, Backend&) {
   }
 }
 
-// GeluGrad(dY, X) -> dX = dY * gelu'(X): oneDNN's eltwise backward from the source.
-class DnnlGeluGradKernel : public Kernel {
- public:
-  DnnlGeluGradKernel(dnnl::primitive primitive, const memory::desc& md)
-      : primitive_(std::move(primitive)),
-        diff_dst_(md, CpuDnnlEngine(), DNNL_MEMORY_NONE),
-        src_(md, CpuDnnlEngine(), DNNL_MEMORY_NONE),
-        diff_src_(md, CpuDnnlEngine(), DNNL_MEMORY_NONE) {}
-
-  absl::Status Run(KernelContext& ctx) override {
-    diff_dst_.set_data_handle(ctx.inputs[0].data);
-    src_.set_data_handle(ctx.inputs[1].data);
-    diff_src_.set_data_handle(ctx.outputs[0].data);
-    primitive_.execute(CpuDnnlStream(),
-                       {{DNNL_ARG_DIFF_DST, diff_dst_}, {DNNL_ARG_SRC, src_}, {DNNL_ARG_DIFF_SRC, diff_src_}});
-    CpuDnnlStream().wait();
-    return absl::OkStatus();
-  }
-
- private:
-  dnnl::primitive primitive_;
-  memory diff_dst_, src_, diff_src_;
-};
-
-absl::StatusOr<std::unique_ptr<Kernel>> CreateGeluGrad(const Node& node, Backend&) {
-  const memory::desc md = FlatDesc(node.inputs[1]->shape, node.inputs[1]->dtype);
-  try {
-    const dnnl::algorithm alg = GeluAlgorithm(node);
-    dnnl::eltwise_forward::desc fwd_desc(dnnl::prop_kind::forward_training, alg, md, 0.0f, 0.0f);
-    dnnl::eltwise_forward::primitive_desc hint(fwd_desc, CpuDnnlEngine());
-    dnnl::eltwise_backward::desc desc(alg, md, md, 0.0f, 0.0f);
-    dnnl::eltwise_backward::primitive_desc pd(desc, CpuDnnlEngine(), hint);
-    return std::unique_ptr<Kernel>(std::make_unique<DnnlGeluGradKernel>(dnnl::eltwise_backward(pd), md));
-  } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN GeluGrad setup for node '", node.name, "' failed: ", e.what()));
-  }
-}
-
 template <bool kLog>
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmax(const Node& node, Backend&) {
   const Shape& shape = node.inputs[0]->shape;
@@ -204,10 +166,8 @@ void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r) {
   r.Register("Tanh", "cpu", DType::kF32, Eltwise(dnnl::algorithm::eltwise_tanh));
   r.Register("Softmax", "cpu", DType::kF32, CreateSoftmax<false>);
   r.Register("Softmax", "cpu", DType::kBF16, CreateSoftmax<false>);
-  for (DType d : {DType::kF32, DType::kBF16}) {
-    r.Register("Gelu", "cpu", d, CreateGelu);
-    r.Register("GeluGrad", "cpu", d, CreateGeluGrad);
-  }
+  // GeluGrad is not here: gelu_math.h's loops (kernels_math.cc) beat oneDNN's backward.
+  for (DType d : {DType::kF32, DType::kBF16}) r.Register("Gelu", "cpu", d, CreateGelu);
   r.Register("LogSoftmax", "cpu", DType::kF32, CreateSoftmax<true>);
 }
 

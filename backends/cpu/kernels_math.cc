@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/cpu_tensor_util.h"
+#include "backends/cpu/gelu_math.h"
 #include "graph/ops_norm.h"
 
 namespace mpc {
@@ -66,19 +67,54 @@ A GeluDerivative(A x, bool tanh_approx) {
   return cdf + x * pdf;
 }
 
+// f32 and bf16 Gelu run on oneDNN (kernels_dnnl_eltwise.cc); f16's erf form takes
+// gelu_math.h's vector loop, f64 (the reference) std::erf.
 template <typename T>
 struct GeluKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
     const bool approx = node.attrs.GetString("approximate", "none") == "tanh";
+    if constexpr (!std::is_same_v<T, double>) {
+      if (!approx) {
+        return MakeKernel([](KernelContext& ctx) {
+          const T* x = ctx.inputs[0].as<T>();
+          T* y = ctx.outputs[0].as<T>();
+          ParallelRanges(ctx.outputs[0].num_elements(), 32768,
+                         [&](int64_t begin, int64_t end) { GeluErfRange(begin, end, x, y); });
+          return absl::OkStatus();
+        });
+      }
+    }
     return MakeKernel(
         [approx](KernelContext& ctx) { return MapUnary<T>(ctx, [approx](Acc<T> x) { return GeluValue(x, approx); }); });
   }
 };
 
+// GeluGrad in f32, bf16 and f16 through gelu_math.h's vector loops (both forms); f64
+// keeps the libm reference.
+template <typename T>
+void RunGeluGrad(KernelContext& ctx, bool tanh_form) {
+  const T* dy = ctx.inputs[0].as<T>();
+  const T* x = ctx.inputs[1].as<T>();
+  T* dx = ctx.outputs[0].as<T>();
+  ParallelRanges(ctx.outputs[0].num_elements(), 32768, [&](int64_t begin, int64_t end) {
+    if (tanh_form) {
+      GeluGradRange<T, true>(begin, end, dy, x, dx);
+    } else {
+      GeluGradRange<T, false>(begin, end, dy, x, dx);
+    }
+  });
+}
+
 template <typename T>
 struct GeluGradKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
     const bool approx = node.attrs.GetString("approximate", "none") == "tanh";
+    if constexpr (!std::is_same_v<T, double>) {
+      return MakeKernel([approx](KernelContext& ctx) {
+        RunGeluGrad<T>(ctx, approx);
+        return absl::OkStatus();
+      });
+    }
     return MakeKernel([approx](KernelContext& ctx) {
       const T* dy = ctx.inputs[0].as<T>();
       const T* x = ctx.inputs[1].as<T>();

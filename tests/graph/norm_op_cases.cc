@@ -139,17 +139,21 @@ std::vector<OpCase> MathCases() {
       cases.push_back(std::move(c));
     }
     if (std::string(mode) == "default") continue;
-    OpCase g;
-    g.name = absl::StrCat("GeluGrad_", mode);
-    g.op = "GeluGrad";
-    g.attrs.Set("approximate", std::string(mode));
-    g.inputs = {X("dy", {3, 5}), X("x", {3, 5}, -3, 3)};
-    g.gradient = false;
-    g.ref = [approx](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{
-          RefBinary(in[0], in[1], [approx](double dy, double x) { return dy * GeluDerivRef(x, approx); })};
-    };
-    cases.push_back(std::move(g));
+    // [3, 5], and [37, 1031]: above the kernels' 32768-element threading threshold, with
+    // a length no vector width divides (every thread's range and the loops' tails).
+    for (const Shape& shape : {Shape{3, 5}, Shape{37, 1031}}) {
+      OpCase g;
+      g.name = absl::StrCat("GeluGrad_", mode, shape[0] == 3 ? "" : "_Threaded");
+      g.op = "GeluGrad";
+      g.attrs.Set("approximate", std::string(mode));
+      g.inputs = {X("dy", shape), X("x", shape, -6, 6)};
+      g.gradient = false;
+      g.ref = [approx](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{
+            RefBinary(in[0], in[1], [approx](double dy, double x) { return dy * GeluDerivRef(x, approx); })};
+      };
+      cases.push_back(std::move(g));
+    }
   }
   return cases;
 }
