@@ -33,7 +33,7 @@ absl::StatusOr<DType> ProductDType(const Node& n) {
 }
 
 Types InferGemm(const Node& n) {
-  MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 3));
+  MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 2));
   MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
   const Value* a = n.inputs[0];
   const Value* b = n.inputs[1];
@@ -57,6 +57,14 @@ Types InferGemm(const Node& n) {
     }
   }
   MPC_ASSIGN_OR_RETURN(DType out, ProductDType(n));
+  // C in the operands' dtype, or in the output's (an f32 bias added to the f32 result of
+  // 16-bit operands: fuse-epilogues folds autocast's MatMul -> Cast -> f32 bias Add so).
+  if (n.inputs.size() > 2 && n.inputs[2] && n.inputs[2]->dtype != a->dtype && n.inputs[2]->dtype != out) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm node '", n.name, "': C '", n.inputs[2]->name, "' is ",
+                                                   DTypeName(n.inputs[2]->dtype), "; it must be the operands' dtype (",
+                                                   DTypeName(a->dtype), ") or the output's (", DTypeName(out),
+                                                   "); insert a Cast"));
+  }
   return std::vector<TensorType>{{out, {m, nn}}};
 }
 

@@ -21,26 +21,41 @@ Value* ColumnBias(const Node& add, const Value* product) {
   return add.outputs[0]->shape == product->shape ? bias : nullptr;
 }
 
+// The reader of `v` when it is the only one and `v` is no program output; null otherwise.
+Node* SoleReader(const Graph& g, const Value* v) {
+  return v->consumers.size() == 1 && !g.IsOutput(v) ? v->consumers[0] : nullptr;
+}
+
 // Y = Add(MatMul(X[..., K], W[K, N]), b[N])  ->  Reshape(Gemm(X[R, K], W, b), Y's shape): the
 // bias is added by the GEMM (oneDNN's bias, cuBLASLt's bias epilogue) instead of a pass
 // over Y, and the product without the bias is never stored. Transformer layers export
-// their linear layers this way. Returns the replaced Add, or null.
+// their linear layers this way. Under autocast a layer whose sum stays f32 (the
+// residual stream: a projection back into it) reads Add(Cast(MatMul(bf16), f32), b f32);
+// that becomes the same Gemm writing f32 (mpc_output_dtype, which fold-output-casts would
+// give the MatMul anyway) with the f32 bias as C. Returns the replaced Add, or null.
 absl::StatusOr<Node*> FuseMatMulBias(Graph& g, Node* mm) {
   if (mm->op != "MatMul" || mm->attrs.Has("mpc_fp8") || mm->attrs.Has("mpc_output_dtype")) return nullptr;
   Value* x = mm->inputs[0];
   Value* w = mm->inputs[1];
   Value* product = mm->outputs[0];
-  if (w->shape.size() != 2 || x->shape.size() < 2 || product->consumers.size() != 1 || g.IsOutput(product)) {
-    return nullptr;
+  if (w->shape.size() != 2 || x->shape.size() < 2) return nullptr;
+  Node* add = SoleReader(g, product);
+  if (!add) return nullptr;
+  Value* summand = product;  // what the Add reads: the product, or its f32 widening
+  if (add->op == "Cast" && DTypeSize(product->dtype) == 2 && add->outputs[0]->dtype == DType::kF32) {
+    summand = add->outputs[0];
+    add = SoleReader(g, summand);
+    if (!add) return nullptr;
   }
-  Node* add = product->consumers[0];
-  Value* bias = ColumnBias(*add, product);
+  Value* bias = ColumnBias(*add, summand);
   if (!bias) return nullptr;
   const int64_t k = x->shape.back(), n = w->shape.back();
+  AttrMap attrs;
+  if (summand != product) attrs.Set("mpc_output_dtype", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));
   GraphBuilder b(&g, "fuse-epilogues/");
   Value* rows = x->shape.size() == 2 ? x : b.Reshape(x, {NumElements(x->shape) / k, k});
   Value* c = bias->shape.size() == 1 ? bias : b.Reshape(bias, {n});
-  Value* y = b.Op("Gemm", {rows, w, c});
+  Value* y = b.Op("Gemm", {rows, w, c}, std::move(attrs));
   if (x->shape.size() != 2) y = b.Reshape(y, add->outputs[0]->shape);
   MPC_RETURN_IF_ERROR(b.status());
   g.ReplaceAllUsesWith(add->outputs[0], y);

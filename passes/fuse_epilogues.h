@@ -10,6 +10,11 @@
 // the bias (oneDNN bias, cuBLASLt bias epilogue) and the bias-free product is never
 // stored. The backward graph, built earlier, reads the Add's value, which the reshaped
 // Gemm output replaces; the values are the same up to the GEMM's rounding of the sum.
+// Under autocast a layer writing into an f32 residual stream (attention's output
+// projection, the MLP's second layer) reads Add(Cast(MatMul(bf16), f32), bias f32): that
+// becomes the same Gemm writing f32 (mpc_output_dtype; fold-output-casts would give the
+// MatMul that anyway) with the f32 bias as C. char_gpt bf16: 13 Adds a step fewer, Add
+// 190-237 -> 136-139 ms per 13 steps, the GEMMs' time unchanged.
 #pragma once
 
 #include "passes/pass.h"

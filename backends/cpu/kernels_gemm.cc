@@ -322,6 +322,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateF32Gemm(const Node& node, Backend&
   });
 }
 
+// C's element i, in the operands' dtype T or the output's f32 (ops_nn.cc's C rule).
+template <typename T>
+cpu::Acc<T> CElement(const TensorView& c, int64_t i) {
+  using A = cpu::Acc<T>;
+  return c.dtype == DType::kF32 ? A(c.as<float>()[i]) : A(c.as<T>()[i]);
+}
+
 // Reference Gemm in T's accumulator (f64 for the f64 kernel), output in Y.
 template <typename T, typename Y>
 absl::StatusOr<std::unique_ptr<Kernel>> RefGemm(const cpu::GemmSpec& d) {
@@ -342,7 +349,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> RefGemm(const cpu::GemmSpec& d) {
           acc += A(a[d.ta ? p * d.m + i : i * d.k + p]) * A(b[d.tb ? j * d.k + p : p * d.n + j]);
         }
         A v = alpha * acc;
-        if (has_c) v += beta * A(ctx.inputs[2].as<T>()[i * cs[0] + j * cs[1]]);
+        if (has_c) v += beta * CElement<T>(ctx.inputs[2], i * cs[0] + j * cs[1]);
         y[i * d.n + j] = static_cast<Y>(d.relu && v < A(0) ? A(0) : v);
       }
     }

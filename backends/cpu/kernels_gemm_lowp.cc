@@ -2,7 +2,7 @@
 // operands in the 16-bit format, products accumulated in f32, the result rounded once
 // to the output dtype (the inputs' dtype, or f32 with mpc_output_dtype = 1).
 //
-// bf16 runs natively on oneDNN's matmul (bf16 src/weights/bias, f32 accumulation, dst
+// bf16 runs natively on oneDNN's matmul (bf16 src/weights, bf16 or f32 bias, f32 accumulation, dst
 // bf16 or f32), keeping every f32 feature: transposes as strides, row bias, sum post-op
 // for a full C, alpha as an output scale, the ReLU post-op. f16 has no oneDNN matmul on
 // this CPU, so it is staged: operands widened to f32 (exact) into scratch buffers
@@ -32,7 +32,9 @@ class LowpGemmKernel : public Kernel {
     auto k = std::make_unique<LowpGemmKernel>();
     k->spec_ = spec;
     if (spec.operand == DType::kBF16) {
-      auto native = cpu::DnnlGemm::Create(spec, DType::kBF16, DType::kBF16, spec.out);
+      // The bias in its own dtype: bf16, or f32 beside an f32 output (ops_nn.cc's C rule).
+      const DType bias = node.inputs.size() > 2 && node.inputs[2] ? node.inputs[2]->dtype : DType::kBF16;
+      auto native = cpu::DnnlGemm::Create(spec, DType::kBF16, bias, spec.out);
       if (native.ok()) {
         k->gemm_ = std::move(*native);
         return std::unique_ptr<Kernel>(std::move(k));
