@@ -17,7 +17,30 @@ namespace {
 using namespace cpu;  // NOLINT: the shared kernel helpers (cpu_kernel_util.h, cpu_tensor_util.h)
 
 // ---------------------------------------------------------------------------------
-// Concat / Split: rows of [outer, extent * inner] bytes laid side by side.
+// Concat / Split: rows of [outer, extent * inner] bytes laid side by side. The rows are
+// split across the OpenMP threads: one thread's memcpy does not reach the machine's
+// bandwidth (char_gpt's Split of the fused QKV projection, 4096 rows of three 768-byte
+// chunks, ran at 14 GB/s on one).
+
+// Each part's byte offset within a joined row and its byte count, for `extents` along
+// the axis with `inner` elements of `elem` bytes below it.
+struct JoinedRow {
+  std::vector<size_t> offset, bytes;
+  size_t total = 0;
+};
+
+JoinedRow JoinedRowOf(const std::vector<int64_t>& extents, int64_t inner, size_t elem) {
+  JoinedRow row;
+  for (int64_t e : extents) {
+    row.offset.push_back(row.total);
+    row.bytes.push_back(static_cast<size_t>(e * inner) * elem);
+    row.total += row.bytes.back();
+  }
+  return row;
+}
+
+// Rows copied per call above which the copy is split across threads (~64 KiB).
+bool ParallelRows(int64_t outer, size_t row_bytes) { return outer > 1 && outer * row_bytes > (size_t{1} << 16); }
 
 KernelOr CreateConcat(const Node& node, Backend&) {
   const Shape& out_shape = node.outputs[0]->shape;
@@ -27,19 +50,14 @@ KernelOr CreateConcat(const Node& node, Backend&) {
   std::vector<int64_t> extents;
   for (const Value* v : node.inputs) extents.push_back(v->shape[axis]);
   return MakeKernel([outer, inner, extents](KernelContext& ctx) {
-    const size_t elem = ElemSize(ctx.outputs[0]);
-    int64_t total = 0;
-    for (int64_t e : extents) total += e;
-    const size_t out_row = static_cast<size_t>(total * inner) * elem;
+    const JoinedRow row = JoinedRowOf(extents, inner, ElemSize(ctx.outputs[0]));
     char* dst = Bytes(ctx.outputs[0]);
-    size_t at = 0;
-    for (size_t j = 0; j < extents.size(); ++j) {
-      const size_t chunk = static_cast<size_t>(extents[j] * inner) * elem;
-      if (chunk) {
-        const char* src = Bytes(ctx.inputs[j]);
-        for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * out_row + at, src + o * chunk, chunk);
+#pragma omp parallel for if (ParallelRows(outer, row.total))
+    for (int64_t o = 0; o < outer; ++o) {
+      for (size_t j = 0; j < extents.size(); ++j) {
+        if (row.bytes[j])
+          std::memcpy(dst + o * row.total + row.offset[j], Bytes(ctx.inputs[j]) + o * row.bytes[j], row.bytes[j]);
       }
-      at += chunk;
     }
     return absl::OkStatus();
   });
@@ -52,19 +70,19 @@ KernelOr CreateSplit(const Node& node, Backend&) {
   const int64_t inner = Prod(in_shape, axis + 1, in_shape.size());
   std::vector<int64_t> extents;
   for (const Value* v : node.outputs) extents.push_back(v->shape[axis]);
-  const int64_t row_elems = in_shape[axis] * inner;
-  return MakeKernel([outer, inner, extents, row_elems](KernelContext& ctx) {
-    const size_t elem = ElemSize(ctx.inputs[0]);
-    const size_t in_row = static_cast<size_t>(row_elems) * elem;
+  return MakeKernel([outer, inner, extents](KernelContext& ctx) {
+    const JoinedRow row = JoinedRowOf(extents, inner, ElemSize(ctx.inputs[0]));
     const char* src = Bytes(ctx.inputs[0]);
-    size_t at = 0;
-    for (size_t j = 0; j < extents.size(); ++j) {
-      const size_t chunk = static_cast<size_t>(extents[j] * inner) * elem;
-      if (chunk && j < ctx.outputs.size() && ctx.outputs[j].data) {
-        char* dst = Bytes(ctx.outputs[j]);
-        for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * chunk, src + o * in_row + at, chunk);
+    // Outputs nobody reads may be absent.
+    std::vector<char*> dst(extents.size(), nullptr);
+    for (size_t j = 0; j < extents.size() && j < ctx.outputs.size(); ++j) {
+      if (row.bytes[j] && ctx.outputs[j].data) dst[j] = Bytes(ctx.outputs[j]);
+    }
+#pragma omp parallel for if (ParallelRows(outer, row.total))
+    for (int64_t o = 0; o < outer; ++o) {
+      for (size_t j = 0; j < extents.size(); ++j) {
+        if (dst[j]) std::memcpy(dst[j] + o * row.bytes[j], src + o * row.total + row.offset[j], row.bytes[j]);
       }
-      at += chunk;
     }
     return absl::OkStatus();
   });

@@ -295,6 +295,17 @@ std::vector<OpCase> ShapeCases() {
       {"Rank3Default", x3, {}},
       {"Rank2Default", {3, 5}, {}},
       {"Rank4Perm3120", {2, 3, 4, 5}, {3, 1, 2, 0}},
+      // Attention's head split and its backward transposes: the kernel's row-copy (0213),
+      // tiled (0231) and element-gather (0312) paths.
+      {"HeadSplit0213", {2, 5, 3, 4}, {0, 2, 1, 3}},
+      {"KeyTranspose0231", {2, 5, 3, 4}, {0, 2, 3, 1}},
+      {"KeyTransposeBack0312", {2, 3, 4, 5}, {0, 3, 1, 2}},
+      // Size-1 axes moving; all of them size 1 but one.
+      {"UnitAxes2301", {1, 3, 1, 4}, {2, 3, 0, 1}},
+      {"OnlyUnitAxesMove", {1, 6, 1}, {2, 1, 0}},
+      // Above the threading threshold (36864 elements): rows split across threads.
+      {"HeadSplitThreaded", {4, 96, 6, 16}, {0, 2, 1, 3}},
+      {"KeyTransposeBackThreaded", {4, 6, 16, 96}, {0, 3, 1, 2}},
   };
   for (const auto& [name, shape, perm] : transposes) {
     OpCase c;

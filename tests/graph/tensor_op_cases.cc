@@ -301,7 +301,9 @@ std::vector<OpCase> ConcatSplitCases() {
        std::vector<std::tuple<const char*, std::vector<Shape>, int64_t>>{{"Axis0_Three", {{2, 3}, {1, 3}, {3, 3}}, 0},
                                                                          {"Axis1_Rank3", {{2, 1, 3}, {2, 4, 3}}, 1},
                                                                          {"AxisM1", {{2, 3}, {2, 2}, {2, 1}}, -1},
-                                                                         {"Single", {{2, 3}}, 0}}) {
+                                                                         {"Single", {{2, 3}}, 0},
+                                                                         // Rows split across threads (> 64 KiB).
+                                                                         {"Threaded", {{600, 40}, {600, 24}}, 1}}) {
     std::vector<In> inputs;
     for (size_t i = 0; i < shapes.size(); ++i) inputs.push_back(X(absl::StrCat("x", i), shapes[i]));
     OpCase c = Case(absl::StrCat("Concat_", name), "Concat", inputs,
@@ -338,6 +340,8 @@ std::vector<OpCase> ConcatSplitCases() {
       // Outputs that do not reach the loss get zero gradients.
       {"SplitInput_MiddleOutputUnused", {2, 6, 3}, 1, {1, 3, 2}, S::kInput, {0, 2}},
       {"SplitInput_OnlyLastUsed", {5, 2}, 0, {2, 0, 3}, S::kInput, {2}},
+      // Rows split across threads (> 64 KiB), the middle output unread.
+      {"SplitAttr_Threaded", {600, 72}, -1, {24, 24, 24}, S::kAttr, {0, 2}},
   };
   for (const S& s : splits) {
     std::vector<In> inputs = {X("x", s.shape)};
