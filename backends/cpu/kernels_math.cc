@@ -114,16 +114,17 @@ struct GeluGradKernel {
         RunGeluGrad<T>(ctx, approx);
         return absl::OkStatus();
       });
-    }
-    return MakeKernel([approx](KernelContext& ctx) {
-      const T* dy = ctx.inputs[0].as<T>();
-      const T* x = ctx.inputs[1].as<T>();
-      T* dx = ctx.outputs[0].as<T>();
-      const int64_t n = ctx.outputs[0].num_elements();
+    } else {
+      return MakeKernel([approx](KernelContext& ctx) {
+        const T* dy = ctx.inputs[0].as<T>();
+        const T* x = ctx.inputs[1].as<T>();
+        T* dx = ctx.outputs[0].as<T>();
+        const int64_t n = ctx.outputs[0].num_elements();
 #pragma omp parallel for if (n > 32768)
-      for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(Acc<T>(dy[i]) * GeluDerivative(Acc<T>(x[i]), approx));
-      return absl::OkStatus();
-    });
+        for (int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(Acc<T>(dy[i]) * GeluDerivative(Acc<T>(x[i]), approx));
+        return absl::OkStatus();
+      });
+    }
   }
 };
 

@@ -49,14 +49,15 @@ KernelOr CreateConcat(const Node& node, Backend&) {
   const int64_t inner = Prod(out_shape, axis + 1, out_shape.size());
   std::vector<int64_t> extents;
   for (const Value* v : node.inputs) extents.push_back(v->shape[axis]);
-  return MakeKernel([outer, inner, extents](KernelContext& ctx) {
-    const JoinedRow row = JoinedRowOf(extents, inner, ElemSize(ctx.outputs[0]));
+  const JoinedRow row = JoinedRowOf(extents, inner, DTypeSize(node.outputs[0]->dtype));
+  return MakeKernel([outer, row](KernelContext& ctx) {
     char* dst = Bytes(ctx.outputs[0]);
 #pragma omp parallel for if (ParallelRows(outer, row.total))
     for (int64_t o = 0; o < outer; ++o) {
-      for (size_t j = 0; j < extents.size(); ++j) {
-        if (row.bytes[j])
+      for (size_t j = 0; j < row.bytes.size(); ++j) {
+        if (row.bytes[j]) {
           std::memcpy(dst + o * row.total + row.offset[j], Bytes(ctx.inputs[j]) + o * row.bytes[j], row.bytes[j]);
+        }
       }
     }
     return absl::OkStatus();
@@ -70,18 +71,16 @@ KernelOr CreateSplit(const Node& node, Backend&) {
   const int64_t inner = Prod(in_shape, axis + 1, in_shape.size());
   std::vector<int64_t> extents;
   for (const Value* v : node.outputs) extents.push_back(v->shape[axis]);
-  return MakeKernel([outer, inner, extents](KernelContext& ctx) {
-    const JoinedRow row = JoinedRowOf(extents, inner, ElemSize(ctx.inputs[0]));
+  const JoinedRow row = JoinedRowOf(extents, inner, DTypeSize(node.inputs[0]->dtype));
+  return MakeKernel([outer, row](KernelContext& ctx) {
     const char* src = Bytes(ctx.inputs[0]);
-    // Outputs nobody reads may be absent.
-    std::vector<char*> dst(extents.size(), nullptr);
-    for (size_t j = 0; j < extents.size() && j < ctx.outputs.size(); ++j) {
-      if (row.bytes[j] && ctx.outputs[j].data) dst[j] = Bytes(ctx.outputs[j]);
-    }
 #pragma omp parallel for if (ParallelRows(outer, row.total))
     for (int64_t o = 0; o < outer; ++o) {
-      for (size_t j = 0; j < extents.size(); ++j) {
-        if (dst[j]) std::memcpy(dst[j] + o * row.bytes[j], src + o * row.total + row.offset[j], row.bytes[j]);
+      for (size_t j = 0; j < row.bytes.size() && j < ctx.outputs.size(); ++j) {
+        // Outputs nobody reads may be absent.
+        if (row.bytes[j] && ctx.outputs[j].data) {
+          std::memcpy(Bytes(ctx.outputs[j]) + o * row.bytes[j], src + o * row.total + row.offset[j], row.bytes[j]);
+        }
       }
     }
     return absl::OkStatus();
