@@ -13,7 +13,8 @@
 // plane take the maximum of every horizontal pair in one vector loop and then the better
 // pair of each window (ForEachArgMax2x2Tiles); 3x3/2 windows with one leading pad
 // (ResNet's stem pool) are separable: three-tap maxima per input row, then the best of
-// three rows (ForEachArgMax3x3Stride2); other windows inside the input go a row at a
+// three rows (ForEachArgMax3x3Stride2; when they exactly halve an even plane, straight from
+// X in one loop per plane, HalvingRowMaxima); other windows inside the input go a row at a
 // time without branches (ArgMaxFullRow), the rest window by window. All visit each
 // window's taps in row-major order with a strict comparison, so they agree bit for bit
 // (tests/graph/conv_op_cases.cc holds padded, ceil_mode, dilated and tied cases of both
@@ -54,6 +55,7 @@ struct PoolGeom {
   bool full_windows = false;      // every window lies inside the input, dilation 1
   bool tiles_2x2 = false;         // 2x2 windows, stride 2, exactly tiling the input (see ForEachArgMax2x2Tiles)
   bool separable_3x3_s2 = false;  // 3x3 windows, stride 2, one leading pad (see ForEachArgMax3x3Stride2)
+  bool halving_3x3_s2 = false;    // ... that exactly halve an even plane (see HalvingRowMaxima)
   // ForEachArgMax3x3Stride2: per window column j, whether its taps 2j-1, 2j, 2j+1 lie in the input.
   std::vector<int32_t> left_valid, middle_valid, right_valid;
   // Max pooling's scratch rows (see MaxWindowsAcross): the left padding, the input row,
@@ -116,6 +118,7 @@ absl::StatusOr<PoolGeom> PoolGeomOf(const Node& node, const Shape& x_shape) {
   // overhang only drop taps, which the validity masks handle.
   g.separable_3x3_s2 = d.kh == 3 && d.kw == 3 && d.sh == 2 && d.sw == 2 && d.dh == 1 && d.dw == 1 && d.pt == 1 &&
                        d.pl == 1 && d.ih >= 2 && d.iw >= 2;
+  g.halving_3x3_s2 = g.separable_3x3_s2 && d.ih == 2 * d.oh && d.iw == 2 * d.ow;
   for (int64_t j = 0; j < d.ow; ++j) {
     g.left_valid.push_back(j >= 1 && 2 * j - 1 < d.iw);
     g.middle_valid.push_back(2 * j < d.iw);
@@ -503,6 +506,124 @@ inline void ForEachArgMax3x3Stride2(const T* xp, const PoolGeom& g, MaxPoolScrat
   }
 }
 
+// 3x3/2 windows with one leading pad row and column that exactly halve a plane of even
+// height and width (ResNet's stem pool, 32x32 -> 16x16): no trailing pad or overhang, so
+// window j's taps are columns 2j-1, 2j, 2j+1 of the row (the first window's left tap is the
+// pad) and output row o's are rows 2o-1, 2o, 2o+1 (the first one's top row is the pad).
+// The taps load straight from X (stride-2 vector loads), each input row's three-tap maximum
+// once, then each output row takes the best of three of them: ForEachArgMax3x3Stride2's
+// composition without its copies of the plane's even and odd columns, which with the
+// per-window callbacks were most of the stem pool's time. Later(best, v) is the row-major
+// rule of ArgMax for a tap v visited after `best`: strictly larger, or NaN.
+template <typename A>
+__attribute__((always_inline)) inline bool Later(A best, A v) {
+  return (v > best) | (v != v);
+}
+
+// Values only (the forward): hv[r * ow + j] = the three-tap maximum of input row r. With
+// iw = 2 * ow, window j of row r has its middle tap at plane index 2m (m = r * ow + j), so
+// the whole plane is one loop over m (rows of 16 windows each, looped one by one, ran twice
+// as slow as the copies this replaces); the first window of each row, whose left tap is the
+// pad and not the previous row's last column, is redone after it.
+template <typename T>
+MPC_ISA_CLONES void HalvingRowMaxima(const T* __restrict x, int64_t ih, int64_t ow, cpu::Acc<T>* __restrict hv) {
+  using A = cpu::Acc<T>;
+  const int64_t n = ih * ow;
+#pragma omp simd
+  for (int64_t m = 1; m < n; ++m) {
+    const A a = A(x[2 * m - 1]), b = A(x[2 * m]), c = A(x[2 * m + 1]);
+    const A ab = Later(a, b) ? b : a;
+    hv[m] = Later(ab, c) ? c : ab;
+  }
+  for (int64_t m = 0; m < n; m += ow) {
+    const A b = A(x[2 * m]), c = A(x[2 * m + 1]);
+    hv[m] = Later(b, c) ? c : b;
+  }
+}
+
+// y[o * ow + j] = the best of rows 2o-1, 2o, 2o+1 of hv, rounded to T.
+template <typename T>
+MPC_ISA_CLONES void HalvingColumnMaxima(const cpu::Acc<T>* __restrict hv, int64_t oh, int64_t ow, T* __restrict y) {
+  using A = cpu::Acc<T>;
+#pragma omp simd
+  for (int64_t j = 0; j < ow; ++j) {
+    const A mid = hv[j], bottom = hv[ow + j];
+    cpu::StoreRounded(y + j, Later(mid, bottom) ? bottom : mid);
+  }
+  for (int64_t o = 1; o < oh; ++o) {
+    const A* top = hv + (2 * o - 1) * ow;
+    T* out = y + o * ow;
+#pragma omp simd
+    for (int64_t j = 0; j < ow; ++j) {
+      const A t = top[j], mid = top[ow + j], bottom = top[2 * ow + j];
+      const A tm = Later(t, mid) ? mid : t;
+      cpu::StoreRounded(out + j, Later(tm, bottom) ? bottom : tm);
+    }
+  }
+}
+
+// With the winners' plane indices (the gradient): hv / hi per input row as above (the tap
+// at x[k] has plane index k), then best_i per window.
+template <typename T>
+MPC_ISA_CLONES void HalvingRowArgMaxima(const T* __restrict x, int64_t ih, int64_t ow, cpu::Acc<T>* __restrict hv,
+                                        int32_t* __restrict hi) {
+  using A = cpu::Acc<T>;
+  const int64_t n = ih * ow;
+#pragma omp simd
+  for (int64_t m = 1; m < n; ++m) {
+    const A a = A(x[2 * m - 1]), b = A(x[2 * m]), c = A(x[2 * m + 1]);
+    const int32_t left = static_cast<int32_t>(2 * m - 1);
+    const bool take_b = Later(a, b);
+    const A ab = take_b ? b : a;
+    const int32_t ab_i = left + static_cast<int32_t>(take_b);
+    const bool take_c = Later(ab, c);
+    hv[m] = take_c ? c : ab;
+    hi[m] = take_c ? left + 2 : ab_i;
+  }
+  for (int64_t m = 0; m < n; m += ow) {
+    const A b = A(x[2 * m]), c = A(x[2 * m + 1]);
+    const bool take_c = Later(b, c);
+    hv[m] = take_c ? c : b;
+    hi[m] = static_cast<int32_t>(2 * m) + static_cast<int32_t>(take_c);
+  }
+}
+
+template <typename A>
+MPC_ISA_CLONES void HalvingColumnArgMaxima(const A* __restrict hv, const int32_t* __restrict hi, int64_t oh, int64_t ow,
+                                           int32_t* __restrict best_i) {
+#pragma omp simd
+  for (int64_t j = 0; j < ow; ++j) {
+    const A mid = hv[j], bottom = hv[ow + j];
+    const int32_t mid_i = hi[j], bottom_i = hi[ow + j];
+    best_i[j] = Later(mid, bottom) ? bottom_i : mid_i;
+  }
+  for (int64_t o = 1; o < oh; ++o) {
+    const A* top_v = hv + (2 * o - 1) * ow;
+    const int32_t* top_i = hi + (2 * o - 1) * ow;
+    int32_t* out = best_i + o * ow;
+#pragma omp simd
+    for (int64_t j = 0; j < ow; ++j) {
+      const A t = top_v[j], mid = top_v[ow + j], bottom = top_v[2 * ow + j];
+      const int32_t t_i = top_i[j], mid_i = top_i[ow + j], bottom_i = top_i[2 * ow + j];
+      const bool take_mid = Later(t, mid);
+      const A tm = take_mid ? mid : t;
+      const int32_t tm_i = take_mid ? mid_i : t_i;
+      out[j] = Later(tm, bottom) ? bottom_i : tm_i;
+    }
+  }
+}
+
+template <typename T, typename F>
+inline void ForEachArgMaxHalving3x3(const T* xp, const PoolGeom& g, MaxPoolScratch<cpu::Acc<T>>& scratch, F f) {
+  const conv::Window2D& d = g.w;
+  scratch.row_v.resize(static_cast<size_t>(d.ih * d.ow));
+  scratch.row_i.resize(static_cast<size_t>(d.ih * d.ow));
+  scratch.best_i.resize(static_cast<size_t>(d.oh * d.ow));
+  HalvingRowArgMaxima(xp, d.ih, d.ow, scratch.row_v.data(), scratch.row_i.data());
+  HalvingColumnArgMaxima(scratch.row_v.data(), scratch.row_i.data(), d.oh, d.ow, scratch.best_i.data());
+  for (int64_t o = 0; o < d.oh * d.ow; ++o) f(o, static_cast<int64_t>(scratch.best_i[o]));
+}
+
 // Rows of at least this many windows take the vector path: below, a row does not fill
 // one AVX-512 vector of f32 lanes and the per-row copies cost more than they save
 // (Fashion-CNN's 14-wide 2x2/2 pools ran 2x slower on it; ResNet's 16-wide 3x3/2 2.6x faster).
@@ -511,6 +632,7 @@ constexpr int64_t kVectorMinWindows = 16;
 template <typename T, typename F>
 inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch<cpu::Acc<T>>& scratch, F f) {
   if (g.tiles_2x2) return ForEachArgMax2x2Tiles(xp, g, scratch, f);
+  if (g.halving_3x3_s2) return ForEachArgMaxHalving3x3(xp, g, scratch, f);
   if (g.separable_3x3_s2) return ForEachArgMax3x3Stride2(xp, g, scratch, f);
   if (g.w.ow >= kVectorMinWindows) return ForEachArgMaxVector(xp, g, scratch, f);
   ForEachArgMaxScalar(xp, g, f);
@@ -532,6 +654,12 @@ struct MaxPoolKernel {
         for (int64_t p = 0; p < g.planes; ++p) {
           const T* xp = x + p * d.ih * d.iw;
           T* yp = y + p * d.oh * d.ow;
+          if (g.halving_3x3_s2) {
+            scratch.row_v.resize(static_cast<size_t>(d.ih * d.ow));
+            HalvingRowMaxima(xp, d.ih, d.ow, scratch.row_v.data());
+            HalvingColumnMaxima(scratch.row_v.data(), d.oh, d.ow, yp);
+            continue;
+          }
           ForEachArgMax(xp, g, scratch,
                         [&](int64_t o, int64_t i) { yp[o] = i >= 0 ? xp[i] : static_cast<T>(cpu::Acc<T>(0)); });
         }
@@ -564,10 +692,11 @@ struct MaxPoolGradKernel {
       // Disjoint full windows: every dX element gets at most one dY, so it is written
       // directly, as the accumulator would round it (0 + dY: a -0 gradient becomes +0).
       const bool disjoint = g.full_windows && d.sh >= d.kh && d.sw >= d.kw;
+      constexpr bool kAccumulateInPlace = std::is_same_v<T, A>;
 #pragma omp parallel
       {
-        // One accumulator plane per thread, cleared per plane (not allocated per plane).
-        std::vector<A> acc(disjoint ? 0 : static_cast<size_t>(d.ih * d.iw));
+        // The 16-bit formats: one accumulator plane per thread, cleared per plane (not allocated per plane).
+        std::vector<A> acc(disjoint || kAccumulateInPlace ? 0 : static_cast<size_t>(d.ih * d.iw));
         MaxPoolScratch<cpu::Acc<T>> scratch;
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < g.planes; ++p) {
@@ -581,11 +710,14 @@ struct MaxPoolGradKernel {
             });
             continue;
           }
-          std::fill(acc.begin(), acc.end(), A(0));
+          // f32 and f64 accumulate in dX itself (rounding to T is the identity there); the
+          // 16-bit formats in the f32 plane, rounded once.
+          A* sums = kAccumulateInPlace ? reinterpret_cast<A*>(dxp) : acc.data();
+          std::fill(sums, sums + d.ih * d.iw, A(0));
           ForEachArgMax(xp, g, scratch, [&](int64_t o, int64_t i) {
-            if (i >= 0) acc[i] += A(dyp[o]);
+            if (i >= 0) sums[i] += A(dyp[o]);
           });
-          StoreRoundedPlane(acc.data(), dxp, d.ih * d.iw);
+          if (!kAccumulateInPlace) StoreRoundedPlane(acc.data(), dxp, d.ih * d.iw);
         }
       }
       return absl::OkStatus();

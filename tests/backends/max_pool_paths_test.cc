@@ -246,7 +246,8 @@ TEST(MaxPoolPathsTest, WideRowsAgreeWithAWindowByWindowOracle) {
 // through the separable path (ForEachArgMax3x3Stride2: three-tap maxima per input row,
 // then per output row the best of three rows): even and odd plane sizes, trailing pads
 // of 0 to 2, ceil_mode windows hanging over the end, planes as small as 2x2 and rows
-// from 1 to 19 windows.
+// from 1 to 19 windows. The even planes that the windows exactly halve (8x38, 32x32, 2x2
+// with trailing pads of 0 or 1) take the loads-from-X variant (HalvingRowMaxima).
 TEST(MaxPoolPathsTest, SeparableThreeByThreeStrideTwoAgreesWithAWindowByWindowOracle) {
   const std::vector<std::pair<int64_t, int64_t>> planes = {{8, 38}, {32, 32}, {7, 9}, {5, 6}, {2, 2}, {3, 2}};
   std::vector<std::pair<std::string, PoolAttrs>> configs;
