@@ -102,6 +102,14 @@ class Backend {
   virtual const KernelRegistry& kernels() const = 0;
   absl::StatusOr<std::unique_ptr<Kernel>> CreateKernel(const Node& node);
 
+  // Executor::Create brackets the kernels of one program with these (on one thread): the
+  // kernels made in between run once per step, one after another in the order they were
+  // made. A backend may let a later kernel of the group read what an earlier one leaves in
+  // its own buffers each step (the CPU: a value's reorder into a oneDNN layout,
+  // backends/cpu/shared_reorders.h).
+  virtual void BeginKernelGroup() {}
+  virtual void EndKernelGroup() {}
+
   // The job's communicator, which the collective ops' kernels call (AllReduce); null in a
   // single-process run, whose programs contain no collective. Set before kernels are made.
   void set_communicator(Communicator* communicator) { communicator_ = communicator; }

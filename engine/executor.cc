@@ -75,6 +75,13 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, c
     }
   }
   for (const auto& [out, state] : memory.plan.state_aliases) ex->location_[out] = ex->location_.at(state);
+  // The kernels run in the order they are made (RunKernels), which lets the backend share
+  // per-step work between them (Backend::BeginKernelGroup).
+  backend.BeginKernelGroup();
+  struct EndGroup {
+    Backend& backend;
+    ~EndGroup() { backend.EndKernelGroup(); }
+  } end_group{backend};
   for (Node* node : memory.order) {
     Step step;
     step.node = node;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "backends/cpu/shared_reorders.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace mpc {
@@ -28,6 +29,8 @@ class CpuBackend : public Backend {
   }
 
   std::string name() const override { return "cpu"; }
+  void BeginKernelGroup() override { cpu::OpenReorderGroup(); }
+  void EndKernelGroup() override { cpu::CloseReorderGroup(); }
   const Capabilities& capabilities() const override { return caps_; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {

@@ -31,6 +31,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
 #include "backends/cpu/kernels_gemm.h"
+#include "backends/cpu/shared_reorders.h"
 #include "graph/ops_conv_util.h"
 
 namespace mpc {
@@ -40,6 +41,9 @@ namespace {
 using dnnl::memory;
 
 enum class ConvMode { kForward, kGradInput, kGradWeight };
+
+// The graph values a convolution kernel reads as its operands a and b (null: not shared).
+using Operands = std::array<const Value*, 2>;
 
 // The geometry of one convolution, in 2-D form.
 struct ConvGeom {
@@ -194,17 +198,26 @@ ConvFn LoopConv(const ConvGeom& q, ConvMode mode) {
 // One oneDNN convolution primitive of a mode. oneDNN first gets to choose its own
 // (blocked) layouts, which run its fastest kernels; operands and results are then
 // reordered between mpc's plain NCHW / (g)OIHW buffers and internal buffers that are
-// allocated with the primitive, once per node. Where no implementation takes `any`
-// layouts the primitive is built on the plain layouts directly.
+// allocated with the primitive, once per node, or shared with an earlier kernel of the
+// program that reorders the same value into the same layout each step (shared_reorders.h).
+// Where no implementation takes `any` layouts the primitive is built on the plain layouts
+// directly.
 class DnnlConv {
  public:
-  static absl::StatusOr<std::shared_ptr<DnnlConv>> Create(const ConvGeom& q, ConvMode mode, DType dtype,
-                                                          bool has_bias) {
+  // operands: the values the kernel reads as a and b, when they reach the primitive as they
+  // are (not rounded to TF32 or widened first): their reorders are shared with the other
+  // kernels of the program that reorder them into the same layout (shared_reorders.h).
+  static absl::StatusOr<std::shared_ptr<DnnlConv>> Create(const ConvGeom& q, ConvMode mode, DType dtype, bool has_bias,
+                                                          Operands operands = {nullptr, nullptr}) {
     std::string first_error;
     for (bool any : {true, false}) {
       auto c = std::make_shared<DnnlConv>();
       try {
-        c->Build(q, mode, dtype, has_bias && mode == ConvMode::kForward, any);
+        c->Build(q, mode, dtype, has_bias && mode == ConvMode::kForward, any, operands);
+        // Offered only once built: a later kernel must not read a buffer nothing fills.
+        for (int i = 0; i < 2; ++i) {
+          if (c->args_[i].reorder) cpu::OfferSharedReorder(operands[i], c->args_[i].internal);
+        }
         return c;
       } catch (const dnnl::error& e) {
         if (first_error.empty()) first_error = e.what();
@@ -221,7 +234,7 @@ class DnnlConv {
       Arg& arg = args_[i];
       arg.user.set_data_handle(const_cast<void*>(handles[i]));
       if (arg.reorder && i < 2) arg.reorder->execute(stream, arg.user, arg.internal);
-      args.emplace(arg.id, arg.reorder ? arg.internal : arg.user);
+      args.emplace(arg.id, arg.reorder || arg.shared ? arg.internal : arg.user);
     }
     if (has_bias_) {
       bias_.set_data_handle(const_cast<void*>(bias));
@@ -238,9 +251,10 @@ class DnnlConv {
     int id = 0;
     memory user, internal;
     std::optional<dnnl::reorder> reorder;
+    bool shared = false;  // internal is an earlier kernel's reorder of the same value, made this step
   };
 
-  void Build(const ConvGeom& q, ConvMode mode, DType dtype, bool has_bias, bool any) {
+  void Build(const ConvGeom& q, ConvMode mode, DType dtype, bool has_bias, bool any, Operands operands) {
     has_bias_ = has_bias;
     const conv::Window2D& d = q.w;
     auto& eng = CpuDnnlEngine();
@@ -297,10 +311,16 @@ class DnnlConv {
       Arg& arg = args_[i];
       arg.id = id;
       arg.user = memory(plain, eng, DNNL_MEMORY_NONE);
-      if (chosen != plain) {
-        arg.internal = memory(chosen, eng);  // allocated here, once
-        arg.reorder = i < 2 ? dnnl::reorder(arg.user, arg.internal) : dnnl::reorder(arg.internal, arg.user);
+      if (chosen == plain) continue;
+      if (i < 2) {
+        if (std::optional<memory> earlier = cpu::FindSharedReorder(operands[i], chosen)) {
+          arg.internal = *earlier;
+          arg.shared = true;
+          continue;
+        }
       }
+      arg.internal = memory(chosen, eng);  // allocated here, once
+      arg.reorder = i < 2 ? dnnl::reorder(arg.user, arg.internal) : dnnl::reorder(arg.internal, arg.user);
     }
     bias_ = memory(bias_md, eng, DNNL_MEMORY_NONE);
   }
@@ -316,8 +336,8 @@ ConvFn AsFn(std::shared_ptr<DnnlConv> c) {
 }
 
 // f32 convolution: oneDNN, or the f32 loops where oneDNN has no implementation.
-ConvFn F32Conv(const ConvGeom& q, ConvMode mode, bool has_bias) {
-  auto c = DnnlConv::Create(q, mode, DType::kF32, has_bias);
+ConvFn F32Conv(const ConvGeom& q, ConvMode mode, bool has_bias, Operands operands = {nullptr, nullptr}) {
+  auto c = DnnlConv::Create(q, mode, DType::kF32, has_bias, operands);
   return c.ok() ? AsFn(*c) : LoopConv<float>(q, mode);
 }
 
@@ -359,7 +379,8 @@ class ConvKernel : public Kernel {
         k->fn_ = LoopConv<double>(q, kMode);
         return std::unique_ptr<Kernel>(std::move(k));
       case DType::kF32:
-        k->fn_ = F32Conv(q, kMode, k->has_bias_);
+        k->fn_ = cpu::RunsInTf32(node) ? F32Conv(q, kMode, k->has_bias_)
+                                       : F32Conv(q, kMode, k->has_bias_, {node.inputs[0], node.inputs[1]});
         if (cpu::RunsInTf32(node)) {
           k->tf32_ = true;
           k->a_.resize(static_cast<size_t>(NumElements(node.inputs[0]->shape)));
@@ -367,7 +388,7 @@ class ConvKernel : public Kernel {
         }
         return std::unique_ptr<Kernel>(std::move(k));
       case DType::kBF16: {
-        auto native = DnnlConv::Create(q, kMode, DType::kBF16, k->has_bias_);
+        auto native = DnnlConv::Create(q, kMode, DType::kBF16, k->has_bias_, {node.inputs[0], node.inputs[1]});
         if (native.ok()) {
           k->fn_ = AsFn(*native);
           return std::unique_ptr<Kernel>(std::move(k));
