@@ -7,16 +7,33 @@
 namespace mpc {
 namespace {
 
-// The Gemm/MatMul behind a Cast to f32 that may write f32 itself, or null.
-Node* FoldableProducer(const Graph& g, const Node& cast) {
+bool SoleUse(const Graph& g, const Value* v) { return v->consumers.size() == 1 && !g.IsOutput(v); }
+
+// The Gemm/MatMul behind a Cast to f32 that may write f32 itself, or null; `view` is set
+// to the Reshape between them when there is one (fold-transposes' Gemms over the batch
+// folded into rows reach the Cast through the Reshape back to the model's shape: the
+// backward data GEMMs whose result joins an f32 residual stream).
+Node* FoldableProducer(const Graph& g, const Node& cast, Node** view) {
+  *view = nullptr;
   if (cast.op != "Cast" || cast.outputs[0]->dtype != DType::kF32) return nullptr;
   const Value* v = cast.inputs[0];
-  Node* p = v->producer;
-  if (!p || (p->op != "Gemm" && p->op != "MatMul")) return nullptr;
   if (v->dtype != DType::kBF16 && v->dtype != DType::kF16) return nullptr;
-  if (v->consumers.size() != 1 || g.IsOutput(v)) return nullptr;
+  if (!SoleUse(g, v)) return nullptr;
+  Node* p = v->producer;
+  if (p && p->op == "Reshape" && SoleUse(g, p->inputs[0])) {
+    *view = p;
+    p = p->inputs[0]->producer;
+  }
+  if (!p || (p->op != "Gemm" && p->op != "MatMul")) return nullptr;
   if (p->attrs.Has("mpc_output_dtype") || p->attrs.Has("mpc_fp8")) return nullptr;
   return p;
+}
+
+// Re-infers `n`'s first output's dtype after an input or attribute changed.
+absl::Status Reinfer(Node* n) {
+  MPC_ASSIGN_OR_RETURN(std::vector<TensorType> types, OpRegistry::Global().Find(n->op)->infer(*n));
+  n->outputs[0]->dtype = types[0].dtype;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -25,13 +42,13 @@ absl::StatusOr<bool> FoldOutputCastsPass::Run(Graph& graph) {
   std::vector<Node*> folded;
   for (const auto& node : graph.nodes()) {
     Node* cast = node.get();
-    Node* product = FoldableProducer(graph, *cast);
+    Node* view = nullptr;
+    Node* product = FoldableProducer(graph, *cast, &view);
     if (!product) continue;
     product->attrs.Set("mpc_output_dtype", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));
-    MPC_ASSIGN_OR_RETURN(std::vector<TensorType> types, OpRegistry::Global().Find(product->op)->infer(*product));
-    Value* y = product->outputs[0];
-    y->dtype = types[0].dtype;
-    graph.ReplaceAllUsesWith(cast->outputs[0], y);
+    MPC_RETURN_IF_ERROR(Reinfer(product));
+    if (view) MPC_RETURN_IF_ERROR(Reinfer(view));
+    graph.ReplaceAllUsesWith(cast->outputs[0], cast->inputs[0]);
     folded.push_back(cast);
   }
   for (Node* cast : folded) {

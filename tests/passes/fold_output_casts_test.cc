@@ -1,6 +1,6 @@
-// fold-output-casts: a bf16 Gemm read only by a Cast to f32 writes f32 itself, which is the
-// f32 accumulation without the bf16 rounding in between; a product with other readers keeps
-// its Cast.
+// fold-output-casts: a bf16 Gemm read only by a Cast to f32 (directly or through a Reshape)
+// writes f32 itself, which is the f32 accumulation without the bf16 rounding in between; a
+// product with other readers keeps its Cast.
 #include "passes/fold_output_casts.h"
 
 #include "graph/graph_builder.h"
@@ -10,14 +10,15 @@
 namespace mpc {
 namespace {
 
-// y = Cast(Gemm(a, b) in bf16, f32); with `second_reader`, the bf16 product is also an output.
-std::unique_ptr<Graph> CastGemm(bool second_reader) {
+// y = Cast(Gemm(a, b) in bf16, f32); with `second_reader`, the bf16 product is also an output;
+// with `reshaped`, the Cast reads the product reshaped to [2, 4, 16] (fold-transposes' rows).
+std::unique_ptr<Graph> CastGemm(bool second_reader, bool reshaped = false) {
   auto g = std::make_unique<Graph>();
   GraphBuilder b(g.get());
   Value* a = g->AddInput("a", DType::kBF16, {8, 64});
   Value* w = g->AddConstant("w", testing::RandomTensor(DType::kF32, {64, 16}, 2).CastTo(DType::kBF16));
   Value* p = b.Op("Gemm", {a, w});
-  Value* y = b.Cast(p, DType::kF32);
+  Value* y = b.Cast(reshaped ? b.Reshape(p, {2, 4, 16}) : p, DType::kF32);
   EXPECT_TRUE(b.status().ok()) << b.status();
   if (second_reader) {
     g->SetOutputs({y, p});
@@ -62,6 +63,32 @@ TEST(FoldOutputCastsTest, Bf16GemmReadOnlyByACastWritesF32) {
   const double rounded = testing::RelativeError(RunOnCpu(*before, a).CastTo(DType::kF64), expected);
   EXPECT_LT(folded, 1e-5);   // the f32 accumulation itself
   EXPECT_GT(rounded, 1e-4);  // rounded to bf16 on the way
+}
+
+// The same through the Reshape between them: the Gemm writes f32 and the Reshape carries it.
+TEST(FoldOutputCastsTest, CastThroughAReshapeFoldsIntoTheGemm) {
+  std::unique_ptr<Graph> g = CastGemm(false, /*reshaped=*/true);
+  std::unique_ptr<Graph> plain = CastGemm(false);
+  ASSERT_TRUE(FoldOutputCastsPass().Run(*plain).ok());
+  absl::StatusOr<bool> changed = FoldOutputCastsPass().Run(*g);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  int casts = 0;
+  for (const auto& n : g->nodes()) {
+    casts += n->op == "Cast";
+    if (n->op == "Gemm") EXPECT_EQ(n->attrs.GetInt("mpc_output_dtype", 0), 1);
+  }
+  EXPECT_EQ(casts, 0);
+  const Value* y = g->outputs()[0];
+  EXPECT_EQ(y->dtype, DType::kF32);
+  EXPECT_EQ(y->shape, (Shape{2, 4, 16}));
+  ASSERT_NE(y->producer, nullptr);
+  EXPECT_EQ(y->producer->op, "Reshape");
+  // The values are the unreshaped fold's f32 accumulation, element for element.
+  const Tensor a = testing::RandomTensor(DType::kF32, {8, 64}, 1).CastTo(DType::kBF16);
+  const Tensor got = RunOnCpu(*g, a), want = RunOnCpu(*plain, a);
+  ASSERT_EQ(got.num_elements(), want.num_elements());
+  for (int64_t i = 0; i < got.num_elements(); ++i) EXPECT_EQ(got.GetAsDouble(i), want.GetAsDouble(i)) << i;
 }
 
 TEST(FoldOutputCastsTest, ProductWithAnotherReaderKeepsItsCast) {
