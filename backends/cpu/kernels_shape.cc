@@ -2,12 +2,13 @@
 // Identity, Squeeze, Unsqueeze (copies: buffers are planned separately), Transpose,
 // Expand and BroadcastTo (numpy broadcast copies), and the shape producers Shape,
 // ConstantOfShape and Range. Data movement is dtype-agnostic: it moves element words.
-#include <emmintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
@@ -19,6 +20,7 @@ namespace {
 
 using namespace cpu;  // NOLINT: the shared kernel helpers (cpu_kernel_util.h, cpu_tensor_util.h)
 
+#if defined(__SSE2__)
 // One 8x8 block of 16-bit words: y row j = a column j. Three rounds of unpacks interleave
 // 16-, 32- and 64-bit pieces of row pairs.
 inline void TransposeBlock(const uint16_t* a, int64_t a_stride, uint16_t* y, int64_t y_stride) {
@@ -55,18 +57,29 @@ inline void TransposeBlock(const uint32_t* a, int64_t a_stride, uint32_t* y, int
   _mm_storeu_si128(reinterpret_cast<__m128i*>(y + 3 * y_stride), _mm_unpackhi_epi64(t2, t3));
 }
 
-// Other word sizes go element by element (TransposeMatrix never calls these).
+#endif  // __SSE2__
+
+// Where SSE2 shuffles exist (every x86-64), 2- and 4-byte words move in blocks.
+#if defined(__SSE2__)
+constexpr bool kHasBlockShuffles = true;
+#else
+constexpr bool kHasBlockShuffles = false;
+#endif
+
+// Other word sizes (and machines without SSE2) go element by element: TransposeMatrix never
+// calls this.
 template <typename Word>
 inline void TransposeBlock(const Word*, int64_t, Word*, int64_t) {}
 
 // y[r * y_row_stride + c] = a[c * a_row_stride + r] for r < rows, c < cols: blocks of
 // kBlock x kBlock, each read as kBlock rows of a and written as kBlock rows of y. Word by
 // word, a 16-bit block moved at ~7.5 GB/s (char_gpt's K^T and head merges, 0.8 ms each);
-// 2- and 4-byte words take SSE2's unpack shuffles (baseline x86-64, no dispatch).
+// 2- and 4-byte words take SSE2's unpack shuffles (baseline x86-64, no dispatch; other
+// machines go word by word).
 template <typename Word>
 void TransposeMatrix(const Word* a, int64_t a_row_stride, Word* y, int64_t y_row_stride, int64_t rows, int64_t cols) {
   constexpr int64_t kBlock = sizeof(Word) == 2 ? 8 : sizeof(Word) == 4 ? 4 : 16;
-  constexpr bool kShuffled = sizeof(Word) == 2 || sizeof(Word) == 4;
+  constexpr bool kShuffled = kHasBlockShuffles && (sizeof(Word) == 2 || sizeof(Word) == 4);
   for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
     for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
       const int64_t r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
