@@ -66,11 +66,6 @@ constexpr bool kHasBlockShuffles = true;
 constexpr bool kHasBlockShuffles = false;
 #endif
 
-// Other word sizes (and machines without SSE2) go element by element: TransposeMatrix never
-// calls this.
-template <typename Word>
-inline void TransposeBlock(const Word*, int64_t, Word*, int64_t) {}
-
 // y[r * y_row_stride + c] = a[c * a_row_stride + r] for r < rows, c < cols: blocks of
 // kBlock x kBlock, each read as kBlock rows of a and written as kBlock rows of y. Word by
 // word, a 16-bit block moved at ~7.5 GB/s (char_gpt's K^T and head merges, 0.8 ms each);
@@ -83,9 +78,11 @@ void TransposeMatrix(const Word* a, int64_t a_row_stride, Word* y, int64_t y_row
   for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
     for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
       const int64_t r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
-      if (kShuffled && r1 - r0 == kBlock && c1 - c0 == kBlock) {
-        TransposeBlock(a + c0 * a_row_stride + r0, a_row_stride, y + r0 * y_row_stride + c0, y_row_stride);
-        continue;
+      if constexpr (kShuffled) {
+        if (r1 - r0 == kBlock && c1 - c0 == kBlock) {
+          TransposeBlock(a + c0 * a_row_stride + r0, a_row_stride, y + r0 * y_row_stride + c0, y_row_stride);
+          continue;
+        }
       }
       for (int64_t r = r0; r < r1; ++r) {
         for (int64_t c = c0; c < c1; ++c) y[r * y_row_stride + c] = a[c * a_row_stride + r];
