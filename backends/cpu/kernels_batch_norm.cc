@@ -1,8 +1,10 @@
 // CPU BatchNormalization, BatchNormGrad and BatchNormStatsUpdate (graph/ops_norm.cc) over
 // X viewed as [N, C, spatial], in f32, f64, bf16 and f16. Each OpenMP thread owns a range of
 // channels and walks it sample by sample in memory order; per-channel sums are simd
-// reductions in Acc<T>, and the loops are compiled for each vector ISA (cpu_isa.h). The
-// statistics update copies the new running mean and variance into their state in place.
+// reductions in Acc<T> (per-element partial sums where planes are tiny: kExpandedPlaneMax),
+// and the loops are compiled for each vector ISA (cpu_isa.h). The statistics update copies
+// the new running mean and variance into their state in place.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -117,6 +119,77 @@ MPC_ISA_CLONES void ApplyChannelGrad(const T* dy, const T* x, T* dx, int64_t cha
   }
 }
 
+// Small planes (ResNet's last stages: 4x4 and 2x2 values a channel) leave the loops above
+// a few values per channel and their per-channel overhead dominates. There the passes run
+// over a sample's whole run of channels [c0, c1) (nc * S contiguous values) element by
+// element, with per-element partial sums over the samples and the per-channel constants
+// expanded to one per element (each array nc * S values, cached); the partial sums of a
+// channel are added after the last sample. Planes of up to kExpandedPlaneMax values take
+// this form.
+constexpr int64_t kExpandedPlaneMax = 16;
+
+// part[j] += x[j]; the forms below likewise, element by element.
+template <typename T>
+MPC_ISA_CLONES void AddRunValues(const T* x, int64_t run, Acc<T>* part) {
+  using A = Acc<T>;
+#pragma omp simd
+  for (int64_t j = 0; j < run; ++j) part[j] += A(x[j]);
+}
+
+template <typename T>
+MPC_ISA_CLONES void AddRunSquaredDeviations(const T* x, int64_t run, const Acc<T>* mean, Acc<T>* part) {
+  using A = Acc<T>;
+#pragma omp simd
+  for (int64_t j = 0; j < run; ++j) {
+    const A d = A(x[j]) - mean[j];
+    part[j] += d * d;
+  }
+}
+
+template <typename T>
+MPC_ISA_CLONES void ApplyRunAffine(const T* x, T* y, int64_t run, const Acc<T>* mean, const Acc<T>* a,
+                                   const Acc<T>* shift) {
+  using A = Acc<T>;
+#pragma omp simd
+  for (int64_t j = 0; j < run; ++j) StoreRounded(y + j, (A(x[j]) - mean[j]) * a[j] + shift[j]);
+}
+
+template <typename T>
+MPC_ISA_CLONES void AddRunGradSums(const T* dy, const T* x, int64_t run, const Acc<T>* mean, const Acc<T>* inv,
+                                   Acc<T>* part_dy, Acc<T>* part_dy_xhat) {
+  using A = Acc<T>;
+#pragma omp simd
+  for (int64_t j = 0; j < run; ++j) {
+    const A g = A(dy[j]);
+    part_dy[j] += g;
+    part_dy_xhat[j] += g * (A(x[j]) - mean[j]) * inv[j];
+  }
+}
+
+template <typename T>
+MPC_ISA_CLONES void ApplyRunGrad(const T* dy, const T* x, T* dx, int64_t run, const Acc<T>* a, const Acc<T>* mdy,
+                                 const Acc<T>* mean, const Acc<T>* k) {
+  using A = Acc<T>;
+#pragma omp simd
+  for (int64_t j = 0; j < run; ++j) StoreRounded(dx + j, a[j] * (A(dy[j]) - mdy[j] - (A(x[j]) - mean[j]) * k[j]));
+}
+
+// Per-channel sums of per-element partial sums: out[c] += part[c * s .. c * s + s).
+template <typename A>
+void FoldRun(const A* part, int64_t channels, int64_t s, A* out) {
+  for (int64_t c = 0; c < channels; ++c) {
+    A acc = 0;
+    for (int64_t k = 0; k < s; ++k) acc += part[c * s + k];
+    out[c] += acc;
+  }
+}
+
+// Each channel's value repeated S times.
+template <typename A>
+void ExpandRun(const A* per_channel, int64_t channels, int64_t s, A* out) {
+  for (int64_t c = 0; c < channels; ++c) std::fill(out + c * s, out + (c + 1) * s, per_channel[c]);
+}
+
 // Calls body(c0, c1) on one contiguous range of channels per OpenMP thread (all of them on
 // the calling thread for small tensors). Each thread owns its channels' statistics, so the
 // passes over X need no barrier between them, and a channel's sums are added in the same
@@ -164,14 +237,35 @@ struct BatchNormKernel {
       const A mom = static_cast<A>(momentum);
       std::vector<A> mean(cs.c, A(0)), sq(cs.c, A(0)), a(cs.c), unbiased(cs.c);
       const int64_t sample = cs.c * cs.s;
+      const bool expanded = cs.s <= kExpandedPlaneMax;
       ForChannelRanges(cs, [&](int64_t c0, int64_t c1) {
-        const int64_t nc = c1 - c0;
+        const int64_t nc = c1 - c0, run = nc * cs.s;
         const T* xc = x + c0 * cs.s;
+        // Expanded form: per-element partial sums, then mean, a and shift per element.
+        std::vector<A> part, mean_x, a_x, shift_x;
+        if (expanded) {
+          part.assign(static_cast<size_t>(run), A(0));
+          mean_x.resize(static_cast<size_t>(run));
+        }
         if (training) {
-          for (int64_t i = 0; i < cs.n; ++i) AddChannelSums(xc + i * sample, nc, cs.s, mean.data() + c0);
+          if (expanded) {
+            for (int64_t i = 0; i < cs.n; ++i) AddRunValues(xc + i * sample, run, part.data());
+            FoldRun(part.data(), nc, cs.s, mean.data() + c0);
+          } else {
+            for (int64_t i = 0; i < cs.n; ++i) AddChannelSums(xc + i * sample, nc, cs.s, mean.data() + c0);
+          }
           for (int64_t c = c0; c < c1; ++c) mean[c] /= static_cast<A>(m);
-          for (int64_t i = 0; i < cs.n; ++i) {
-            AddChannelSquaredDeviations(xc + i * sample, nc, cs.s, mean.data() + c0, sq.data() + c0);
+          if (expanded) {
+            ExpandRun(mean.data() + c0, nc, cs.s, mean_x.data());
+            std::fill(part.begin(), part.end(), A(0));
+            for (int64_t i = 0; i < cs.n; ++i) {
+              AddRunSquaredDeviations(xc + i * sample, run, mean_x.data(), part.data());
+            }
+            FoldRun(part.data(), nc, cs.s, sq.data() + c0);
+          } else {
+            for (int64_t i = 0; i < cs.n; ++i) {
+              AddChannelSquaredDeviations(xc + i * sample, nc, cs.s, mean.data() + c0, sq.data() + c0);
+            }
           }
         }
         for (int64_t c = c0; c < c1; ++c) {
@@ -190,6 +284,17 @@ struct BatchNormKernel {
           if (nout > 2) StoreAt(ctx.outputs[2], c, training ? mom * rv + (A(1) - mom) * unbiased[c] : rv);
           if (nout > 3) ctx.outputs[3].as<A>()[c] = mean[c];
           if (nout > 4) ctx.outputs[4].as<A>()[c] = inv;
+        }
+        if (expanded) {
+          a_x.resize(static_cast<size_t>(run));
+          shift_x.resize(static_cast<size_t>(run));
+          ExpandRun(mean.data() + c0, nc, cs.s, mean_x.data());  // evaluation: the running mean
+          ExpandRun(a.data() + c0, nc, cs.s, a_x.data());
+          ExpandRun(bias.data() + c0, nc, cs.s, shift_x.data());
+          for (int64_t i = 0; i < cs.n; ++i) {
+            ApplyRunAffine(xc + i * sample, y + c0 * cs.s + i * sample, run, mean_x.data(), a_x.data(), shift_x.data());
+          }
+          return;
         }
         for (int64_t i = 0; i < cs.n; ++i) {
           ApplyChannelAffine(xc + i * sample, y + c0 * cs.s + i * sample, nc, cs.s, mean.data() + c0, a.data() + c0,
@@ -219,11 +324,29 @@ struct BatchNormGradKernel {
       const std::vector<A> inv = LoadAll<A>(ctx.inputs[4]);
       std::vector<A> sdy(cs.c, A(0)), sdyx(cs.c, A(0)), a(cs.c), mdy(cs.c), k(cs.c);
       const int64_t sample = cs.c * cs.s;
+      const bool expanded = cs.s <= kExpandedPlaneMax;
       ForChannelRanges(cs, [&](int64_t c0, int64_t c1) {
-        const int64_t nc = c1 - c0, o = c0 * cs.s;
-        for (int64_t i = 0; i < cs.n; ++i) {
-          AddChannelGradSums(dy + o + i * sample, x + o + i * sample, nc, cs.s, mean.data() + c0, inv.data() + c0,
-                             sdy.data() + c0, sdyx.data() + c0);
+        const int64_t nc = c1 - c0, o = c0 * cs.s, run = nc * cs.s;
+        // Expanded form (small planes): per-element partial sums and constants.
+        std::vector<A> part_dy, part_dyx, mean_x, inv_x;
+        if (expanded) {
+          part_dy.assign(static_cast<size_t>(run), A(0));
+          part_dyx.assign(static_cast<size_t>(run), A(0));
+          mean_x.resize(static_cast<size_t>(run));
+          inv_x.resize(static_cast<size_t>(run));
+          ExpandRun(mean.data() + c0, nc, cs.s, mean_x.data());
+          ExpandRun(inv.data() + c0, nc, cs.s, inv_x.data());
+          for (int64_t i = 0; i < cs.n; ++i) {
+            AddRunGradSums(dy + o + i * sample, x + o + i * sample, run, mean_x.data(), inv_x.data(), part_dy.data(),
+                           part_dyx.data());
+          }
+          FoldRun(part_dy.data(), nc, cs.s, sdy.data() + c0);
+          FoldRun(part_dyx.data(), nc, cs.s, sdyx.data() + c0);
+        } else {
+          for (int64_t i = 0; i < cs.n; ++i) {
+            AddChannelGradSums(dy + o + i * sample, x + o + i * sample, nc, cs.s, mean.data() + c0, inv.data() + c0,
+                               sdy.data() + c0, sdyx.data() + c0);
+          }
         }
         for (int64_t c = c0; c < c1; ++c) {
           a[c] = scale[c] * inv[c];
@@ -232,6 +355,19 @@ struct BatchNormGradKernel {
           k[c] = training ? inv[c] * (sdyx[c] / static_cast<A>(m)) : A(0);
           StoreAt(ctx.outputs[1], c, sdyx[c]);
           StoreAt(ctx.outputs[2], c, sdy[c]);
+        }
+        if (expanded) {
+          // part_dy and inv_x are free again: they hold a and k per element now.
+          std::vector<A>& a_x = part_dy;
+          std::vector<A>& k_x = inv_x;
+          ExpandRun(a.data() + c0, nc, cs.s, a_x.data());
+          ExpandRun(k.data() + c0, nc, cs.s, k_x.data());
+          ExpandRun(mdy.data() + c0, nc, cs.s, part_dyx.data());
+          for (int64_t i = 0; i < cs.n; ++i) {
+            ApplyRunGrad(dy + o + i * sample, x + o + i * sample, dx + o + i * sample, run, a_x.data(), part_dyx.data(),
+                         mean_x.data(), k_x.data());
+          }
+          return;
         }
         for (int64_t i = 0; i < cs.n; ++i) {
           ApplyChannelGrad(dy + o + i * sample, x + o + i * sample, dx + o + i * sample, nc, cs.s, a.data() + c0,
