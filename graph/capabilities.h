@@ -24,6 +24,10 @@ struct Capabilities {
   // as they load), so fold-gradient-casts may drop the gradients' Casts to f32.
   bool updates_read_16bit_gradients = false;
   std::map<DType, int> pad_multiple;  // preferred GEMM dim multiple per compute dtype
+  // Per dtype, the smallest output plane (OH * OW) from which the backend's 2-D
+  // convolutions run faster on channels-last activations (passes/channels_last.h); a dtype
+  // without an entry stays channels-first.
+  std::map<DType, int64_t> channels_last_min_plane;
   // Whether the backend has a kernel for (op, dtype); null means "assume yes" (fake
   // capability sets in pass tests).
   std::function<bool(const std::string& op, DType dtype)> has_kernel;

@@ -7,7 +7,10 @@
 //   ConvGradWeight(dY, X)  -> dW   attributes: the forward's + kernel_shape (always set)
 //   MaxPoolGrad(dY, X)     -> dX   dY routed to each window's first maximum
 //   AveragePoolGrad(dY)    -> dX   attributes: the forward's + input_shape
-// Conv's bias gradient is ReduceSumTo(dY, [M,1,...]) reshaped to [M]. GlobalAveragePool's
+// Conv's bias gradient is ReduceSumTo(dY, [M,1,...]) reshaped to [M]. Conv, ConvGradInput,
+// ConvGradWeight, MaxPool and MaxPoolGrad with mpc_channels_last = 1 (passes/channels_last.h) read and write
+// X, Y, dX and dY as [N, spatial..., C]; their shape rules run on channels-first views
+// (ops_conv_util.h). GlobalAveragePool's
 // gradient is BroadcastTo(dY) / (spatial size); GlobalMaxPool's is a MaxPoolGrad with
 // the whole spatial extent as its kernel. Padding rules (passes/pad_dims.h): Conv is
 // kChannelContraction, the forward pools kChannelwise, the backward ops kOpaque (autodiff
@@ -73,25 +76,26 @@ Types InferConv(const Node& n) {
                                                    x->shape.size(), " (X ", ShapeToString(x->shape),
                                                    "): [M, C/group, kernel...]"));
   }
+  const Shape xs = conv::AsChannelsFirst(n, x->shape);
   const int64_t m = w->shape[0];
-  MPC_RETURN_IF_ERROR(CheckGroups(n, x->shape[1], m, w->shape[1], x->shape, w->shape).status());
+  MPC_RETURN_IF_ERROR(CheckGroups(n, xs[1], m, w->shape[1], x->shape, w->shape).status());
   if (n.inputs.size() > 2 && n.inputs[2] && n.inputs[2]->shape != Shape{m}) {
     return absl::InvalidArgumentError(absl::StrCat("bias B ", ShapeToString(n.inputs[2]->shape), " must be [", m,
                                                    "] (one value per output channel of W ", ShapeToString(w->shape),
                                                    ")"));
   }
   MPC_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, ConvKernel(n, w->shape));
-  auto win = conv::ResolveWindow(n, Spatial(x->shape), kernel, /*pooling=*/false);
+  auto win = conv::ResolveWindow(n, Spatial(xs), kernel, /*pooling=*/false);
   if (!win.ok()) {
     return absl::Status(win.status().code(), absl::StrCat("X ", ShapeToString(x->shape), ", W ",
                                                           ShapeToString(w->shape), ": ", win.status().message()));
   }
-  Shape out{x->shape[0], m};
+  Shape out{xs[0], m};
   out.insert(out.end(), win->out.begin(), win->out.end());
-  return std::vector<TensorType>{{x->dtype, out}};
+  return std::vector<TensorType>{{x->dtype, conv::InNodeLayout(n, out)}};
 }
 
-// dY must be the forward output computed from (x_shape, kernel).
+// dY must be the forward output computed from (x_shape, kernel); x_shape channels-first.
 absl::Status CheckGradOutput(const Node& n, const Value* dy, const Shape& x_shape, int64_t out_channels,
                              const std::vector<int64_t>& kernel, bool pooling) {
   auto win = conv::ResolveWindow(n, Spatial(x_shape), kernel, pooling);
@@ -101,10 +105,12 @@ absl::Status CheckGradOutput(const Node& n, const Value* dy, const Shape& x_shap
   }
   Shape want{x_shape[0], out_channels};
   want.insert(want.end(), win->out.begin(), win->out.end());
+  want = conv::InNodeLayout(n, want);
   if (dy->shape != want) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dY '", dy->name, "' has shape ", ShapeToString(dy->shape), " but the forward output for input ",
-        ShapeToString(x_shape), " is ", ShapeToString(want), "; pass the gradient of this op's forward output"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dY '", dy->name, "' has shape ", ShapeToString(dy->shape), " but the forward output for input ",
+                     ShapeToString(conv::InNodeLayout(n, x_shape)), " is ", ShapeToString(want),
+                     "; pass the gradient of this op's forward output"));
   }
   return absl::OkStatus();
 }
@@ -128,9 +134,10 @@ Types InferConvGradInput(const Node& n) {
   if (w->shape.size() != x_shape.size()) {
     return absl::InvalidArgumentError(absl::StrCat("W ", ShapeToString(w->shape), " must have rank ", x_shape.size()));
   }
-  MPC_RETURN_IF_ERROR(CheckGroups(n, x_shape[1], w->shape[0], w->shape[1], x_shape, w->shape).status());
+  const Shape xs = conv::AsChannelsFirst(n, x_shape);  // input_shape is in the node's layout
+  MPC_RETURN_IF_ERROR(CheckGroups(n, xs[1], w->shape[0], w->shape[1], x_shape, w->shape).status());
   MPC_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, ConvKernel(n, w->shape));
-  MPC_RETURN_IF_ERROR(CheckGradOutput(n, dy, x_shape, w->shape[0], kernel, false));
+  MPC_RETURN_IF_ERROR(CheckGradOutput(n, dy, xs, w->shape[0], kernel, false));
   return std::vector<TensorType>{{dy->dtype, x_shape}};
 }
 
@@ -149,14 +156,14 @@ Types InferConvGradWeight(const Node& n) {
     return absl::InvalidArgumentError(
         absl::StrCat("dY ", ShapeToString(dy->shape), " and X ", ShapeToString(x->shape), " must have the same rank"));
   }
-  const int64_t m = dy->shape[1];
+  const Shape xs = conv::AsChannelsFirst(n, x->shape);
+  const int64_t m = conv::AsChannelsFirst(n, dy->shape)[1];
   const int64_t group = n.attrs.GetInt("group", 1);
-  if (group < 1 || x->shape[1] % group != 0 || m % group != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group ", group, " must divide X's C=", x->shape[1], " and dY's M=", m));
+  if (group < 1 || xs[1] % group != 0 || m % group != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", group, " must divide X's C=", xs[1], " and dY's M=", m));
   }
-  MPC_RETURN_IF_ERROR(CheckGradOutput(n, dy, x->shape, m, kernel, false));
-  Shape w_shape{m, x->shape[1] / group};
+  MPC_RETURN_IF_ERROR(CheckGradOutput(n, dy, xs, m, kernel, false));
+  Shape w_shape{m, xs[1] / group};
   w_shape.insert(w_shape.end(), kernel.begin(), kernel.end());
   return std::vector<TensorType>{{dy->dtype, w_shape}};
 }
@@ -165,7 +172,7 @@ Types InferConvGradWeight(const Node& n) {
 AttrMap WindowAttrs(const Node& n) {
   AttrMap a;
   for (const char* name : {"strides", "pads", "dilations", "group", "auto_pad", "kernel_shape", "ceil_mode",
-                           "count_include_pad", "storage_order"}) {
+                           "count_include_pad", "storage_order", "mpc_channels_last"}) {
     auto it = n.attrs.all().find(name);
     if (it != n.attrs.all().end()) a.Set(name, it->second);
   }
@@ -182,7 +189,8 @@ Grads GradConv(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
   in_attrs.Set("input_shape", x->shape);
   std::vector<Value*> grads{b.Op("ConvGradInput", {dy, w}, std::move(in_attrs)), b.Op("ConvGradWeight", {dy, x}, base)};
   if (n.inputs.size() > 2 && n.inputs[2]) {
-    Shape per_channel(x->shape.size() - 1, 1);  // [M, 1, ...] against dY [N, M, ...]
+    // [M, 1, ...] against dY [N, M, ...]; [M] against a channels-last dY [N, ..., M].
+    Shape per_channel(conv::ChannelsLast(n) ? 1 : x->shape.size() - 1, 1);
     per_channel[0] = w->shape[0];
     grads.push_back(b.Reshape(b.ReduceSumTo(dy, per_channel), n.inputs[2]->shape));
   }
@@ -215,14 +223,18 @@ Types InferPool(const Node& n) {
   MPC_RETURN_IF_ERROR(CheckPoolAttrs(n));
   const Value* x = n.inputs[0];
   MPC_RETURN_IF_ERROR(CheckNchw(n, x, "X"));
-  MPC_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, PoolKernel(n, x->shape));
-  auto win = conv::ResolveWindow(n, Spatial(x->shape), kernel, /*pooling=*/true);
+  if (conv::ChannelsLast(n) && n.op != "MaxPool") {
+    return absl::UnimplementedError(absl::StrCat(n.op, " has no channels-last form (mpc_channels_last); only MaxPool"));
+  }
+  const Shape xs = conv::AsChannelsFirst(n, x->shape);
+  MPC_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, PoolKernel(n, xs));
+  auto win = conv::ResolveWindow(n, Spatial(xs), kernel, /*pooling=*/true);
   if (!win.ok()) {
     return absl::Status(win.status().code(), absl::StrCat("X ", ShapeToString(x->shape), ": ", win.status().message()));
   }
-  Shape out{x->shape[0], x->shape[1]};
+  Shape out{xs[0], xs[1]};
   out.insert(out.end(), win->out.begin(), win->out.end());
-  return std::vector<TensorType>{{x->dtype, out}};
+  return std::vector<TensorType>{{x->dtype, conv::InNodeLayout(n, out)}};
 }
 
 // MaxPoolGrad(dY, X) -> dX.
@@ -231,8 +243,9 @@ Types InferMaxPoolGrad(const Node& n) {
   MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
   const Value* x = n.inputs[1];
   MPC_RETURN_IF_ERROR(CheckNchw(n, x, "X"));
-  MPC_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, PoolKernel(n, x->shape));
-  MPC_RETURN_IF_ERROR(CheckGradOutput(n, n.inputs[0], x->shape, x->shape[1], kernel, true));
+  const Shape xs = conv::AsChannelsFirst(n, x->shape);
+  MPC_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, PoolKernel(n, xs));
+  MPC_RETURN_IF_ERROR(CheckGradOutput(n, n.inputs[0], xs, xs[1], kernel, true));
   return std::vector<TensorType>{{x->dtype, x->shape}};
 }
 

@@ -125,4 +125,40 @@ Window2D To2D(const Window& w) {
   return d;
 }
 
+bool ChannelsLast(const Node& node) { return node.attrs.GetInt("mpc_channels_last", 0) != 0; }
+
+Shape ChannelsFirstView(const Shape& s) {
+  Shape out{s[0], s.back()};
+  out.insert(out.end(), s.begin() + 1, s.end() - 1);
+  return out;
+}
+
+Shape ChannelsLastView(const Shape& s) {
+  Shape out{s[0]};
+  out.insert(out.end(), s.begin() + 2, s.end());
+  out.push_back(s[1]);
+  return out;
+}
+
+Shape AsChannelsFirst(const Node& node, const Shape& s) {
+  return ChannelsLast(node) && s.size() >= 2 ? ChannelsFirstView(s) : s;
+}
+
+Shape InNodeLayout(const Node& node, const Shape& s) {
+  return ChannelsLast(node) && s.size() >= 2 ? ChannelsLastView(s) : s;
+}
+
+std::vector<int64_t> ToChannelsLastPerm(int rank) {
+  std::vector<int64_t> p{0};
+  for (int i = 2; i < rank; ++i) p.push_back(i);
+  p.push_back(1);
+  return p;
+}
+
+std::vector<int64_t> ToChannelsFirstPerm(int rank) {
+  std::vector<int64_t> p{0, rank - 1};
+  for (int i = 1; i < rank - 1; ++i) p.push_back(i);
+  return p;
+}
+
 }  // namespace mpc::conv

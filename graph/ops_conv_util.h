@@ -6,6 +6,8 @@
 // computes it. PyTorch itself drops a last window that starts at or past the end of the
 // input (inside the end padding); ONNX keeps it, and such a window sees no input: the
 // pooling kernels give 0 there (MaxPool and AveragePool) and route no gradient.
+// Also the channels-last form (attribute mpc_channels_last, set by passes/channels_last.h)
+// of Conv, its gradient ops and BatchNormalization: the channel axis last instead of 1.
 #pragma once
 
 #include <cstdint>
@@ -37,5 +39,20 @@ struct Window2D {
   int64_t pt = 0, pl = 0, pb = 0, pr = 0;  // top, left, bottom, right
 };
 Window2D To2D(const Window& w);
+
+// Channels-last ops (mpc_channels_last = 1) read and write activations as [N, spatial...,
+// C] instead of ONNX's [N, C, spatial...]; weights stay [M, C/group, kernel...]. Shape
+// rules are written for the channels-first form and applied through these views.
+bool ChannelsLast(const Node& node);
+// [N, spatial..., C] -> [N, C, spatial...] and back (rank >= 2).
+Shape ChannelsFirstView(const Shape& channels_last);
+Shape ChannelsLastView(const Shape& channels_first);
+// The activation's shape in channels-first form: `s` itself unless the node is channels-last.
+Shape AsChannelsFirst(const Node& node, const Shape& s);
+// ... and back: `s` (channels-first) in the node's own form.
+Shape InNodeLayout(const Node& node, const Shape& s);
+// Transpose permutations: channels-first -> channels-last ([0, 2, ..., r-1, 1]) and back.
+std::vector<int64_t> ToChannelsLastPerm(int rank);
+std::vector<int64_t> ToChannelsFirstPerm(int rank);
 
 }  // namespace mpc::conv

@@ -24,6 +24,8 @@
 // ONNX's training_mode = 1 (no mpc_training attribute) the biased one, as the ONNX
 // reference does. The normalisation always uses the biased variance. The batch-norm-stats
 // pass (passes/batch_norm_stats.h) writes them back into the running-statistics state.
+// With mpc_channels_last = 1 (passes/channels_last.h) BatchNormalization and BatchNormGrad
+// take the channel axis last ([N, spatial..., C]), as a channels-last Conv writes it.
 #include "graph/ops_norm.h"
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 
 #include "base/status_macros.h"
 #include "graph/ops_common.h"
+#include "graph/ops_conv_util.h"
 
 namespace mpc {
 namespace {
@@ -247,7 +250,7 @@ Types InferBatchNorm(const Node& n) {
     return absl::InvalidArgumentError(absl::StrCat("X '", x->name, "' has shape ", ShapeToString(x->shape),
                                                    "; BatchNormalization needs [N, C, ...]"));
   }
-  const int64_t c = x->shape[1];
+  const int64_t c = conv::AsChannelsFirst(n, x->shape)[1];
   const char* names[] = {"X", "scale", "B", "input_mean", "input_var"};
   for (int i = 1; i < 5; ++i) {
     MPC_ASSIGN_OR_RETURN(const Value* v, ops::RequiredInput(n, i));
@@ -274,6 +277,7 @@ Grads GradBatchNorm(GraphBuilder& b, const Node& n, const std::vector<Value*>& d
   Value* scale = n.inputs[1];
   AttrMap attrs;
   attrs.Set("training_mode", static_cast<int64_t>(training));
+  if (conv::ChannelsLast(n)) attrs.Set("mpc_channels_last", int64_t{1});
   std::vector<Value*> g =
       b.OpN("BatchNormGrad", {b.Cast(dys[0], x->dtype), x, scale, n.outputs[3], n.outputs[4]}, std::move(attrs));
   if (g.size() != 3) return b.status().ok() ? absl::InternalError("BatchNormGrad: no outputs") : b.status();
@@ -299,7 +303,7 @@ Types InferBatchNormGrad(const Node& n) {
   if (n.inputs[0]->shape != x->shape || x->shape.size() < 2) {
     return absl::InvalidArgumentError("dY and X must have the same [N, C, ...] shape");
   }
-  const int64_t c = x->shape[1];
+  const int64_t c = conv::AsChannelsFirst(n, x->shape)[1];
   for (int i = 2; i < 5; ++i) {
     if (n.inputs[i]->shape != Shape{c} || !IsFloating(n.inputs[i]->dtype)) {
       return absl::InvalidArgumentError(absl::StrCat("'", n.inputs[i]->name, "' must be a float [", c, "]"));

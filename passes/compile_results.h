@@ -38,6 +38,12 @@ struct FuseGeluResult {
   std::vector<Fusion> fused;
 };
 
+// Writer: channels-last. Reader: the report.
+struct ChannelsLastResult {
+  std::vector<std::string> converted;  // nodes now channels-last (forward graph), in order
+  int transposes = 0;                  // layout Transposes left at the ends of the runs
+};
+
 // One autocast paint decision: every node gets one.
 struct PaintDecision {
   std::string node;
@@ -200,6 +206,7 @@ struct CompileResults {
   FuseGeluResult fuse_gelu;
   AutocastResult autocast;
   PadDimsResult pad_dims;
+  ChannelsLastResult channels_last;
   AutodiffResult autodiff;
   Fp8Result fp8;
   Fp8LowerResult fp8_lower;

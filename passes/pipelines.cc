@@ -8,6 +8,7 @@
 #include "passes/attach_loss.h"
 #include "passes/autodiff.h"
 #include "passes/batch_norm_stats.h"
+#include "passes/channels_last.h"
 #include "passes/defer_widening_casts.h"
 #include "passes/ema.h"
 #include "passes/fold_gradient_casts.h"
@@ -43,6 +44,10 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // Tensor-core padding: after autocast (the multiple depends on each GEMM's dtype),
   // before autodiff (the backward graph is built on the padded weights).
   p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));
+  // Convolutions and what follows them on channels-last activations where the backend
+  // runs them faster: on the final forward graph (padded channels included), before
+  // autodiff, which builds the backward ops in the same layout.
+  p.Add(std::make_unique<ChannelsLastPass>(caps, &r->channels_last));
   // The backward graph, once the forward graph is final.
   p.Add(std::make_unique<AutodiffPass>(&r->loss, &r->autodiff, o.freeze));
   // FP8 GEMMs: after autodiff, because it converts the backward GEMMs with their forward.
@@ -100,6 +105,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
   p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
   p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));
+  p.Add(std::make_unique<ChannelsLastPass>(caps, &r->channels_last));
   // FP8 GEMMs with the scales training keeps (shared by name); no amax is recorded.
   p.Add(std::make_unique<Fp8Pass>(o.fp8, caps, &r->autocast, nullptr, &r->fp8));
   p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, caps, &r->fp8_lower));

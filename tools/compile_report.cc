@@ -47,6 +47,10 @@ std::string CompileReportJson(const Program& p) {
     gelu.push_back(absl::StrFormat("{\"node\":\"%s\",\"approximate\":\"%s\",\"nodes_replaced\":%d}", JsonEscape(f.node),
                                    f.approximate, f.nodes_replaced));
   }
+  std::vector<std::string> channels_last;
+  for (const std::string& node : r.channels_last.converted) {
+    channels_last.push_back(absl::StrCat("\"", JsonEscape(node), "\""));
+  }
   std::vector<std::string> padding;
   for (const PadDimsResult::Padding& d : r.pad_dims.padding) {
     padding.push_back(absl::StrFormat("{\"value\":\"%s\",\"dim\":%d,\"from\":%d,\"to\":%d}", JsonEscape(d.value), d.dim,
@@ -93,9 +97,11 @@ std::string CompileReportJson(const Program& p) {
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", r.autocast.casts_inserted,
                       DTypeName(r.autocast.compute_dtype)),
       "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"padding\":[", absl::StrJoin(padding, ","), "],",
-      "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
-      "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","),
-      "],", r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
+      "\"channels_last\":{\"converted\":[", absl::StrJoin(channels_last, ","),
+      absl::StrFormat("],\"transposes\":%d},", r.channels_last.transposes), "\"fp8\":[", absl::StrJoin(fp8, ","),
+      "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],", "\"fp8_lowered\":[",
+      absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","), "],",
+      r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
       "\"tf32\":[", absl::StrJoin(tf32, ","), "],",
       absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},", r.pad_dims.extra_flops_pct,
                       r.pad_dims.extra_bytes_pct),
@@ -136,6 +142,12 @@ std::string CompileSummaryText(const Program& p) {
   if (!r.pad_dims.padding.empty()) {
     absl::StrAppendFormat(&out, "pad-dims: %d dimensions padded; +%.2f%% GEMM FLOPs, +%.2f%% parameter bytes\n",
                           r.pad_dims.padding.size(), r.pad_dims.extra_flops_pct, r.pad_dims.extra_bytes_pct);
+  }
+  if (!r.channels_last.converted.empty()) {
+    absl::StrAppendFormat(&out,
+                          "channels-last: %d convolutions, normalizations and pools run on [N, H, W, C]; %d "
+                          "layout transposes at the ends\n",
+                          r.channels_last.converted.size(), r.channels_last.transposes);
   }
   if (!r.fp8.fallback.empty()) {
     absl::StrAppendFormat(&out, "fp8: %s\n", r.fp8.fallback);

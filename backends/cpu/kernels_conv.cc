@@ -1,6 +1,7 @@
 // CPU convolution kernels: Conv (forward, optional bias), ConvGradInput (backward data)
-// and ConvGradWeight (backward weights), NCHW, 1-D and 2-D (1-D runs as 2-D with H = 1),
-// any strides / pads / dilations / groups.
+// and ConvGradWeight (backward weights), NCHW or channels-last NHWC (mpc_channels_last,
+// passes/channels_last.h: oneDNN reads and writes it as it is), 1-D and 2-D (1-D runs as
+// 2-D with H = 1), any strides / pads / dilations / groups.
 //   f32   oneDNN convolution primitives (direct algorithm), built once per node at kernel
 //         creation, with the layouts oneDNN prefers and reorders to/from mpc's plain
 //         NCHW / (g)OIHW buffers (or on the plain layouts when that is all it takes).
@@ -49,15 +50,23 @@ using Operands = std::array<const Value*, 2>;
 struct ConvGeom {
   int64_t n = 0, c = 0, m = 0, g = 1;
   conv::Window2D w;
+  bool channels_last = false;  // X and Y stored [N, H, W, C] (weights OIHW either way)
   int64_t x_size() const { return n * c * w.ih * w.iw; }
   int64_t w_size() const { return m * (c / g) * w.kh * w.kw; }
   int64_t y_size() const { return n * m * w.oh * w.ow; }
+  // Element offsets of X[n, c, h, w] and Y[n, m, h, w] in the stored layout.
+  int64_t x_at(int64_t in, int64_t ic, int64_t h, int64_t x) const {
+    return channels_last ? ((in * w.ih + h) * w.iw + x) * c + ic : ((in * c + ic) * w.ih + h) * w.iw + x;
+  }
+  int64_t y_at(int64_t in, int64_t oc, int64_t h, int64_t x) const {
+    return channels_last ? ((in * w.oh + h) * w.ow + x) * m + oc : ((in * m + oc) * w.oh + h) * w.ow + x;
+  }
 };
 
 absl::StatusOr<ConvGeom> ConvGeomOf(const Node& node, ConvMode mode) {
-  const Shape& x = mode == ConvMode::kForward     ? node.inputs[0]->shape
-                   : mode == ConvMode::kGradInput ? node.outputs[0]->shape
-                                                  : node.inputs[1]->shape;
+  const Shape x = conv::AsChannelsFirst(node, mode == ConvMode::kForward     ? node.inputs[0]->shape
+                                              : mode == ConvMode::kGradInput ? node.outputs[0]->shape
+                                                                             : node.inputs[1]->shape);
   const Shape& wt = mode == ConvMode::kGradWeight ? node.outputs[0]->shape : node.inputs[1]->shape;
   auto win = conv::ResolveWindow(node, std::vector<int64_t>(x.begin() + 2, x.end()),
                                  std::vector<int64_t>(wt.begin() + 2, wt.end()), /*pooling=*/false);
@@ -68,6 +77,7 @@ absl::StatusOr<ConvGeom> ConvGeomOf(const Node& node, ConvMode mode) {
   q.m = wt[0];
   q.g = node.attrs.GetInt("group", 1);
   q.w = conv::To2D(*win);
+  q.channels_last = conv::ChannelsLast(node);
   return q;
 }
 
@@ -82,12 +92,10 @@ void LoopForward(const ConvGeom& q, const T* x, const T* w, const T* bias, T* y)
 #pragma omp parallel for schedule(static)
   for (int64_t nm = 0; nm < q.n * q.m; ++nm) {
     const int64_t n = nm / q.m, oc = nm % q.m, c0 = (oc / mg) * cg;
-    T* yp = y + nm * d.oh * d.ow;
     for (int64_t oh = 0; oh < d.oh; ++oh) {
       for (int64_t ow = 0; ow < d.ow; ++ow) {
         A acc = 0;
         for (int64_t ic = 0; ic < cg; ++ic) {
-          const T* xp = x + (n * q.c + c0 + ic) * d.ih * d.iw;
           const T* wp = w + (oc * cg + ic) * d.kh * d.kw;
           for (int64_t kh = 0; kh < d.kh; ++kh) {
             const int64_t ih = oh * d.sh - d.pt + kh * d.dh;
@@ -95,12 +103,12 @@ void LoopForward(const ConvGeom& q, const T* x, const T* w, const T* bias, T* y)
             for (int64_t kw = 0; kw < d.kw; ++kw) {
               const int64_t iw = ow * d.sw - d.pl + kw * d.dw;
               if (iw < 0 || iw >= d.iw) continue;
-              acc += A(xp[ih * d.iw + iw]) * A(wp[kh * d.kw + kw]);
+              acc += A(x[q.x_at(n, c0 + ic, ih, iw)]) * A(wp[kh * d.kw + kw]);
             }
           }
         }
         if (bias) acc += A(bias[oc]);
-        yp[oh * d.ow + ow] = static_cast<T>(acc);
+        y[q.y_at(n, oc, oh, ow)] = static_cast<T>(acc);
       }
     }
   }
@@ -116,11 +124,10 @@ void LoopGradInput(const ConvGeom& q, const T* dy, const T* w, T* dx) {
     const int64_t n = nc / q.c, c = nc % q.c, grp = c / cg, ic = c % cg;
     std::vector<A> acc(static_cast<size_t>(d.ih * d.iw), A(0));
     for (int64_t oc = grp * mg; oc < (grp + 1) * mg; ++oc) {
-      const T* dyp = dy + (n * q.m + oc) * d.oh * d.ow;
       const T* wp = w + (oc * cg + ic) * d.kh * d.kw;
       for (int64_t oh = 0; oh < d.oh; ++oh) {
         for (int64_t ow = 0; ow < d.ow; ++ow) {
-          const A g = A(dyp[oh * d.ow + ow]);
+          const A g = A(dy[q.y_at(n, oc, oh, ow)]);
           for (int64_t kh = 0; kh < d.kh; ++kh) {
             const int64_t ih = oh * d.sh - d.pt + kh * d.dh;
             if (ih < 0 || ih >= d.ih) continue;
@@ -133,8 +140,7 @@ void LoopGradInput(const ConvGeom& q, const T* dy, const T* w, T* dx) {
         }
       }
     }
-    T* dxp = dx + nc * d.ih * d.iw;
-    for (int64_t i = 0; i < d.ih * d.iw; ++i) dxp[i] = static_cast<T>(acc[i]);
+    for (int64_t i = 0; i < d.ih * d.iw; ++i) dx[q.x_at(n, c, i / d.iw, i % d.iw)] = static_cast<T>(acc[i]);
   }
 }
 
@@ -150,15 +156,13 @@ void LoopGradWeight(const ConvGeom& q, const T* dy, const T* x, T* dw) {
       for (int64_t kw = 0; kw < d.kw; ++kw) {
         A acc = 0;
         for (int64_t n = 0; n < q.n; ++n) {
-          const T* dyp = dy + (n * q.m + oc) * d.oh * d.ow;
-          const T* xp = x + (n * q.c + c) * d.ih * d.iw;
           for (int64_t oh = 0; oh < d.oh; ++oh) {
             const int64_t ih = oh * d.sh - d.pt + kh * d.dh;
             if (ih < 0 || ih >= d.ih) continue;
             for (int64_t ow = 0; ow < d.ow; ++ow) {
               const int64_t iw = ow * d.sw - d.pl + kw * d.dw;
               if (iw < 0 || iw >= d.iw) continue;
-              acc += A(dyp[oh * d.ow + ow]) * A(xp[ih * d.iw + iw]);
+              acc += A(dy[q.y_at(n, oc, oh, ow)]) * A(x[q.x_at(n, c, ih, iw)]);
             }
           }
         }
@@ -259,16 +263,21 @@ class DnnlConv {
     const conv::Window2D& d = q.w;
     auto& eng = CpuDnnlEngine();
     const memory::data_type dt = cpu::DnnlType(dtype);
-    const memory::desc src_md({q.n, q.c, d.ih, d.iw}, dt, memory::format_tag::nchw);
+    const memory::format_tag act = q.channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
+    const memory::desc src_md({q.n, q.c, d.ih, d.iw}, dt, act);
     const memory::desc wei_md =
         q.g > 1 ? memory::desc({q.g, q.m / q.g, q.c / q.g, d.kh, d.kw}, dt, memory::format_tag::goihw)
                 : memory::desc({q.m, q.c, d.kh, d.kw}, dt, memory::format_tag::oihw);
-    const memory::desc dst_md({q.n, q.m, d.oh, d.ow}, dt, memory::format_tag::nchw);
+    const memory::desc dst_md({q.n, q.m, d.oh, d.ow}, dt, act);
     const memory::desc bias_md({q.m}, dt, memory::format_tag::x);
     auto pick = [any](const memory::desc& md) {
       return any ? memory::desc(md.dims(), md.data_type(), memory::format_tag::any) : md;
     };
-    const memory::desc src_any = pick(src_md), wei_any = pick(wei_md), dst_any = pick(dst_md);
+    // Channels-last activations are a layout oneDNN's fast kernels take as they are: only
+    // the weights are left to its choice (asking for `any` activations would get blocked
+    // ones, and reorders to them, again).
+    const memory::desc src_any = q.channels_last ? src_md : pick(src_md), wei_any = pick(wei_md),
+                       dst_any = q.channels_last ? dst_md : pick(dst_md);
     const memory::dims strides{d.sh, d.sw}, dilates{d.dh - 1, d.dw - 1};
     const memory::dims pad_l{d.pt, d.pl}, pad_r{d.pb, d.pr};
     const auto algo = dnnl::algorithm::convolution_direct;
@@ -355,7 +364,9 @@ class ConvKernel : public Kernel {
     k->dtype_ = node.inputs[0]->dtype;
     k->has_bias_ = kMode == ConvMode::kForward && node.inputs.size() > 2 && node.inputs[2] != nullptr;
     const cpu::GemmConvGeom gq{q.n, q.c, q.m, q.w};
-    if (kMode == ConvMode::kGradInput && q.g == 1 && !cpu::RunsInTf32(node) &&
+    // The matmul paths read and write channels-first planes.
+    const bool gemm_layout = q.g == 1 && !q.channels_last;
+    if (kMode == ConvMode::kGradInput && gemm_layout && !cpu::RunsInTf32(node) &&
         cpu::ConvGradInputGemm::Prefers(gq, k->dtype_)) {
       auto gemm = cpu::ConvGradInputGemm::Create(gq, k->dtype_);
       if (gemm.ok()) {
@@ -364,7 +375,7 @@ class ConvKernel : public Kernel {
         return std::unique_ptr<Kernel>(std::move(k));
       }
     }
-    if (kMode == ConvMode::kGradWeight && q.g == 1 && !cpu::RunsInTf32(node)) {
+    if (kMode == ConvMode::kGradWeight && gemm_layout && !cpu::RunsInTf32(node)) {
       if (cpu::ConvGradWeightGemm::Prefers(gq, k->dtype_)) {
         auto gemm = cpu::ConvGradWeightGemm::Create(gq, k->dtype_);
         if (gemm.ok()) {

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -638,11 +639,145 @@ inline void ForEachArgMax(const T* xp, const PoolGeom& g, MaxPoolScratch<cpu::Ac
   ForEachArgMaxScalar(xp, g, f);
 }
 
+// dst[i] = acc[i] rounded to T. Compiled for each vector ISA: in the baseline build the
+// 16-bit roundings stay scalar (cpu_isa.h), and this was most of ResNet-18's MaxPoolGrad.
+template <typename T>
+MPC_ISA_CLONES void StoreRoundedPlane(const cpu::Acc<T>* __restrict acc, T* __restrict dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) cpu::StoreRounded(dst + i, acc[i]);
+}
+
+// ---------------------------------------------------------------------------------
+// Channels-last max pooling (mpc_channels_last, passes/channels_last.h): X [N, H, W, C].
+// Each window's taps are rows of C channels, so one window is evaluated for every channel
+// in vector lanes, visiting its taps in row-major order with ArgMax's rule (the first tap,
+// then any strictly larger or NaN one): the same value and the same winning tap per
+// channel as the channels-first kernels.
+
+using KernelBody = std::function<absl::Status(KernelContext&)>;
+
+// Output row oh of one sample xs ([IH, IW, C]), every window ow and channel c at once:
+// best[ow * C + c] = the channel's maximum over the window, from[ow * C + c] = the index of
+// the tap that gave it among the window's taps inside the input (row-major); a window with
+// no tap inside gets 0 and index -1. Compiled for each vector ISA, one call per row.
+template <typename T>
+MPC_ISA_CLONES void ChannelsLastRowMaxima(const T* __restrict xs, const PoolGeom& g, int64_t oh, int64_t channels,
+                                          cpu::Acc<T>* __restrict best, int32_t* __restrict from) {
+  using A = cpu::Acc<T>;
+  const conv::Window2D& d = g.w;
+  const Taps& th = g.th[oh];
+  for (int64_t ow = 0; ow < d.ow; ++ow) {
+    const Taps& tw = g.tw[ow];
+    A* b = best + ow * channels;
+    int32_t* f = from + ow * channels;
+    int32_t index = 0;
+    for (int64_t kh = th.k0; kh < th.k1; ++kh) {
+      const int64_t ih = th.start + kh * d.dh;
+      for (int64_t kw = tw.k0; kw < tw.k1; ++kw, ++index) {
+        const T* tap = xs + (ih * d.iw + tw.start + kw * d.dw) * channels;
+        const bool first = index == 0;
+#pragma omp simd
+        for (int64_t c = 0; c < channels; ++c) {
+          const A v = A(tap[c]);
+          const bool take = first | (v > b[c]) | (v != v);  // bitwise: || keeps the loop scalar
+          b[c] = take ? v : b[c];
+          f[c] = take ? index : f[c];
+        }
+      }
+    }
+    if (index == 0) {
+      std::fill(b, b + channels, A(0));
+      std::fill(f, f + channels, -1);
+    }
+  }
+}
+
+// sums (one sample, [IH, IW, C]) += dY's row oh routed to each window's winning taps.
+// Compiled for each vector ISA, one call per row.
+template <typename T>
+MPC_ISA_CLONES void ChannelsLastRowScatter(const T* __restrict dy_row, const int32_t* __restrict from,
+                                           const PoolGeom& g, int64_t oh, int64_t channels,
+                                           cpu::Acc<T>* __restrict sums) {
+  using A = cpu::Acc<T>;
+  const conv::Window2D& d = g.w;
+  const Taps& th = g.th[oh];
+  for (int64_t ow = 0; ow < d.ow; ++ow) {
+    const Taps& tw = g.tw[ow];
+    const T* gy = dy_row + ow * channels;
+    const int32_t* f = from + ow * channels;
+    int32_t index = 0;
+    for (int64_t kh = th.k0; kh < th.k1; ++kh) {
+      const int64_t ih = th.start + kh * d.dh;
+      for (int64_t kw = tw.k0; kw < tw.k1; ++kw, ++index) {
+        A* acc = sums + (ih * d.iw + tw.start + kw * d.dw) * channels;
+#pragma omp simd
+        for (int64_t c = 0; c < channels; ++c) acc[c] += f[c] == index ? A(gy[c]) : A(0);
+      }
+    }
+  }
+}
+
+template <typename T>
+KernelBody ChannelsLastMaxPool(const PoolGeom& g, int64_t batch, int64_t channels) {
+  return [g, batch, channels](KernelContext& ctx) {
+    using A = cpu::Acc<T>;
+    const conv::Window2D& d = g.w;
+    const T* x = ctx.inputs[0].as<T>();
+    T* y = ctx.outputs[0].as<T>();
+    const int64_t row = d.ow * channels;
+#pragma omp parallel
+    {
+      std::vector<A> best(static_cast<size_t>(row));
+      std::vector<int32_t> from(static_cast<size_t>(row));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < batch * d.oh; ++r) {
+        const int64_t n = r / d.oh, oh = r % d.oh;
+        ChannelsLastRowMaxima(x + n * d.ih * d.iw * channels, g, oh, channels, best.data(), from.data());
+        StoreRoundedPlane(best.data(), y + r * row, row);  // a maximum is one of the inputs: exact
+      }
+    }
+    return absl::OkStatus();
+  };
+}
+
+// dX[the tap that won channel c] += dY[c], window by window; one sample per thread at a
+// time, its dX summed in f32/f64 (in dX itself for those) and rounded once.
+template <typename T>
+KernelBody ChannelsLastMaxPoolGrad(const PoolGeom& g, int64_t batch, int64_t channels) {
+  return [g, batch, channels](KernelContext& ctx) {
+    using A = cpu::Acc<T>;
+    constexpr bool kAccumulateInPlace = std::is_same_v<T, A>;
+    const conv::Window2D& d = g.w;
+    const T* dy = ctx.inputs[0].as<T>();
+    const T* x = ctx.inputs[1].as<T>();
+    T* dx = ctx.outputs[0].as<T>();
+    const int64_t sample = d.ih * d.iw * channels, row = d.ow * channels;
+#pragma omp parallel
+    {
+      std::vector<A> best(static_cast<size_t>(row)), acc(kAccumulateInPlace ? 0 : static_cast<size_t>(sample));
+      std::vector<int32_t> from(static_cast<size_t>(row));
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < batch; ++n) {
+        A* sums = kAccumulateInPlace ? reinterpret_cast<A*>(dx + n * sample) : acc.data();
+        std::fill(sums, sums + sample, A(0));
+        for (int64_t oh = 0; oh < d.oh; ++oh) {
+          ChannelsLastRowMaxima(x + n * sample, g, oh, channels, best.data(), from.data());
+          ChannelsLastRowScatter(dy + (n * d.oh + oh) * row, from.data(), g, oh, channels, sums);
+        }
+        if (!kAccumulateInPlace) StoreRoundedPlane(acc.data(), dx + n * sample, sample);
+      }
+    }
+    return absl::OkStatus();
+  };
+}
+
 template <typename T>
 struct MaxPoolKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
-    auto g = PoolGeomOf(node, node.inputs[0]->shape);
+    const Shape xs = conv::AsChannelsFirst(node, node.inputs[0]->shape);
+    auto g = PoolGeomOf(node, xs);
     if (!g.ok()) return g.status();
+    if (conv::ChannelsLast(node)) return cpu::MakeKernel(ChannelsLastMaxPool<T>(*g, xs[0], xs[1]));
     return cpu::MakeKernel([g = *g](KernelContext& ctx) {
       const conv::Window2D& d = g.w;
       const T* x = ctx.inputs[0].as<T>();
@@ -669,20 +804,14 @@ struct MaxPoolKernel {
   }
 };
 
-// dst[i] = acc[i] rounded to T. Compiled for each vector ISA: in the baseline build the
-// 16-bit roundings stay scalar (cpu_isa.h), and this was most of ResNet-18's MaxPoolGrad.
-template <typename T>
-MPC_ISA_CLONES void StoreRoundedPlane(const cpu::Acc<T>* __restrict acc, T* __restrict dst, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) cpu::StoreRounded(dst + i, acc[i]);
-}
-
 // MaxPoolGrad(dY, X): dX[argmax] += dY.
 template <typename T>
 struct MaxPoolGradKernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
-    auto g = PoolGeomOf(node, node.inputs[1]->shape);
+    const Shape xs = conv::AsChannelsFirst(node, node.inputs[1]->shape);
+    auto g = PoolGeomOf(node, xs);
     if (!g.ok()) return g.status();
+    if (conv::ChannelsLast(node)) return cpu::MakeKernel(ChannelsLastMaxPoolGrad<T>(*g, xs[0], xs[1]));
     return cpu::MakeKernel([g = *g](KernelContext& ctx) {
       using A = cpu::Acc<T>;
       const conv::Window2D& d = g.w;

@@ -40,6 +40,7 @@
 #include "backends/cuda/cuda_kernel_util.cuh"
 #include "backends/cuda/softmax_norm_families.h"
 #include "base/status_macros.h"
+#include "graph/ops_conv_util.h"
 #include "graph/ops_norm.h"
 
 namespace mpc::cuda {
@@ -71,6 +72,12 @@ absl::StatusOr<ChannelLayout> MakeChannelLayout(const Node& node, const Shape& x
   if (x.size() < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(node.op, " node '", node.name, "': X is ", ShapeToString(x), "; it needs [N, C, ...]"));
+  }
+  if (::mpc::conv::ChannelsLast(node)) {
+    // The channels-last pass runs only for backends whose capabilities ask for it.
+    return absl::UnimplementedError(absl::StrCat(node.op, " node '", node.name,
+                                                 "': the CUDA kernel reads channels-first X only (mpc_channels_last "
+                                                 "is set); compile for this backend, whose capabilities leave it off"));
   }
   ChannelLayout l;
   l.n = x[0];

@@ -292,6 +292,12 @@ class CudnnConvKernel : public Kernel {
   }
 
   absl::Status Init(const Node& node, Backend& backend, ConvMode mode) {
+    if (::mpc::conv::ChannelsLast(node)) {
+      // The channels-last pass runs only for backends whose capabilities ask for it.
+      return absl::UnimplementedError(
+          "the cuDNN kernel reads channels-first activations only (mpc_channels_last is set); compile for this "
+          "backend, whose capabilities leave it off");
+    }
     MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
     backend_ = cuda;
     stream_ = cuda->stream();

@@ -62,6 +62,12 @@ absl::Status NodeError(const Node& node, const absl::Status& s) {
 
 // x_shape: the forward input's shape [N, C, (H,) W]; kernel from kernel_shape.
 absl::StatusOr<PoolWindow> PoolWindowOf(const Node& node, const Shape& x_shape) {
+  if (::mpc::conv::ChannelsLast(node)) {
+    // The channels-last pass runs only for backends whose capabilities ask for it.
+    return NodeError(node, absl::UnimplementedError("the CUDA pooling kernels read channels-first X only "
+                                                    "(mpc_channels_last is set); compile for this backend, whose "
+                                                    "capabilities leave it off"));
+  }
   if (x_shape.size() != 3 && x_shape.size() != 4) {
     return NodeError(node, absl::UnimplementedError(
                                absl::StrCat("input shape ", ShapeToString(x_shape),

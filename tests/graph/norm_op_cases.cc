@@ -495,12 +495,15 @@ std::vector<OpCase> BatchNormCases() {
   // NCHW_Threaded is above the kernel's 16384-element threshold for splitting channels
   // across threads, with a channel count no thread count divides evenly. The CPU kernel
   // takes its per-element (expanded) form for planes of at most 16 values: NC, NCHW and
-  // NCHW_SmallPlanes_Threaded (4x4 planes, the largest that form takes, threaded).
-  for (auto [sname, shape] :
-       std::vector<std::pair<const char*, Shape>>{{"NC", {6, 3}},
-                                                  {"NCHW", {2, 3, 2, 3}},
-                                                  {"NCHW_Threaded", {4, 37, 11, 13}},
-                                                  {"NCHW_SmallPlanes_Threaded", {12, 103, 4, 4}}}) {
+  // NCHW_SmallPlanes_Threaded (4x4 planes, the largest that form takes, threaded). In their
+  // channels-last form (tests/graph/channels_last_op_cases.cc) the kernel groups rows by
+  // 2^k: NCHW_OddRows_Threaded's 825 rows of 24 channels leave a last chunk of 7 groups of 8
+  // rows and 1 row over.
+  for (auto [sname, shape] : std::vector<std::pair<const char*, Shape>>{{"NC", {6, 3}},
+                                                                        {"NCHW", {2, 3, 2, 3}},
+                                                                        {"NCHW_Threaded", {4, 37, 11, 13}},
+                                                                        {"NCHW_SmallPlanes_Threaded", {12, 103, 4, 4}},
+                                                                        {"NCHW_OddRows_Threaded", {5, 24, 15, 11}}}) {
     const int64_t ch = shape[1];
     std::vector<double> fed_mean, fed_var;  // running statistics fed in training
     for (int64_t i = 0; i < ch; ++i) {

@@ -55,6 +55,8 @@ absl::StatusOr<std::vector<Tensor>> CompileRunFetch(const OpGraph& g, const OpCa
 
 }  // namespace
 
+std::vector<OpCase> FamilyCases(const std::string& family) { return Tables().at(family)(); }
+
 bool RegisterCaseTable(const char* family, CaseTable table) {
   Tables().emplace(family, table);
   return true;

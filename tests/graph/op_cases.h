@@ -451,6 +451,8 @@ inline std::string Num(double v) {  // 0.7 -> "0p7", -1.3 -> "m1p3"
 // Case registration.
 
 using CaseTable = std::vector<OpCase> (*)();
+// The cases of one registered family (tables that derive cases from another family's).
+std::vector<OpCase> FamilyCases(const std::string& family);
 // Registers a family's table under `family` (unique); returns true so it can
 // initialise a static.
 bool RegisterCaseTable(const char* family, CaseTable table);

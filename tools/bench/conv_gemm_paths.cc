@@ -25,44 +25,16 @@
 #include "backends/cpu/cpu_backend.h"
 #include "graph/float_convert.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "tools/bench/resnet18_conv_layers.h"
 
 namespace {
 
 using dnnl::memory;
 using mpc::DType;
 
-struct Layer {
-  const char* name;
-  int64_t c, m, in, k, stride, pad;
-};
-
-// ResNet-18's distinct weight-gradient shapes at 64x64 (batch 32).
-const Layer kLayers[] = {
-    {"conv1 7x7/2", 3, 64, 64, 7, 2, 3},           {"layer1 3x3", 64, 64, 16, 3, 1, 1},
-    {"layer2.0 3x3/2", 64, 128, 16, 3, 2, 1},      {"layer2.0 down 1x1/2", 64, 128, 16, 1, 2, 0},
-    {"layer2 3x3", 128, 128, 8, 3, 1, 1},          {"layer3.0 3x3/2", 128, 256, 8, 3, 2, 1},
-    {"layer3.0 down 1x1/2", 128, 256, 8, 1, 2, 0}, {"layer3 3x3", 256, 256, 4, 3, 1, 1},
-    {"layer4.0 3x3/2", 256, 512, 4, 3, 2, 1},      {"layer4.0 down 1x1/2", 256, 512, 4, 1, 2, 0},
-    {"layer4 3x3", 512, 512, 2, 3, 1, 1},
-};
-constexpr int64_t kBatch = 32;
-
-double NowMs() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-template <typename F>
-double MedianMs(int reps, F run) {
-  for (int i = 0; i < 3; ++i) run();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const double start = NowMs();
-    run();
-    t.push_back(NowMs() - start);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using Layer = mpc::bench::ConvLayer;
+using mpc::bench::MedianMs;
+constexpr int64_t kBatch = mpc::bench::kResNet18Batch;
 
 enum class Pass { kGradInput, kGradWeight };
 const char* PassName(Pass p) { return p == Pass::kGradInput ? "backward data" : "backward weights"; }
@@ -226,16 +198,13 @@ void Row(const Layer& l, DType dtype, Pass pass, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
-  }
+  const int reps = mpc::bench::RepsFlag(argc, argv, 20);
   std::printf(
       "| pass | layer | channels | output plane | dtype | oneDNN direct + reorders ms | im2col + matmul ms | "
       "ratio | kernel picks | max diff / max abs |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (Pass pass : {Pass::kGradInput, Pass::kGradWeight}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
-      for (const Layer& l : kLayers) {
+      for (const Layer& l : mpc::bench::kResNet18ConvLayers) {
         if (l.c < 16 && pass == Pass::kGradInput) continue;  // the stem: no input gradient
         if (dtype == DType::kF32) {
           Row<float>(l, dtype, pass, reps);
