@@ -23,9 +23,10 @@ class CpuBackend : public Backend {
     caps_.updates_read_16bit_gradients = true;  // kernels_multi_tensor_update.cc, kernels_loss_scaling.cc
     // oneDNN's convolutions read and write channels-last activations as they are (NCHW ones
     // are reordered in and out every call) and run as fast or faster on them, except on
-    // tiny planes: there f32 takes the matmul paths (kernels_conv.cc), and bf16's
-    // channels-last forward kernel was 1.8x slower at 4x4 (ResNet-18's layers, batch 32,
-    // 2 threads: tools/bench/results/2026-11-26-cpu-dev-resnet18-channels-last.md).
+    // tiny planes: f32 loses at 2x2 (1.3-1.6x), where it takes the matmul paths
+    // (kernels_conv.cc), and bf16's channels-last forward is 1.6x slower at 4x4
+    // (tools/bench/conv_layouts on ResNet-18's layers, batch 32, 2 threads:
+    // tools/bench/results/2026-11-26-cpu-dev-resnet18-channels-last.md).
     caps_.channels_last_min_plane = {{DType::kF32, 16}, {DType::kBF16, 64}};
     // The registry lives for the process; capturing it rather than `this` keeps a copy of
     // these capabilities valid after the backend is gone (passes and tests keep copies).
