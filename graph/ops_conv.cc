@@ -7,12 +7,12 @@
 //   ConvGradWeight(dY, X)  -> dW   attributes: the forward's + kernel_shape (always set)
 //   MaxPoolGrad(dY, X)     -> dX   dY routed to each window's first maximum
 //   AveragePoolGrad(dY)    -> dX   attributes: the forward's + input_shape
-// Conv's bias gradient is ReduceSumTo(dY, [M,1,...]) reshaped to [M]. Conv, ConvGradInput,
-// ConvGradWeight, MaxPool and MaxPoolGrad with mpc_channels_last = 1 (passes/channels_last.h) read and write
-// X, Y, dX and dY as [N, spatial..., C]; their shape rules run on channels-first views
-// (ops_conv_util.h). GlobalAveragePool's
+// Conv's bias gradient is ReduceSumTo(dY, [M,1,...]) reshaped to [M]. GlobalAveragePool's
 // gradient is BroadcastTo(dY) / (spatial size); GlobalMaxPool's is a MaxPoolGrad with
-// the whole spatial extent as its kernel. Padding rules (passes/pad_dims.h): Conv is
+// the whole spatial extent as its kernel. Conv, ConvGradInput, ConvGradWeight, MaxPool and
+// MaxPoolGrad with mpc_channels_last = 1 (passes/channels_last.h) read and write X, Y, dX
+// and dY as [N, spatial..., C]; their shape rules run on channels-first views
+// (ops_conv_util.h). Padding rules (passes/pad_dims.h): Conv is
 // kChannelContraction, the forward pools kChannelwise, the backward ops kOpaque (autodiff
 // runs after pad-dims).
 #include "absl/strings/str_join.h"

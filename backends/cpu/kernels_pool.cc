@@ -657,10 +657,11 @@ MPC_ISA_CLONES void StoreRoundedPlane(const cpu::Acc<T>* __restrict acc, T* __re
 using KernelBody = std::function<absl::Status(KernelContext&)>;
 
 // Output row oh of one sample xs ([IH, IW, C]), every window ow and channel c at once:
-// best[ow * C + c] = the channel's maximum over the window, from[ow * C + c] = the index of
-// the tap that gave it among the window's taps inside the input (row-major); a window with
-// no tap inside gets 0 and index -1. Compiled for each vector ISA, one call per row.
-template <typename T>
+// best[ow * C + c] = the channel's maximum over the window and, with kTaps (the gradient),
+// from[ow * C + c] = the index of the tap that gave it among the window's taps inside the
+// input (row-major); a window with no tap inside gets 0 and index -1. Compiled for each
+// vector ISA, one call per row.
+template <typename T, bool kTaps>
 MPC_ISA_CLONES void ChannelsLastRowMaxima(const T* __restrict xs, const PoolGeom& g, int64_t oh, int64_t channels,
                                           cpu::Acc<T>* __restrict best, int32_t* __restrict from) {
   using A = cpu::Acc<T>;
@@ -669,7 +670,7 @@ MPC_ISA_CLONES void ChannelsLastRowMaxima(const T* __restrict xs, const PoolGeom
   for (int64_t ow = 0; ow < d.ow; ++ow) {
     const Taps& tw = g.tw[ow];
     A* b = best + ow * channels;
-    int32_t* f = from + ow * channels;
+    int32_t* f = kTaps ? from + ow * channels : nullptr;
     int32_t index = 0;
     for (int64_t kh = th.k0; kh < th.k1; ++kh) {
       const int64_t ih = th.start + kh * d.dh;
@@ -681,13 +682,13 @@ MPC_ISA_CLONES void ChannelsLastRowMaxima(const T* __restrict xs, const PoolGeom
           const A v = A(tap[c]);
           const bool take = first | (v > b[c]) | (v != v);  // bitwise: || keeps the loop scalar
           b[c] = take ? v : b[c];
-          f[c] = take ? index : f[c];
+          if constexpr (kTaps) f[c] = take ? index : f[c];
         }
       }
     }
     if (index == 0) {
       std::fill(b, b + channels, A(0));
-      std::fill(f, f + channels, -1);
+      if constexpr (kTaps) std::fill(f, f + channels, -1);
     }
   }
 }
@@ -728,11 +729,10 @@ KernelBody ChannelsLastMaxPool(const PoolGeom& g, int64_t batch, int64_t channel
 #pragma omp parallel
     {
       std::vector<A> best(static_cast<size_t>(row));
-      std::vector<int32_t> from(static_cast<size_t>(row));
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < batch * d.oh; ++r) {
         const int64_t n = r / d.oh, oh = r % d.oh;
-        ChannelsLastRowMaxima(x + n * d.ih * d.iw * channels, g, oh, channels, best.data(), from.data());
+        ChannelsLastRowMaxima<T, false>(x + n * d.ih * d.iw * channels, g, oh, channels, best.data(), nullptr);
         StoreRoundedPlane(best.data(), y + r * row, row);  // a maximum is one of the inputs: exact
       }
     }
@@ -761,7 +761,7 @@ KernelBody ChannelsLastMaxPoolGrad(const PoolGeom& g, int64_t batch, int64_t cha
         A* sums = kAccumulateInPlace ? reinterpret_cast<A*>(dx + n * sample) : acc.data();
         std::fill(sums, sums + sample, A(0));
         for (int64_t oh = 0; oh < d.oh; ++oh) {
-          ChannelsLastRowMaxima(x + n * sample, g, oh, channels, best.data(), from.data());
+          ChannelsLastRowMaxima<T, true>(x + n * sample, g, oh, channels, best.data(), from.data());
           ChannelsLastRowScatter(dy + (n * d.oh + oh) * row, from.data(), g, oh, channels, sums);
         }
         if (!kAccumulateInPlace) StoreRoundedPlane(acc.data(), dx + n * sample, sample);
