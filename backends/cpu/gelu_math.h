@@ -7,48 +7,28 @@
 // density with an exponential each, where both need only exp(-x^2/2), and its time is
 // bimodal from run to run. char_gpt bf16's GeluGrad (16x256x1536, six a step): oneDNN
 // 205 or 410 ms per 13 steps, these loops 175 (f32: oneDNN 214 to 620, these 169). The
-// forward stays on oneDNN, whose kernel is faster than GeluErfRange (166 vs 180 ms).
+// forward stays on oneDNN for f32 and bf16, whose kernel is faster than GeluErfRange
+// (166 vs 180 ms; 2026-11-26, on the AMX machine, bf16: 161 vs 190 even blocked).
 //
 // Accuracy: Phi(x) = erfc(-x/sqrt 2)/2 from Abramowitz & Stegun 7.1.26 (absolute error of
 // erf below 1.5e-7; oneDNN's GELU uses the same approximation), taken as erfc for x < 0
 // so the left tail is a product rather than 1 minus a number near 1 (its relative error
 // then grows only as the approximation's: 5e-5 at x = -3, 3% at -12 where Phi is 2e-33);
-// exp from a Cody-Waite reduction and a degree-6 polynomial (0.7 ulp measured). Maximum
-// errors against f64 over [-15, 15], 2-2.5e-7 (gelu_math_test.cc): inside the f32
-// tolerance (1e-5 relative) and below one bf16 rounding. NaN propagates; at +/-inf the
-// erf form's derivative is NaN (inf * 0), as the f64 reference and PyTorch give. Fused
-// multiply-adds are written out (__builtin_fmaf), so every ISA clone computes the same bits.
+// exp from exp_math.h (0.7 ulp). Maximum errors against f64 over [-15, 15], 2-2.5e-7
+// (gelu_math_test.cc): inside the f32 tolerance (1e-5 relative) and below one bf16
+// rounding. NaN propagates; at +/-inf the erf form's derivative is NaN (inf * 0), as the
+// f64 reference and PyTorch give. Fused multiply-adds are written out (__builtin_fmaf), so
+// every ISA clone computes the same bits.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cpu/cpu_isa.h"
 #include "backends/cpu/cpu_kernel_util.h"
+#include "backends/cpu/exp_math.h"
 
 namespace mpc::cpu {
-
-// e^a for a <= 0 (a NaN stays NaN); below -87 (where e^a leaves the normal floats) 0.
-__attribute__((always_inline)) inline float ExpOfNonPositive(float a) {
-  const float clamped = a < -87.0f ? -87.0f : a;
-  // n = round(a / ln 2) by the 1.5 * 2^23 shift: the sum's low mantissa bits hold n.
-  constexpr float kShift = 12582912.0f;
-  const float shifted = __builtin_fmaf(clamped, 1.44269504088896341f, kShift);
-  const float n = shifted - kShift;
-  // r = a - n ln 2 in two parts (ln 2's high part has trailing zero bits, so n * hi is exact).
-  const float r = __builtin_fmaf(n, 2.12194440e-4f, __builtin_fmaf(n, -0.693359375f, clamped));
-  float p = 1.9875691500e-4f;
-  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
-  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
-  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
-  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
-  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
-  p = __builtin_fmaf(p * r, r, r) + 1.0f;
-  // Unsigned, so a NaN's arbitrary bits wrap instead of overflowing (its result is NaN anyway).
-  const uint32_t n_bits = __builtin_bit_cast(uint32_t, shifted) - __builtin_bit_cast(uint32_t, kShift);
-  const float two_to_n = __builtin_bit_cast(float, (n_bits + 127u) << 23);
-  const float e = p * two_to_n;
-  return a < -87.0f ? 0.0f : e;
-}
 
 // The pieces GELU and its derivative share: Phi(x), the standard normal CDF, and
 // phi(x) = e^(-x^2/2) / sqrt(2 pi), its density.
@@ -96,19 +76,51 @@ __attribute__((always_inline)) inline float GeluTanhDerivative(float x) {
 // The kernels' loops over [begin, end) for T = float, Bf16 or Half, rounded once on store.
 // The math is always_inline so that it is compiled inside each ISA clone: only there does
 // __builtin_fmaf become a vector FMA (the baseline clone calls fmaf; the same results).
+//
+// 16-bit operands go through blocks of kWidenBlock f32 values on the stack: widen the
+// inputs in one tight loop, run the math on the block, narrow it on store. With the
+// widening loads inside the long math loop, char_gpt bf16's GeluGrad ran at 5.6 ms a call
+// in the model (2.5x the same loop on freshly written data); blocked, 2.4 ms. f32 operands
+// are read in place: the copy made f32's GeluGrad slower (3.5 -> 4.5 ms a call).
+constexpr int64_t kWidenBlock = 256;
+
+// out[i] = f(a[i]) (or f(a[i], b[i])) over [begin, end), f on f32 values.
+template <typename T, typename F>
+__attribute__((always_inline)) inline void MapWidened(int64_t begin, int64_t end, const T* a, const T* b, T* out, F f) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) out[i] = f(a[i], b ? b[i] : 0.0f);
+  } else {
+    alignas(64) float ab[kWidenBlock], bb[kWidenBlock];
+    for (int64_t s = begin; s < end; s += kWidenBlock) {
+      const int64_t m = end - s < kWidenBlock ? end - s : kWidenBlock;
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) ab[i] = float(a[s + i]);
+      if (b) {
+#pragma omp simd
+        for (int64_t i = 0; i < m; ++i) bb[i] = float(b[s + i]);
+      }
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) ab[i] = f(ab[i], b ? bb[i] : 0.0f);
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) StoreRounded(out + s + i, ab[i]);
+    }
+  }
+}
+
 template <typename T>
 MPC_ISA_CLONES void GeluErfRange(int64_t begin, int64_t end, const T* x, T* y) {
-#pragma omp simd
-  for (int64_t i = begin; i < end; ++i) StoreRounded(y + i, GeluErf(float(x[i])));
+  MapWidened(
+      begin, end, x, static_cast<const T*>(nullptr), y,
+      [](float xi, float) __attribute__((always_inline)) { return GeluErf(xi); });
 }
 
 template <typename T, bool kTanh>
 MPC_ISA_CLONES void GeluGradRange(int64_t begin, int64_t end, const T* dy, const T* x, T* dx) {
-#pragma omp simd
-  for (int64_t i = begin; i < end; ++i) {
-    const float xi = float(x[i]);
-    StoreRounded(dx + i, float(dy[i]) * (kTanh ? GeluTanhDerivative(xi) : GeluErfDerivative(xi)));
-  }
+  MapWidened(
+      begin, end, x, dy, dx, [](float xi, float dyi) __attribute__((always_inline)) {
+        return dyi * (kTanh ? GeluTanhDerivative(xi) : GeluErfDerivative(xi));
+      });
 }
 
 }  // namespace mpc::cpu

@@ -1,10 +1,11 @@
 // f32 activations and softmax on oneDNN primitives (eltwise_forward for logistic and
 // tanh; softmax_forward / logsoftmax_forward along one axis), built once per node with
-// its static shape. Softmax and Gelu also in bf16 (oneDNN reads and writes bf16
-// and computes in f32, as the numerics contract asks). These replace the loop kernels for f32; the f64 loop kernels
-// stay as the reference the op numerics tests compare against. ReLU stays mpc's loop: oneDNN's turns NaN into 0.
-// oneDNN's softmax ignores a NaN or +inf when it takes the row's maximum, so a row holding one comes out partly finite;
-// IEEE arithmetic (and PyTorch) make the whole row NaN, which a pass over the output restores.
+// its static shape. Gelu also in bf16 (oneDNN reads and writes bf16 and computes in f32,
+// as the numerics contract asks; 16-bit softmax rows are kernels_softmax_loss.cc's). These replace the loop kernels for
+// f32; the f64 loop kernels stay as the reference the op numerics tests compare against. ReLU stays mpc's loop:
+// oneDNN's turns NaN into 0. oneDNN's softmax ignores a NaN or +inf when it takes the row's maximum, so a row holding
+// one comes out partly finite; IEEE arithmetic (and PyTorch) make the whole row NaN, which a pass over the output
+// restores.
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -65,24 +66,16 @@ class DnnlUnaryKernel : public Kernel {
     args_[DNNL_ARG_DST] = dst_;
     primitive_.execute(CpuDnnlStream(), args_);
     CpuDnnlStream().wait();
-    if (softmax_rows_) {
-      if (ctx.outputs[0].dtype == DType::kBF16) {
-        SpreadNaNOverRows(ctx.outputs[0].as<Bf16>(), *softmax_rows_);
-      } else {
-        SpreadNaNOverRows(ctx.outputs[0].as<float>(), *softmax_rows_);
-      }
-    }
+    if (softmax_rows_) SpreadNaNOverRows(ctx.outputs[0].as<float>(), *softmax_rows_);
     return absl::OkStatus();
   }
 
  private:
-  // T is float or Bf16: `y[i] != y[i]` compares as float either way (NaN is unequal).
-  template <typename T>
-  static void SpreadNaNOverRows(T* y, const std::array<int64_t, 3>& rows) {
+  // The f32 softmax and log-softmax (bf16 softmax runs kernels_softmax_loss.cc's rows).
+  static void SpreadNaNOverRows(float* y, const std::array<int64_t, 3>& rows) {
     const auto [outer, dim, inner] = rows;
     const int64_t n = outer * dim * inner;
-    using Word = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
-    const Word* bits = reinterpret_cast<const Word*>(y);
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(y);
     std::atomic<bool> any{false};
     cpu::ParallelRanges(n, 65536, [&](int64_t begin, int64_t end) {
       if (AnyNaNBits(bits + begin, end - begin)) any.store(true, std::memory_order_relaxed);
@@ -90,11 +83,11 @@ class DnnlUnaryKernel : public Kernel {
     if (!any.load()) return;  // the usual case: one read of the output
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t i = 0; i < inner; ++i) {
-        T* row = y + o * dim * inner + i;
+        float* row = y + o * dim * inner + i;
         bool nan = false;
         for (int64_t d = 0; d < dim; ++d) nan = nan || row[d * inner] != row[d * inner];
         if (nan) {
-          for (int64_t d = 0; d < dim; ++d) row[d * inner] = T(std::numeric_limits<float>::quiet_NaN());
+          for (int64_t d = 0; d < dim; ++d) row[d * inner] = std::numeric_limits<float>::quiet_NaN();
         }
       }
     }
@@ -165,7 +158,6 @@ void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r) {
   r.Register("Sigmoid", "cpu", DType::kF32, Eltwise(dnnl::algorithm::eltwise_logistic));
   r.Register("Tanh", "cpu", DType::kF32, Eltwise(dnnl::algorithm::eltwise_tanh));
   r.Register("Softmax", "cpu", DType::kF32, CreateSoftmax<false>);
-  r.Register("Softmax", "cpu", DType::kBF16, CreateSoftmax<false>);
   // GeluGrad is not here: gelu_math.h's loops (kernels_math.cc) beat oneDNN's backward.
   for (DType d : {DType::kF32, DType::kBF16}) r.Register("Gelu", "cpu", d, CreateGelu);
   r.Register("LogSoftmax", "cpu", DType::kF32, CreateSoftmax<true>);

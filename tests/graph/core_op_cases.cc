@@ -237,8 +237,13 @@ std::vector<OpCase> SoftmaxCases() {
         {{3, 4, 5}, 2, "Rank3_Axis2"},
         {{4, 6}, std::nullopt, "Rank2_DefaultAxis"},
         {{4, 6}, 0, "Rank2_Axis0"},
+        // Rows longer than a vector and not a multiple of one, enough of them to be
+        // split between threads (the 16-bit softmax's row loops; Softmax only: over 257
+        // values f32 central differences of LogSoftmax miss the 1e-5 tolerance).
+        {{48, 3, 257}, -1, "Rank3_LongRows_Threaded"},
     };
     for (const auto& [shape, axis, name] : variants) {
+      if (log && shape.back() == 257) continue;
       OpCase c;
       c.name = absl::StrCat(op, "_", name);
       c.op = op;
