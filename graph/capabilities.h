@@ -28,6 +28,9 @@ struct Capabilities {
   // convolutions run faster on channels-last activations (passes/channels_last.h); a dtype
   // without an entry stays channels-first.
   std::map<DType, int64_t> channels_last_min_plane;
+  // Batched MatMuls read operands and write results through any axis order (mpc_perm_*,
+  // graph/matmul_layout.h), so fold-batch-transposes may drop attention's head transposes.
+  bool matmul_permuted_operands = false;
   // Whether the backend has a kernel for (op, dtype); null means "assume yes" (fake
   // capability sets in pass tests).
   std::function<bool(const std::string& op, DType dtype)> has_kernel;

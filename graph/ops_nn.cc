@@ -1,5 +1,6 @@
-// Neural-network ops: Gemm, MatMul, Softmax, LogSoftmax, Dropout, and the backward
-// ops they need (SoftmaxGrad, LogSoftmaxGrad, DropoutGrad). Gemm and MatMul gradients
+// Neural-network ops: Gemm, MatMul, Softmax, LogSoftmax, Dropout, the attention softmax
+// MaskedSoftmax (mpc's own, made by passes/fuse_softmax.h), and the backward ops they need
+// (SoftmaxGrad, LogSoftmaxGrad, MaskedSoftmaxGrad, DropoutGrad). Gemm and MatMul gradients
 // are themselves Gemm/MatMul nodes, so backward GEMMs go through the same kernels (and
 // later the same autocast and padding decisions) as forward ones.
 //
@@ -8,6 +9,7 @@
 // inputs' (bf16 operands with an f32 result, accumulated in f32 either way). Only f32
 // or the inputs' own dtype is allowed.
 #include "base/status_macros.h"
+#include "graph/matmul_layout.h"
 #include "graph/ops_common.h"
 
 namespace mpc {
@@ -100,34 +102,25 @@ Grads GradGemm(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
 // MatMul's optional attributes mpc_trans_a / mpc_trans_b (set only by the fold-transposes
 // pass): the operand is stored with its last two axes swapped, A as [..., K, M] and B as
 // [..., N, K], and the kernels read it through strides instead of a transposed copy.
+// mpc_perm_a / mpc_perm_b / mpc_perm_y (fold-batch-transposes) generalise this to any
+// axis order of the operands and the result (graph/matmul_layout.h).
 bool MatMulTransA(const Node& n) { return n.attrs.GetInt("mpc_trans_a", 0) != 0; }
 bool MatMulTransB(const Node& n) { return n.attrs.GetInt("mpc_trans_b", 0) != 0; }
 
 Types InferMatMul(const Node& n) {
   MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 2));
   MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
-  const Shape& a = n.inputs[0]->shape;
-  const Shape& b = n.inputs[1]->shape;
-  if (a.size() < 2 || b.size() < 2) {
-    return absl::UnimplementedError(absl::StrCat("MatMul with a 1-D operand (", ShapeToString(a), " x ",
-                                                 ShapeToString(b), ") is not supported; reshape to 2-D"));
-  }
-  const bool ta = MatMulTransA(n), tb = MatMulTransB(n);
-  const int64_t m = ta ? a.back() : a[a.size() - 2], ka = ta ? a[a.size() - 2] : a.back();
-  const int64_t kb = tb ? b.back() : b[b.size() - 2], nn = tb ? b[b.size() - 2] : b.back();
-  if (ka != kb) {
-    return absl::InvalidArgumentError(absl::StrCat("MatMul contraction mismatch: ", ShapeToString(a),
-                                                   (ta ? " (mpc_trans_a)" : ""), " x ", ShapeToString(b),
-                                                   (tb ? " (mpc_trans_b)" : "")));
-  }
-  MPC_ASSIGN_OR_RETURN(Shape batch, BroadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
-  batch.push_back(m);
-  batch.push_back(nn);
+  MPC_ASSIGN_OR_RETURN(MatMulLayout layout, MatMulLayoutOf(n));
   MPC_ASSIGN_OR_RETURN(DType out, ProductDType(n));
-  return std::vector<TensorType>{{out, batch}};
+  return std::vector<TensorType>{{out, layout.y_stored}};
 }
 
 Grads GradMatMul(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
+  if (n.attrs.Has("mpc_perm_a") || n.attrs.Has("mpc_perm_b") || n.attrs.Has("mpc_perm_y")) {
+    return absl::UnimplementedError(absl::StrCat("MatMul node '", n.name,
+                                                 "' reads or writes through mpc_perm_*, which ",
+                                                 "fold-batch-transposes sets after autodiff; it has no gradient rule"));
+  }
   Value* x = n.inputs[0];
   Value* dy = b.Cast(dys[0], x->dtype);  // see GradGemm
   Value* w = n.inputs[1];
@@ -175,6 +168,44 @@ OpDef SoftmaxLikeGrad(const std::string& name) {
     return ops::SameAsInput(n, 0);
   };
   return def;
+}
+
+// MaskedSoftmax(x, keep?): y = softmax(where(keep, scale * x, -inf)) over the last axis,
+// `scale` a float attribute (default 1), `keep` an optional bool tensor that broadcasts to
+// x (ONNX's unidirectional rule: the causal mask [1, 1, T, T] against scores [B, H, T, T]).
+// It is attention's scale, mask and softmax in one pass; a row with nothing kept is NaN,
+// as the unfused chain's would be.
+Types InferMaskedSoftmax(const Node& n) {
+  MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
+  const Value* x = n.inputs[0];
+  if (x->shape.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MaskedSoftmax node '", n.name, "': x must have at least one axis (its last is the softmax's)"));
+  }
+  if (n.inputs.size() > 1 && n.inputs[1]) {
+    const Value* keep = n.inputs[1];
+    if (keep->dtype != DType::kBool) {
+      return absl::InvalidArgumentError(absl::StrCat("MaskedSoftmax node '", n.name, "': the mask '", keep->name,
+                                                     "' is ", DTypeName(keep->dtype), "; it must be bool"));
+    }
+    auto both = BroadcastShapes(keep->shape, x->shape);
+    if (!both.ok() || *both != x->shape) {
+      return absl::InvalidArgumentError(absl::StrCat("MaskedSoftmax node '", n.name, "': the mask's shape ",
+                                                     ShapeToString(keep->shape), " does not broadcast to x's ",
+                                                     ShapeToString(x->shape)));
+    }
+  }
+  return ops::SameAsInput(n, 0);
+}
+
+// dx = scale * y * (dy - sum(dy * y)): masked positions have y = 0, so their gradient is 0
+// without reading the mask.
+Grads GradMaskedSoftmax(GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) {
+  AttrMap attrs;
+  attrs.Set("scale", n.attrs.GetFloat("scale", 1.0f));
+  Value* dx = b.Op("MaskedSoftmaxGrad", {dy[0], n.outputs[0]}, std::move(attrs));
+  if (n.inputs.size() > 1) return std::vector<Value*>{dx, nullptr};
+  return std::vector<Value*>{dx};
 }
 
 // ONNX Dropout: (data, ratio?, training_mode?) -> (output, mask). mpc always creates the
@@ -229,6 +260,17 @@ void RegisterNnOps(OpRegistry& r) {
   r.Register(SoftmaxLike("LogSoftmax", "LogSoftmaxGrad"));
   r.Register(SoftmaxLikeGrad("SoftmaxGrad"));     // Y * (dY - sum(dY * Y))
   r.Register(SoftmaxLikeGrad("LogSoftmaxGrad"));  // dY - exp(Y) * sum(dY)
+
+  OpDef masked_softmax;
+  masked_softmax.name = "MaskedSoftmax";
+  masked_softmax.domain = "mpc";
+  masked_softmax.min_inputs = 1;
+  masked_softmax.max_inputs = 2;
+  masked_softmax.infer = InferMaskedSoftmax;
+  masked_softmax.grad = GradMaskedSoftmax;
+  r.Register(masked_softmax);
+  OpDef masked_softmax_grad = SoftmaxLikeGrad("MaskedSoftmaxGrad");  // scale * Y * (dY - sum(dY * Y))
+  r.Register(masked_softmax_grad);
 
   OpDef dropout;
   dropout.name = "Dropout";

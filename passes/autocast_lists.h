@@ -36,30 +36,27 @@ inline const std::set<std::string>& DefaultDeny() {
 }
 
 inline const std::set<std::string>& DefaultInfer() {
-  static const std::set<std::string> ops = {"Add",
-                                            "Sub",
-                                            "Mul",
-                                            "Div",
-                                            "Neg",
-                                            "Sigmoid",
-                                            "Tanh",
-                                            "Gelu",
-                                            "AveragePool",
-                                            "GlobalAveragePool",
-                                            "Where",
-                                            "Softmax",
-                                            "BatchNormalization"};
+  static const std::set<std::string> ops = {"Add",           "Sub",
+                                            "Mul",           "Div",
+                                            "Neg",           "Sigmoid",
+                                            "Tanh",          "Gelu",
+                                            "AveragePool",   "GlobalAveragePool",
+                                            "Where",         "Softmax",
+                                            "MaskedSoftmax", "BatchNormalization"};
   return ops;
 }
 
 // Infer ops whose low-precision kernels read and write the low dtype but keep their
 // reductions in f32, as cuDNN's and PyTorch's do. Softmax: the row maximum and the sum of
 // exponentials; its outputs are probabilities in [0, 1], which bf16/f16 store to their usual
-// relative precision. BatchNormalization: the batch mean and variance, the running
+// relative precision; MaskedSoftmax (passes/fuse_softmax.h) is a Softmax with its scale and
+// mask inside. BatchNormalization: the batch mean and variance, the running
 // statistics and the affine parameters (its inputs 1-4 stay f32, see KeepsF32Operand). So
 // the attention scores and a ResNet's activations stay low precision instead of being cast
 // to f32 and kept twice for the backward pass.
-inline bool ReducesInF32(const std::string& op) { return op == "Softmax" || op == "BatchNormalization"; }
+inline bool ReducesInF32(const std::string& op) {
+  return op == "Softmax" || op == "MaskedSoftmax" || op == "BatchNormalization";
+}
 
 // Operands that stay f32 whatever dtype their op runs in: BatchNormalization's scale, B and
 // running mean/variance (f32 master parameters and state; its kernels read them as f32).

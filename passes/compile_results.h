@@ -29,6 +29,21 @@ struct LossResult {
 };
 
 // Writer: fuse-gelu. Reader: the report.
+struct FuseSoftmaxResult {
+  struct Fusion {
+    std::string node;  // the MaskedSoftmax node that replaced the chain
+    bool masked = false;
+    double scale = 1;
+    int nodes_replaced = 0;
+  };
+  std::vector<Fusion> fused;
+};
+
+struct FoldBatchTransposesResult {
+  int operand_transposes = 0;  // Transposes now read in place by the MatMuls after them
+  int result_transposes = 0;   // Transposes now written in place by the MatMul before them
+};
+
 struct FuseGeluResult {
   struct Fusion {
     std::string node;         // the Gelu node that replaced the chain
@@ -204,6 +219,8 @@ struct MemoryPlanResult {
 struct CompileResults {
   LossResult loss;
   FuseGeluResult fuse_gelu;
+  FuseSoftmaxResult fuse_softmax;
+  FoldBatchTransposesResult fold_batch_transposes;
   AutocastResult autocast;
   PadDimsResult pad_dims;
   ChannelsLastResult channels_last;

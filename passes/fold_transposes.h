@@ -21,7 +21,8 @@
 // (likewise A and mpc_trans_a; an existing flag is toggled). The kernels read the stored
 // operand through strides (oneDNN memory descriptors, cuBLASLt transposes); the values
 // are those of the unfolded graph. Other permutations (the [0,2,1,3] head transposes)
-// are left alone.
+// are fold-batch-transposes' work,
+// where the backend's MatMuls take permuted views.
 //
 // Runs after simplify (the patterns are canonical) on GEMMs that FP8 left alone; Gemm
 // with transA/transB and MatMul with mpc_trans_a/mpc_trans_b run on every backend.

@@ -11,12 +11,14 @@
 #include "passes/channels_last.h"
 #include "passes/defer_widening_casts.h"
 #include "passes/ema.h"
+#include "passes/fold_batch_transposes.h"
 #include "passes/fold_gradient_casts.h"
 #include "passes/fold_output_casts.h"
 #include "passes/fold_transposes.h"
 #include "passes/fp8_lower.h"
 #include "passes/fuse_epilogues.h"
 #include "passes/fuse_gelu.h"
+#include "passes/fuse_softmax.h"
 #include "passes/fuse_updates.h"
 #include "passes/memory_plan.h"
 #include "passes/set_mode.h"
@@ -38,6 +40,8 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // GELU written out in elementary ops (opset < 20 exports) becomes one op before
   // autocast and autodiff, so both decide for the op that will run.
   p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
+  // Attention's scale, mask and softmax as one op, for the same reason.
+  p.Add(std::make_unique<FuseSoftmaxPass>(caps, &r->fuse_softmax));
   // Precision of every forward op, before autodiff: the backward pass inherits it (the
   // gradient of a Cast is a Cast).
   p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
@@ -79,6 +83,10 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // TF32 (precision tf32) on every f32 GEMM and convolution, backward ones included: after
   // autodiff and after every pass that writes or rewrites a GEMM, so none is missed.
   p.Add(std::make_unique<Tf32Pass>(o.autocast.precision == Precision::kTF32, &r->tf32));
+  // Attention's head transposes read and written in place by the batched MatMuls: after
+  // every pass that writes or rewrites a MatMul (fold-output-casts and tf32 copy or edit
+  // their attributes), where the backend's MatMuls take permuted views.
+  p.Add(std::make_unique<FoldBatchTransposesPass>(caps, &r->fold_batch_transposes));
   // Multi-tensor updates: once every update exists and nothing rewrites them.
   p.Add(std::make_unique<FuseUpdatesPass>());
   // 16-bit gradients read by the fused updates directly, their Casts to f32 gone, where
@@ -103,6 +111,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   // The logits are the program's output; loss and accuracy are computed from them.
   if (!o.keep_all_outputs) p.Add(std::make_unique<SelectOutputsPass>(std::vector<std::string>{o.loss.logits}));
   p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
+  p.Add(std::make_unique<FuseSoftmaxPass>(caps, &r->fuse_softmax));
   p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
   p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));
   p.Add(std::make_unique<ChannelsLastPass>(caps, &r->channels_last));
@@ -112,6 +121,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
   p.Add(std::make_unique<Tf32Pass>(o.autocast.precision == Precision::kTF32, &r->tf32));
+  p.Add(std::make_unique<FoldBatchTransposesPass>(caps, &r->fold_batch_transposes));
   p.Add(std::make_unique<MemoryPlanPass>(&r->memory_plan));
   return p;
 }

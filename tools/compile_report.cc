@@ -47,6 +47,11 @@ std::string CompileReportJson(const Program& p) {
     gelu.push_back(absl::StrFormat("{\"node\":\"%s\",\"approximate\":\"%s\",\"nodes_replaced\":%d}", JsonEscape(f.node),
                                    f.approximate, f.nodes_replaced));
   }
+  std::vector<std::string> softmax;
+  for (const FuseSoftmaxResult::Fusion& f : r.fuse_softmax.fused) {
+    softmax.push_back(absl::StrFormat("{\"node\":\"%s\",\"masked\":%s,\"scale\":%.9g,\"nodes_replaced\":%d}",
+                                      JsonEscape(f.node), f.masked ? "true" : "false", f.scale, f.nodes_replaced));
+  }
   std::vector<std::string> channels_last;
   for (const std::string& node : r.channels_last.converted) {
     channels_last.push_back(absl::StrCat("\"", JsonEscape(node), "\""));
@@ -96,12 +101,14 @@ std::string CompileReportJson(const Program& p) {
       "{", training, "\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", r.autocast.casts_inserted,
                       DTypeName(r.autocast.compute_dtype)),
-      "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"padding\":[", absl::StrJoin(padding, ","), "],",
-      "\"channels_last\":{\"converted\":[", absl::StrJoin(channels_last, ","),
-      absl::StrFormat("],\"transposes\":%d},", r.channels_last.transposes), "\"fp8\":[", absl::StrJoin(fp8, ","),
-      "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],", "\"fp8_lowered\":[",
-      absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","), "],",
-      r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
+      "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"fused_softmax\":[", absl::StrJoin(softmax, ","), "],",
+      absl::StrFormat("\"folded_batch_transposes\":{\"operands\":%d,\"results\":%d},",
+                      r.fold_batch_transposes.operand_transposes, r.fold_batch_transposes.result_transposes),
+      "\"padding\":[", absl::StrJoin(padding, ","), "],", "\"channels_last\":{\"converted\":[",
+      absl::StrJoin(channels_last, ","), absl::StrFormat("],\"transposes\":%d},", r.channels_last.transposes),
+      "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
+      "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","),
+      "],", r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
       "\"tf32\":[", absl::StrJoin(tf32, ","), "],",
       absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},", r.pad_dims.extra_flops_pct,
                       r.pad_dims.extra_bytes_pct),
@@ -132,6 +139,22 @@ std::string CompileSummaryText(const Program& p) {
     for (const FuseGeluResult::Fusion& f : r.fuse_gelu.fused) replaced += f.nodes_replaced;
     absl::StrAppendFormat(&out, "fuse-gelu: %d GELUs written out in %d nodes now one Gelu op each (approximate=%s)\n",
                           r.fuse_gelu.fused.size(), replaced, r.fuse_gelu.fused[0].approximate);
+  }
+  if (const FoldBatchTransposesResult& t = r.fold_batch_transposes; t.operand_transposes + t.result_transposes > 0) {
+    absl::StrAppendFormat(&out,
+                          "fold-batch-transposes: %d Transposes read in place by the MatMuls after them, %d written in "
+                          "place by the MatMul before them\n",
+                          t.operand_transposes, t.result_transposes);
+  }
+  if (!r.fuse_softmax.fused.empty()) {
+    int64_t replaced = 0, masked = 0;
+    for (const FuseSoftmaxResult::Fusion& f : r.fuse_softmax.fused) {
+      replaced += f.nodes_replaced;
+      masked += f.masked;
+    }
+    absl::StrAppendFormat(&out,
+                          "fuse-softmax: %d softmaxes with their scale%s (%d nodes) now one MaskedSoftmax op each\n",
+                          r.fuse_softmax.fused.size(), masked ? " and mask" : "", replaced);
   }
   if (r.autocast.compute_dtype == DType::kF32) {
     absl::StrAppendFormat(&out, "autocast: precision %s, no node converted\n", r.tf32.enabled ? "tf32" : "f32");

@@ -227,6 +227,11 @@ MatMulPlan PlanMatMul(const Node& node) {
   const Shape& a = node.inputs[0]->shape;
   const Shape& b = node.inputs[1]->shape;
   MatMulPlan p;
+  if (absl::StatusOr<MatMulLayout> layout = MatMulLayoutOf(node); layout.ok() && layout->permuted) {
+    p.mode = MatMulPlan::Mode::kStrided;
+    p.layout = *std::move(layout);
+    return p;
+  }
   p.ta = node.attrs.GetInt("mpc_trans_a", 0) != 0;
   p.tb = node.attrs.GetInt("mpc_trans_b", 0) != 0;
   p.k = p.ta ? a[a.size() - 2] : a.back();
@@ -251,7 +256,13 @@ absl::StatusOr<std::unique_ptr<DnnlMatMul>> DnnlMatMul::Create(const MatMulPlan&
   auto mm = std::make_unique<DnnlMatMul>();
   try {
     memory::desc a_md, b_md, y_md;
-    if (p.mode == MatMulPlan::Mode::kFold) {
+    const auto dims = [](const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); };
+    if (p.mode == MatMulPlan::Mode::kStrided) {
+      const MatMulLayout& l = p.layout;
+      a_md = memory::desc(dims(l.a), DnnlType(operand), dims(l.a_strides));
+      b_md = memory::desc(dims(l.b), DnnlType(operand), dims(l.b_strides));
+      y_md = memory::desc(dims(l.y), DnnlType(out), dims(l.y_strides));
+    } else if (p.mode == MatMulPlan::Mode::kFold) {
       a_md = MatrixDesc(p.m, p.k, p.ta, operand);
       b_md = MatrixDesc(p.k, p.n, p.tb, operand);
       y_md = memory::desc({p.m, p.n}, DnnlType(out), memory::format_tag::ab);
@@ -372,7 +383,8 @@ std::unique_ptr<Kernel> LoopMatMul(const cpu::MatMulPlan& plan) {
 
 // f32 MatMul: one oneDNN matmul when B is a single matrix (A's batch folds into M) or
 // the batch dims are equal; other broadcasts fall back to the loop. Transposed operands
-// (mpc_trans_a/b) are strides on either path.
+// (mpc_trans_a/b) are strides on either path, and so are permuted operands and results
+// (mpc_perm_*: the kStrided plan, equal batch axes only).
 // With mpc_tf32 both paths run on the operands rounded to TF32 (cpu::RunsInTf32).
 absl::StatusOr<std::unique_ptr<Kernel>> CreateF32MatMul(const Node& node, Backend&) {
   const cpu::MatMulPlan plan = cpu::PlanMatMul(node);
@@ -407,8 +419,21 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateF32MatMul(const Node& node, Backen
   });
 }
 
+template <typename Y>
+std::unique_ptr<Kernel> StridedLoopMatMul(const cpu::MatMulPlan& plan) {
+  return MakeKernel([layout = plan.layout](KernelContext& ctx) {
+    cpu::MatMulStridedLoop<double, Y>(layout, ctx.inputs[0].as<double>(), ctx.inputs[1].as<double>(),
+                                      ctx.outputs[0].as<Y>());
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreateF64MatMul(const Node& node, Backend&) {
   const cpu::MatMulPlan plan = cpu::PlanMatMul(node);
+  if (plan.mode == cpu::MatMulPlan::Mode::kStrided) {
+    if (node.outputs[0]->dtype == DType::kF32) return StridedLoopMatMul<float>(plan);
+    return StridedLoopMatMul<double>(plan);
+  }
   if (node.outputs[0]->dtype == DType::kF32) return LoopMatMul<double, float>(plan);
   return LoopMatMul<double, double>(plan);
 }

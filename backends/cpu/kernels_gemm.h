@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernel_util.h"
+#include "graph/matmul_layout.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace mpc::cpu {
@@ -57,10 +58,13 @@ class DnnlGemm {
 // transposed batched A), equal batch dims (oneDNN's batched matmul), or anything else (a
 // broadcast: the loop). ta/tb: the node's mpc_trans_a/mpc_trans_b (graph/ops_nn.cc), A
 // stored [..., K, M] / B stored [..., N, K]; oneDNN reads them through strides.
+// kStrided: an mpc_perm_* attribute is set (graph/matmul_layout.h); oneDNN reads and
+// writes every view through the layout's strides, batch axes kept apart.
 struct MatMulPlan {
-  enum class Mode { kFold, kBatched, kLoop } mode = Mode::kLoop;
+  enum class Mode { kFold, kBatched, kLoop, kStrided } mode = Mode::kLoop;
   int64_t batch = 1, m = 0, k = 0, n = 0;
   bool ta = false, tb = false;
+  MatMulLayout layout;  // kStrided only
 };
 MatMulPlan PlanMatMul(const Node& node);
 
@@ -122,6 +126,39 @@ void MatMulLoop(const TensorView& a, const TensorView& b, const TensorView& y, b
           }
         }
         for (int64_t j = 0; j < jn; ++j) ym[i * n + j0 + j] = static_cast<Y>(acc[j]);
+      }
+    }
+  }
+}
+
+// A kStrided plan's product by plain loops (the f64 reference kernels): each view read
+// and written through its strides, products accumulated in Acc<T>, each output rounded
+// to Y once.
+template <typename T, typename Y>
+void MatMulStridedLoop(const MatMulLayout& l, const T* a, const T* b, Y* y) {
+  using A = Acc<T>;
+  const size_t r = l.y.size();
+  const int64_t m = l.y[r - 2], n = l.y[r - 1], k = l.a[r - 1];
+  const Shape batch(l.y.begin(), l.y.end() - 2);
+  const int64_t count = NumElements(batch);
+#pragma omp parallel for if (count * m * n * k > 100000)
+  for (int64_t bi = 0; bi < count; ++bi) {
+    int64_t rem = bi, ao = 0, bo = 0, yo = 0;
+    for (int d = static_cast<int>(batch.size()) - 1; d >= 0; --d) {
+      const int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      ao += idx * l.a_strides[d];
+      bo += idx * l.b_strides[d];
+      yo += idx * l.y_strides[d];
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        A acc = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          acc += A(a[ao + i * l.a_strides[r - 2] + p * l.a_strides[r - 1]]) *
+                 A(b[bo + p * l.b_strides[r - 2] + j * l.b_strides[r - 1]]);
+        }
+        y[yo + i * l.y_strides[r - 2] + j * l.y_strides[r - 1]] = static_cast<Y>(acc);
       }
     }
   }

@@ -1,9 +1,12 @@
 // CPU softmax-family and loss kernels: Softmax/LogSoftmax on any axis and their
-// gradients, SoftmaxCrossEntropyLoss (+ fused gradient) and MeanSquaredError (+ gradient),
+// gradients, the attention softmax MaskedSoftmax (scale and mask in the same pass) and its
+// gradient, SoftmaxCrossEntropyLoss (+ fused gradient) and MeanSquaredError (+ gradient),
 // in f32, f64, bf16 and f16. Every reduction and every
 // intermediate is in Acc<T> (f32, or f64 for the f64 reference kernels), per docs/numerics.md;
 // a bf16/f16 kernel rounds only its stored outputs. Loss values are summed in f64.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -88,23 +91,18 @@ using LogSoftmaxFwd = SoftmaxKernel<T, true>;
 // vectorise (480 ms).
 constexpr int64_t kSoftmaxLanes = 16;
 
+// The softmax of the f32 row `w` (overwritten with e^(w - max)), rounded into y. Returns
+// 1 / sum, NaN when a NaN or +inf made the row NaN.
 template <typename T>
-MPC_ISA_CLONES void SoftmaxRowWidened(const T* x, T* y, int64_t dim, float* w) {
+inline __attribute__((always_inline)) float SoftmaxOfF32Row(float* w, T* y, int64_t dim) {
   const int64_t full = dim / kSoftmaxLanes * kSoftmaxLanes;
   alignas(64) float part[kSoftmaxLanes];
   for (int64_t l = 0; l < kSoftmaxLanes; ++l) part[l] = -INFINITY;
   for (int64_t d = 0; d < full; d += kSoftmaxLanes) {
 #pragma omp simd
-    for (int64_t l = 0; l < kSoftmaxLanes; ++l) {
-      const float v = float(x[d + l]);
-      w[d + l] = v;
-      part[l] = v > part[l] ? v : part[l];
-    }
+    for (int64_t l = 0; l < kSoftmaxLanes; ++l) part[l] = w[d + l] > part[l] ? w[d + l] : part[l];
   }
-  for (int64_t d = full; d < dim; ++d) {
-    w[d] = float(x[d]);
-    part[d - full] = w[d] > part[d - full] ? w[d] : part[d - full];
-  }
+  for (int64_t d = full; d < dim; ++d) part[d - full] = w[d] > part[d - full] ? w[d] : part[d - full];
   for (int64_t half = kSoftmaxLanes / 2; half > 0; half /= 2) {
     for (int64_t l = 0; l < half; ++l) part[l] = part[l + half] > part[l] ? part[l + half] : part[l];
   }
@@ -129,6 +127,52 @@ MPC_ISA_CLONES void SoftmaxRowWidened(const T* x, T* y, int64_t dim, float* w) {
   const float inv = 1.0f / part[0];
 #pragma omp simd
   for (int64_t d = 0; d < dim; ++d) cpu::StoreRounded(y + d, w[d] * inv);
+  return inv;
+}
+
+template <typename T>
+MPC_ISA_CLONES void SoftmaxRowWidened(const T* x, T* y, int64_t dim, float* w) {
+#pragma omp simd
+  for (int64_t d = 0; d < dim; ++d) w[d] = float(x[d]);
+  SoftmaxOfF32Row(w, y, dim);
+}
+
+// One MaskedSoftmax row: scale * x where `keep` is set (keep_stride 1: one flag per
+// element; 0: one flag for the row; null keep: all kept), -inf elsewhere, then the row's
+// softmax as above. A row with nothing kept is NaN (-inf - -inf), as Where + Softmax give.
+template <typename T>
+MPC_ISA_CLONES void MaskedSoftmaxRow(const T* x, const bool* keep, int64_t keep_stride, float scale, T* y, int64_t dim,
+                                     float* w) {
+  if (!keep || (keep_stride == 0 && keep[0])) {
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) w[d] = scale * float(x[d]);
+  } else if (keep_stride == 0) {
+    for (int64_t d = 0; d < dim; ++d) w[d] = -INFINITY;
+  } else {
+    const uint8_t* flags = reinterpret_cast<const uint8_t*>(keep);
+    // A row whose last elements are all masked (a causal mask's rows: half of them on
+    // average) has zeros there: the softmax runs on the kept prefix only. Its maximum and
+    // sum are the whole row's (e^-inf adds exactly 0), so the values are the same.
+    int64_t end = dim;
+    uint64_t eight;
+    while (end >= 8 && (std::memcpy(&eight, flags + end - 8, 8), eight == 0)) end -= 8;
+    while (end > 0 && flags[end - 1] == 0) --end;
+    if (end == 0) end = dim;  // nothing kept: all -inf, and the row is NaN
+    // Whole 16-lane blocks: the scalar tail loop's exponentials cost more than the lanes'.
+    end = std::min(dim, (end + kSoftmaxLanes - 1) / kSoftmaxLanes * kSoftmaxLanes);
+    // x is read whether kept or not: a load under the condition kept GCC from vectorising.
+#pragma omp simd
+    for (int64_t d = 0; d < end; ++d) {
+      const float v = scale * float(x[d]);
+      w[d] = flags[d] != 0 ? v : -INFINITY;
+    }
+    // e^-inf * (1 / sum): 0, or NaN where the kept part made the row NaN, as unfused.
+    const float masked = 0.0f * SoftmaxOfF32Row(w, y, end);
+#pragma omp simd
+    for (int64_t d = end; d < dim; ++d) cpu::StoreRounded(y + d, masked);
+    return;
+  }
+  SoftmaxOfF32Row(w, y, dim);
 }
 
 // Softmax in bf16 and f16 over a unit-stride axis, row by row through one f32 row per
@@ -155,16 +199,108 @@ struct SoftmaxWidenedKernel {
   }
 };
 
+// Where row `row` of x (its index over every axis but the last) finds its mask: the
+// mask's element offset, with broadcast axes stepping by 0 (cpu_kernel_util.h).
+struct MaskRows {
+  Shape row_shape;                   // x's shape without its last axis
+  std::vector<int64_t> row_strides;  // the mask's strides along those axes
+  int64_t stride_along_row = 0;      // 1, or 0 when the mask broadcasts along the row
+
+  MaskRows(const Shape& mask, const Shape& x) {
+    std::vector<int64_t> strides = cpu::BroadcastStrides(mask, x);
+    stride_along_row = strides.back();
+    row_shape.assign(x.begin(), x.end() - 1);
+    row_strides.assign(strides.begin(), strides.end() - 1);
+  }
+  int64_t Offset(int64_t row) const {
+    int64_t offset = 0;
+    for (int64_t a = static_cast<int64_t>(row_shape.size()) - 1; a >= 0; --a) {
+      offset += row % row_shape[a] * row_strides[a];
+      row /= row_shape[a];
+    }
+    return offset;
+  }
+};
+
+// What a MaskedSoftmax node asks for: its last-axis rows, scale and mask.
+struct MaskedSoftmaxNode {
+  int64_t dim, rows;
+  float scale;
+  bool masked;
+  MaskRows mask;
+
+  explicit MaskedSoftmaxNode(const Node& node)
+      : dim(node.inputs[0]->shape.back()),
+        rows(NumElements(node.inputs[0]->shape) / std::max<int64_t>(dim, 1)),
+        scale(node.attrs.GetFloat("scale", 1.0f)),
+        masked(node.inputs.size() > 1 && node.inputs[1]),
+        mask(masked ? MaskRows(node.inputs[1]->shape, node.inputs[0]->shape) : MaskRows({}, {1})) {}
+};
+
+// MaskedSoftmax (graph/ops_nn.cc): the attention scores' scale, causal mask and softmax
+// in one pass over each last-axis row, in f32 lanes for f32, bf16 and f16 (one f32 row
+// per thread); replaces a Mul and a Where over the whole score tensor, each way.
+template <typename T>
+struct MaskedSoftmaxKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const MaskedSoftmaxNode n(node);
+    return MakeKernel([n](KernelContext& ctx) {
+      const auto& [dim, rows, scale, masked, mask] = n;
+      const T* x = ctx.inputs[0].as<T>();
+      const bool* keep = masked ? reinterpret_cast<const bool*>(ctx.inputs[1].as<uint8_t>()) : nullptr;
+      T* y = ctx.outputs[0].as<T>();
+#pragma omp parallel if (rows > 1 && rows * dim > 32768)
+      {
+        thread_local std::vector<float> row;
+        if (row.size() < static_cast<size_t>(dim)) row.resize(dim);
+#pragma omp for
+        for (int64_t o = 0; o < rows; ++o) {
+          MaskedSoftmaxRow(x + o * dim, keep ? keep + mask.Offset(o) : nullptr, mask.stride_along_row, scale,
+                           y + o * dim, dim, row.data());
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+
+// The f64 reference form: the same rows in double.
+struct MaskedSoftmaxF64Kernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const MaskedSoftmaxNode n(node);
+    return MakeKernel([n](KernelContext& ctx) {
+      const auto& [dim, rows, scale, masked, mask] = n;
+      const double* x = ctx.inputs[0].as<double>();
+      const uint8_t* keep = masked ? ctx.inputs[1].as<uint8_t>() : nullptr;
+      double* y = ctx.outputs[0].as<double>();
+#pragma omp parallel for if (rows > 64)
+      for (int64_t o = 0; o < rows; ++o) {
+        std::vector<double> w(dim);
+        double mx = -INFINITY;
+        for (int64_t d = 0; d < dim; ++d) {
+          w[d] = !keep || keep[mask.Offset(o) + d * mask.stride_along_row] ? scale * x[o * dim + d] : -INFINITY;
+          if (w[d] > mx || w[d] != w[d]) mx = w[d];
+        }
+        double sum = 0;
+        for (int64_t d = 0; d < dim; ++d) sum += (w[d] = std::exp(w[d] - mx));
+        for (int64_t d = 0; d < dim; ++d) y[o * dim + d] = w[d] / sum;
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+
 // One softmax row with unit stride (the usual last axis): dx = y * (dy - sum(dy * y)),
 // compiled for each vector ISA (cpu_isa.h).
+// MaskedSoftmaxGrad's rows multiply by its scale too (1 for SoftmaxGrad: exact).
 template <typename T>
-MPC_ISA_CLONES void SoftmaxGradRow(const T* dy, const T* y, T* dx, int64_t dim) {
+MPC_ISA_CLONES void SoftmaxGradRow(const T* dy, const T* y, T* dx, int64_t dim, Acc<T> scale) {
   using A = Acc<T>;
   A dot = 0;
 #pragma omp simd reduction(+ : dot)
   for (int64_t d = 0; d < dim; ++d) dot += A(dy[d]) * A(y[d]);
 #pragma omp simd
-  for (int64_t d = 0; d < dim; ++d) cpu::StoreRounded(dx + d, A(y[d]) * (A(dy[d]) - dot));
+  for (int64_t d = 0; d < dim; ++d) cpu::StoreRounded(dx + d, scale * (A(y[d]) * (A(dy[d]) - dot)));
 }
 
 // Softmax: dx = y * (dy - sum(dy * y));  LogSoftmax: dx = dy - exp(y) * sum(dy).
@@ -178,7 +314,8 @@ struct SoftmaxGradKernel {
       T* dx = ctx.outputs[0].as<T>();
       if (!kLog && s.inner == 1) {
 #pragma omp parallel for if (s.outer > 64)
-        for (int64_t o = 0; o < s.outer; ++o) SoftmaxGradRow(dy + o * s.dim, y + o * s.dim, dx + o * s.dim, s.dim);
+        for (int64_t o = 0; o < s.outer; ++o)
+          SoftmaxGradRow(dy + o * s.dim, y + o * s.dim, dx + o * s.dim, s.dim, Acc<T>(1));
         return absl::OkStatus();
       }
 #pragma omp parallel for collapse(2) if (s.outer * s.inner > 64)
@@ -205,6 +342,24 @@ template <typename T>
 using SoftmaxBwd = SoftmaxGradKernel<T, false>;
 template <typename T>
 using LogSoftmaxBwd = SoftmaxGradKernel<T, true>;
+
+// MaskedSoftmaxGrad: dx = scale * y * (dy - sum(dy * y)) over the last axis.
+template <typename T>
+struct MaskedSoftmaxGradKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    const int64_t dim = node.inputs[0]->shape.empty() ? 1 : node.inputs[0]->shape.back();
+    const int64_t rows = NumElements(node.inputs[0]->shape) / std::max<int64_t>(dim, 1);
+    const Acc<T> scale = node.attrs.GetFloat("scale", 1.0f);
+    return MakeKernel([=](KernelContext& ctx) {
+      const T* dy = ctx.inputs[0].as<T>();
+      const T* y = ctx.inputs[1].as<T>();
+      T* dx = ctx.outputs[0].as<T>();
+#pragma omp parallel for if (rows > 64)
+      for (int64_t o = 0; o < rows; ++o) SoftmaxGradRow(dy + o * dim, y + o * dim, dx + o * dim, dim, scale);
+      return absl::OkStatus();
+    });
+  }
+};
 
 int64_t LabelAt(const TensorView& labels, int64_t i) {
   return labels.dtype == DType::kI32 ? labels.as<int32_t>()[i] : labels.as<int64_t>()[i];
@@ -332,7 +487,12 @@ void RegisterCpuSoftmaxLossKernels(KernelRegistry& r) {
   r.Register("Softmax", "cpu", DType::kBF16, SoftmaxWidenedKernel<Bf16>::Create);
   r.Register("Softmax", "cpu", DType::kF16, SoftmaxWidenedKernel<Half>::Create);
   RegisterFloatKernels<LogSoftmaxFwd>(r, "LogSoftmax");
+  r.Register("MaskedSoftmax", "cpu", DType::kF32, MaskedSoftmaxKernel<float>::Create);
+  r.Register("MaskedSoftmax", "cpu", DType::kF64, MaskedSoftmaxF64Kernel::Create);
+  r.Register("MaskedSoftmax", "cpu", DType::kBF16, MaskedSoftmaxKernel<Bf16>::Create);
+  r.Register("MaskedSoftmax", "cpu", DType::kF16, MaskedSoftmaxKernel<Half>::Create);
   RegisterFloatKernels<SoftmaxBwd>(r, "SoftmaxGrad");
+  RegisterFloatKernels<MaskedSoftmaxGradKernel>(r, "MaskedSoftmaxGrad");
   RegisterFloatKernels<LogSoftmaxBwd>(r, "LogSoftmaxGrad");
   RegisterFloatKernels<SoftmaxCrossEntropyKernel>(r, "SoftmaxCrossEntropyLoss");
   RegisterFloatKernels<SoftmaxCrossEntropyGradKernel>(r, "SoftmaxCrossEntropyGrad");

@@ -148,6 +148,13 @@ class CudaMatMulKernel : public Kernel {
       return absl::UnimplementedError(
           absl::StrCat("MatMul with a 1-D operand (", ShapeToString(a), " x ", ShapeToString(b), ") is not supported"));
     }
+    if (node.attrs.Has("mpc_perm_a") || node.attrs.Has("mpc_perm_b") || node.attrs.Has("mpc_perm_y")) {
+      // cuBLASLt's strided batches have one stride per operand; a permuted batch needs
+      // two. fold-batch-transposes only runs where Capabilities::matmul_permuted_operands.
+      return absl::UnimplementedError(absl::StrCat("MatMul node '", node.name,
+                                                   "': mpc_perm_* (permuted operands or result) is not on CUDA; ",
+                                                   "compile for this backend so the transposes stay separate ops"));
+    }
     const DType operand = node.inputs[0]->dtype, out = node.outputs[0]->dtype;
     if (node.inputs[1]->dtype != operand) {
       return absl::InvalidArgumentError(absl::StrCat("MatMul operands differ in dtype: ", DTypeName(operand), " and ",

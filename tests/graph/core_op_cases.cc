@@ -82,6 +82,52 @@ std::vector<OpCase> MatMulCases() {
     c.ref = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefMatMul(in[0], in[1])}; };
     cases.push_back(std::move(c));
   }
+  // Permuted operands and results (mpc_perm_*, set by fold-batch-transposes; CPU only):
+  // attention's head layouts. A, B stored [B, T, H, D] and read as [B, H, T, D] (B also
+  // transposed: K^T), the product stored back as [B, T, H, D]; the trans flags composed
+  // with a perm; a column-major view of A; f32 output. Forward only: MatMul has no
+  // gradient rule for the perms (they are set after autodiff).
+  struct Permuted {
+    const char* name;
+    Shape a, b;
+    std::vector<int64_t> perm_a, perm_b, perm_y;
+    bool ta = false, tb = false, f32_out = false;
+  };
+  const std::vector<Permuted> permuted = {
+      {"QKt", {2, 5, 3, 4}, {2, 5, 3, 4}, {0, 2, 1, 3}, {0, 2, 3, 1}, {}},
+      {"PV_ResultHeadsLast", {2, 3, 5, 5}, {2, 5, 3, 4}, {}, {0, 2, 1, 3}, {0, 2, 1, 3}},
+      {"TransFlagsAndPerms", {2, 5, 3, 4}, {2, 3, 6, 5}, {0, 2, 1, 3}, {}, {0, 2, 1, 3}, true, true},
+      {"ColumnMajorA_F32Out", {2, 3, 4, 5}, {2, 3, 4, 6}, {0, 1, 3, 2}, {}, {1, 0, 2, 3}, false, false, true},
+  };
+  for (const Permuted& v : permuted) {
+    OpCase c;
+    c.name = absl::StrCat("MatMul_Permuted_", v.name);
+    c.op = "MatMul";
+    if (!v.perm_a.empty()) c.attrs.Set("mpc_perm_a", v.perm_a);
+    if (!v.perm_b.empty()) c.attrs.Set("mpc_perm_b", v.perm_b);
+    if (!v.perm_y.empty()) c.attrs.Set("mpc_perm_y", v.perm_y);
+    if (v.ta) c.attrs.Set("mpc_trans_a", int64_t{1});
+    if (v.tb) c.attrs.Set("mpc_trans_b", int64_t{1});
+    if (v.f32_out) {
+      c.attrs.Set("mpc_output_dtype", int64_t{1});
+      c.out_dtypes = {DType::kF32};
+    }
+    c.inputs = {X("A", v.a), X("B", v.b)};
+    c.gradient = false;
+    c.ref = [v](const std::vector<Tensor>& in) {
+      auto view = [](const Tensor& t, const std::vector<int64_t>& perm, bool trans) {
+        std::vector<int64_t> p = perm;
+        if (p.empty()) {
+          for (size_t i = 0; i < t.shape().size(); ++i) p.push_back(static_cast<int64_t>(i));
+        }
+        if (trans) std::swap(p[p.size() - 1], p[p.size() - 2]);
+        return RefTranspose(t, p);
+      };
+      Tensor y = RefMatMul(view(in[0], v.perm_a, v.ta), view(in[1], v.perm_b, v.tb));
+      return std::vector<Tensor>{v.perm_y.empty() ? y : RefTranspose(y, v.perm_y)};
+    };
+    cases.push_back(std::move(c));
+  }
   for (const auto& [name, a, b] : std::vector<std::tuple<const char*, Shape, Shape>>{
            {"Batched3D_OutputF32", {2, 3, 5}, {2, 5, 4}}, {"BroadcastBatch_OutputF32", {2, 1, 3, 5}, {3, 5, 4}}}) {
     OpCase c;  // see Gemm_tA0_tB1_CN_OutputF32
@@ -253,6 +299,91 @@ std::vector<OpCase> SoftmaxCases() {
       c.ref = [ax, log](const std::vector<Tensor>& in) { return std::vector<Tensor>{RefSoftmax(in[0], ax, log)}; };
       cases.push_back(std::move(c));
     }
+  }
+  return cases;
+}
+
+// A fed causal keep mask [1, 1, t, t]: row i keeps columns 0..i.
+In CausalKeep(int64_t t) {
+  In in = Mask("keep", {1, 1, t, t});
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t j = 0; j < t; ++j) in.value.data<uint8_t>()[i * t + j] = j <= i;
+  }
+  return in;
+}
+
+// MaskedSoftmax: softmax(where(keep, scale * x, -inf)) over the last axis, keep broadcast.
+Tensor RefMaskedSoftmax(const Tensor& x, const Tensor* keep, double scale) {
+  const Shape& s = x.shape();
+  const int64_t dim = s.back(), rows = x.num_elements() / dim;
+  Tensor y = F64(s);
+  std::vector<double> w(dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = -INFINITY;
+    for (int64_t d = 0; d < dim; ++d) {
+      const int64_t i = r * dim + d;
+      const bool kept = !keep || P(*keep)[BroadcastOffset(Unravel(i, s), keep->shape())] != 0;
+      w[d] = kept ? scale * P(x)[i] : -INFINITY;
+      mx = std::max(mx, w[d]);
+    }
+    double sum = 0;
+    for (int64_t d = 0; d < dim; ++d) sum += std::exp(w[d] - mx);
+    for (int64_t d = 0; d < dim; ++d) P(y)[r * dim + d] = std::exp(w[d] - mx) / sum;
+  }
+  return y;
+}
+
+// The attention softmax (passes/fuse_softmax.h) and its gradient's cases: a causal mask
+// broadcast over batch and heads, a mask as large as x, one shared by every row, one flag
+// per row (stride 0 along it), none; rows with tails after 16-lane blocks, split between
+// threads. Every row keeps at least one element (a fully masked row is NaN: tested in
+// tests/passes/fuse_softmax_test.cc).
+std::vector<OpCase> MaskedSoftmaxCases() {
+  std::vector<OpCase> cases;
+  struct Variant {
+    const char* name;
+    Shape x;
+    std::optional<In> keep;
+    double scale;
+  };
+  In per_row = Mask("keep", {1, 4, 1});
+  for (int64_t i = 0; i < 4; ++i) per_row.value.data<uint8_t>()[i] = 1;
+  const std::vector<Variant> variants = {
+      {"Causal_Scaled", {2, 3, 5, 5}, CausalKeep(5), 0.35},
+      {"FullMask_Rank2", {4, 7}, Mask("keep", {4, 7}), 1.7},
+      {"SharedRowMask_LongRows_Threaded", {48, 3, 257}, Mask("keep", {257}), 0.9},
+      {"Causal_Threaded", {2, 8, 70, 70}, CausalKeep(70), 0.2},
+      {"OneFlagPerRow", {3, 4, 6}, per_row, 0.8},
+      {"NoMask", {3, 4, 6}, std::nullopt, 0.5},
+  };
+  for (const Variant& v : variants) {
+    OpCase c;
+    c.name = absl::StrCat("MaskedSoftmax_", v.name);
+    c.op = "MaskedSoftmax";
+    c.attrs.Set("scale", static_cast<float>(v.scale));
+    c.inputs = {X("x", v.x, -4, 4)};
+    if (v.keep) c.inputs.push_back(*v.keep);
+    // The reference scales by the f32 attribute the kernels read.
+    const double scale = static_cast<float>(v.scale);
+    c.ref = [scale](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefMaskedSoftmax(in[0], in.size() > 1 ? &in[1] : nullptr, scale)};
+    };
+    cases.push_back(std::move(c));
+  }
+  for (const auto& [name, shape] :
+       std::vector<std::pair<const char*, Shape>>{{"Rank3", {2, 4, 3}}, {"LongRows", {6, 257}}}) {
+    OpCase c;
+    c.name = absl::StrCat("MaskedSoftmaxGrad_", name);
+    c.op = "MaskedSoftmaxGrad";
+    c.attrs.Set("scale", 0.3f);
+    c.gradient = false;
+    c.inputs = {X("dy", shape), X("y", shape, 0.0, 0.6)};
+    c.ref = [](const std::vector<Tensor>& in) {
+      Tensor dx = RefSoftmaxGrad(in[0], in[1], -1, false);
+      for (int64_t i = 0; i < dx.num_elements(); ++i) P(dx)[i] *= static_cast<double>(0.3f);
+      return std::vector<Tensor>{dx};
+    };
+    cases.push_back(std::move(c));
   }
   return cases;
 }
@@ -647,8 +778,8 @@ std::vector<OpCase> BackwardOpCases() {
 
 std::vector<OpCase> CoreCases() {
   std::vector<OpCase> all;
-  for (auto family : {GemmCases, MatMulCases, Tf32Cases, BinaryCases, UnaryCases, SoftmaxCases, ShapeCases,
-                      DropoutCases, LossCases, BackwardOpCases}) {
+  for (auto family : {GemmCases, MatMulCases, Tf32Cases, BinaryCases, UnaryCases, SoftmaxCases, MaskedSoftmaxCases,
+                      ShapeCases, DropoutCases, LossCases, BackwardOpCases}) {
     for (OpCase& c : family()) all.push_back(std::move(c));
   }
   return all;
