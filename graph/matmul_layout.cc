@@ -29,7 +29,7 @@ absl::StatusOr<std::vector<int64_t>> PermOf(const Node& n, const std::string& na
 // The view Transpose(stored, perm), its last two axes swapped when `swap`.
 void View(const Shape& stored, const std::vector<int64_t>& perm, bool swap, Shape& dims,
           std::vector<int64_t>& strides) {
-  const std::vector<int64_t> contiguous = ContiguousStrides(stored);
+  const std::vector<int64_t> contiguous = RowMajorStrides(stored);
   dims.clear();
   strides.clear();
   for (int64_t p : perm) {
@@ -44,12 +44,6 @@ void View(const Shape& stored, const std::vector<int64_t>& perm, bool swap, Shap
 }
 
 }  // namespace
-
-std::vector<int64_t> ContiguousStrides(const Shape& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
-  return strides;
-}
 
 absl::StatusOr<MatMulLayout> MatMulLayoutOf(const Node& n) {
   const Shape& sa = n.inputs[0]->shape;
@@ -83,7 +77,7 @@ absl::StatusOr<MatMulLayout> MatMulLayoutOf(const Node& n) {
   MPC_ASSIGN_OR_RETURN(std::vector<int64_t> py, PermOf(n, "mpc_perm_y", static_cast<int>(l.y.size())));
   for (int64_t p : py) l.y_stored.push_back(l.y[p]);
   // Axis py[j] of the product is axis j of the stored result.
-  const std::vector<int64_t> stored_strides = ContiguousStrides(l.y_stored);
+  const std::vector<int64_t> stored_strides = RowMajorStrides(l.y_stored);
   l.y_strides.assign(l.y.size(), 0);
   for (size_t j = 0; j < py.size(); ++j) l.y_strides[py[j]] = stored_strides[j];
   return l;

@@ -29,7 +29,4 @@ struct MatMulLayout {
 // permutation of its tensor's axes. Errors name the node and the attribute.
 absl::StatusOr<MatMulLayout> MatMulLayoutOf(const Node& n);
 
-// Row-major element strides of `shape`.
-std::vector<int64_t> ContiguousStrides(const Shape& shape);
-
 }  // namespace mpc

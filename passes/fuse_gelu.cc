@@ -9,9 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "passes/pattern_match.h"
 
 namespace mpc {
 namespace {
+
+using pattern::Intermediate;
+using pattern::ScalarConstant;
 
 constexpr double kCoefficientTolerance = 1e-6;  // relative; exporters write these in f32 or f64
 constexpr double kInvSqrt2 = 0.70710678118654752440;
@@ -19,18 +23,6 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kTanhCubic = 0.044715;
 
 bool Near(double a, double b) { return std::abs(a - b) <= kCoefficientTolerance * std::max(std::abs(a), std::abs(b)); }
-
-std::optional<double> ScalarConstant(const Value* v) {
-  if (!v || v->kind != ValueKind::kConstant || !IsFloating(v->dtype) || v->data.num_elements() != 1) {
-    return std::nullopt;
-  }
-  return v->data.GetAsDouble(0);
-}
-
-// A result the chain may absorb: computed by a node and read once, by the chain itself.
-bool Intermediate(const Graph& g, const Value* v) {
-  return v && v->producer && v->consumers.size() == 1 && !g.IsOutput(v);
-}
 
 // A product read as coefficient * factors[0] * factors[1] * ..., with the nodes it was
 // read from in consumer-before-producer order (the order to remove them in).

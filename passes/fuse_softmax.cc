@@ -7,25 +7,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "passes/pattern_match.h"
 
 namespace mpc {
 namespace {
 
-std::optional<double> ScalarConstant(const Value* v) {
-  if (!v || v->kind != ValueKind::kConstant || !IsFloating(v->dtype) || v->data.num_elements() != 1) {
-    return std::nullopt;
-  }
-  return v->data.GetAsDouble(0);
-}
+using pattern::Intermediate;
+using pattern::ScalarConstant;
 
 bool IsMinusInfinity(const Value* v) {
   std::optional<double> c = ScalarConstant(v);
   return c && std::isinf(*c) && *c < 0;
-}
-
-// A result the fused op may absorb: computed by a node and read once, by the chain itself.
-bool Intermediate(const Graph& g, const Value* v) {
-  return v && v->producer && v->consumers.size() == 1 && !g.IsOutput(v);
 }
 
 struct Match {

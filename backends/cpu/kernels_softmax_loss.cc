@@ -273,17 +273,20 @@ struct MaskedSoftmaxF64Kernel {
       const double* x = ctx.inputs[0].as<double>();
       const uint8_t* keep = masked ? ctx.inputs[1].as<uint8_t>() : nullptr;
       double* y = ctx.outputs[0].as<double>();
-#pragma omp parallel for if (rows > 64)
-      for (int64_t o = 0; o < rows; ++o) {
-        std::vector<double> w(dim);
-        double mx = -INFINITY;
-        for (int64_t d = 0; d < dim; ++d) {
-          w[d] = !keep || keep[mask.Offset(o) + d * mask.stride_along_row] ? scale * x[o * dim + d] : -INFINITY;
-          if (w[d] > mx || w[d] != w[d]) mx = w[d];
+#pragma omp parallel if (rows > 64)
+      {
+        std::vector<double> w(dim);  // one row per thread, per run
+#pragma omp for
+        for (int64_t o = 0; o < rows; ++o) {
+          double mx = -INFINITY;
+          for (int64_t d = 0; d < dim; ++d) {
+            w[d] = !keep || keep[mask.Offset(o) + d * mask.stride_along_row] ? scale * x[o * dim + d] : -INFINITY;
+            if (w[d] > mx || w[d] != w[d]) mx = w[d];
+          }
+          double sum = 0;
+          for (int64_t d = 0; d < dim; ++d) sum += (w[d] = std::exp(w[d] - mx));
+          for (int64_t d = 0; d < dim; ++d) y[o * dim + d] = w[d] / sum;
         }
-        double sum = 0;
-        for (int64_t d = 0; d < dim; ++d) sum += (w[d] = std::exp(w[d] - mx));
-        for (int64_t d = 0; d < dim; ++d) y[o * dim + d] = w[d] / sum;
       }
       return absl::OkStatus();
     });
