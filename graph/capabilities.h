@@ -31,6 +31,11 @@ struct Capabilities {
   // Batched MatMuls read operands and write results through any axis order (mpc_perm_*,
   // graph/matmul_layout.h), so fold-batch-transposes may drop attention's head transposes.
   bool matmul_permuted_operands = false;
+  // LayerNormalization writes a narrower Y than its X (mpc_output_dtype) and LayerNormGrad
+  // adds a gradient into its dX (6th input) and writes dX's column sums and 16-bit copy
+  // (outputs 3 and 4), so fuse-layer-norm-edges may fold the Cast after a normalisation
+  // and the residual gradient sum, bias gradient and Cast after its gradient.
+  bool layer_norm_fused_edges = false;
   // Whether the backend has a kernel for (op, dtype); null means "assume yes" (fake
   // capability sets in pass tests).
   std::function<bool(const std::string& op, DType dtype)> has_kernel;

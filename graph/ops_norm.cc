@@ -6,7 +6,11 @@
 //                                           imported opset 13-17 model spells it with Erf
 //   ReduceSum, ReduceMean                   axes as attribute or as input 1; keepdims,
 //                                           noop_with_empty_axes; gradient: BroadcastTo
-//   LayerNormalization (opset 17)           + LayerNormGrad (mpc)
+//   LayerNormalization (opset 17)           + LayerNormGrad (mpc); both take mpc's fusions
+//                                           of their neighbours (passes/fuse_layer_norm_edges.h):
+//                                           LayerNormalization's `mpc_output_dtype` (f32 X,
+//                                           Y written bf16/f16, rounded once) and
+//                                           LayerNormGrad's optional 6th input, added to dX
 //   BatchNormalization (opset 15)           + BatchNormGrad, BatchNormStatsUpdate (mpc)
 // Statistics (norms, reductions) are computed in f32 whatever the I/O dtype (f64 for
 // f64), per docs/numerics.md; the saved statistics a gradient reuses are stored in f32 (f64
@@ -186,6 +190,22 @@ absl::Status CheckAffine(const Node& n, int i, const Shape& norm_shape) {
   return absl::OkStatus();
 }
 
+// Y's dtype: X's, or mpc_output_dtype (an ONNX element type) where fuse-layer-norm-edges
+// folded the Cast after an f32 LayerNormalization into it: bf16 or f16 from f32 only.
+absl::StatusOr<DType> LayerNormOutputDType(const Node& n) {
+  const DType in = n.inputs[0]->dtype;
+  if (!n.attrs.Has("mpc_output_dtype")) return in;
+  const int64_t code = n.attrs.GetInt("mpc_output_dtype", 0);
+  auto out = DTypeFromOnnx(static_cast<int32_t>(code));
+  if (in != DType::kF32 || !out.ok() || (*out != DType::kBF16 && *out != DType::kF16 && *out != in)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LayerNormalization node '", n.name, "': mpc_output_dtype ", code, " is not allowed for ",
+                     DTypeName(in), " X; it narrows a float32 X's Y to bfloat16 (", DTypeToOnnx(DType::kBF16),
+                     ") or float16 (", DTypeToOnnx(DType::kF16), "); remove the attribute or cast X to float32"));
+  }
+  return *out;
+}
+
 Types InferLayerNorm(const Node& n) {
   MPC_RETURN_IF_ERROR(ops::CheckFloating(n, 0));
   MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 3));
@@ -203,11 +223,18 @@ Types InferLayerNorm(const Node& n) {
   Shape stats = x->shape;
   for (size_t i = axis; i < stats.size(); ++i) stats[i] = 1;
   const DType sd = StatsDType(x->dtype);
-  return std::vector<TensorType>{{x->dtype, x->shape}, {sd, stats}, {sd, stats}};
+  MPC_ASSIGN_OR_RETURN(const DType yd, LayerNormOutputDType(n));
+  return std::vector<TensorType>{{yd, x->shape}, {sd, stats}, {sd, stats}};
 }
 
 Grads GradLayerNorm(GraphBuilder& b, const Node& n, const std::vector<Value*>& dys) {
   MPC_RETURN_IF_ERROR(NoGradThrough(n, dys, 1, "Mean / InvStdDev"));
+  if (n.attrs.Has("mpc_output_dtype")) {
+    // The attribute is made after autodiff (fuse-layer-norm-edges); never differentiated.
+    return absl::UnimplementedError(absl::StrCat("LayerNormalization node '", n.name,
+                                                 "' has mpc_output_dtype, which mpc does not differentiate; cast Y "
+                                                 "with a Cast node instead"));
+  }
   AttrMap attrs;
   attrs.Set("axis", n.attrs.GetInt("axis", -1));
   Value* x = n.inputs[0];
@@ -220,13 +247,27 @@ Grads GradLayerNorm(GraphBuilder& b, const Node& n, const std::vector<Value*>& d
   return grads;
 }
 
-// LayerNormGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dB); dScale and dB have
-// the normalised shape X.shape[axis:].
+// LayerNormGrad(dY, X, Scale, Mean, InvStdDev[, Addend]) -> (dX, dScale, dB[, dXSum[,
+// dXNarrow]]); dScale and dB have the normalised shape X.shape[axis:]. With Addend (X's
+// dtype and shape), dX is the gradient plus Addend, rounded once: the gradient sum a
+// residual connection makes, folded in by fuse-layer-norm-edges, which may also ask for
+// dXSum (attribute mpc_dx_column_sum = 1: dX summed over the rows, normalised shape) and
+// dXNarrow (attribute mpc_narrow_dx_dtype: dX rounded to bf16/f16, for f32 X; dXSum is
+// then there too).
 Types InferLayerNormGrad(const Node& n) {
   MPC_RETURN_IF_ERROR(ops::CheckSameDType(n, 0, 3));
   MPC_ASSIGN_OR_RETURN(int axis, ops::LayerNormAxis(n));
   const Value* x = n.inputs[1];
   if (n.inputs[0]->shape != x->shape) return absl::InvalidArgumentError("dY and X shapes differ");
+  if (n.inputs.size() > 5 && n.inputs[5]) {
+    const Value* addend = n.inputs[5];
+    if (addend->dtype != x->dtype || addend->shape != x->shape) {
+      return absl::InvalidArgumentError(absl::StrCat("LayerNormGrad node '", n.name, "': addend '", addend->name,
+                                                     "' is ", DTypeName(addend->dtype), ShapeToString(addend->shape),
+                                                     "; it must be X's ", DTypeName(x->dtype), ShapeToString(x->shape),
+                                                     " (it is added to dX element by element)"));
+    }
+  }
   const Shape norm(x->shape.begin() + axis, x->shape.end());
   MPC_RETURN_IF_ERROR(CheckAffine(n, 2, norm));
   Shape stats = x->shape;
@@ -237,7 +278,24 @@ Types InferLayerNormGrad(const Node& n) {
           absl::StrCat("statistics '", n.inputs[i]->name, "' must be float ", ShapeToString(stats)));
     }
   }
-  return std::vector<TensorType>{{x->dtype, x->shape}, {x->dtype, norm}, {x->dtype, norm}};
+  std::vector<TensorType> types{{x->dtype, x->shape}, {x->dtype, norm}, {x->dtype, norm}};
+  // The epilogue fuse-layer-norm-edges folds in: dX summed over the rows (the bias
+  // gradient of the layer that wrote the residual stream) and dX in a 16-bit copy (what
+  // the low-precision GEMMs before it read).
+  const bool column_sum = n.attrs.GetInt("mpc_dx_column_sum", 0) != 0;
+  if (column_sum || n.attrs.Has("mpc_narrow_dx_dtype")) types.push_back({x->dtype, norm});
+  if (n.attrs.Has("mpc_narrow_dx_dtype")) {
+    const int64_t code = n.attrs.GetInt("mpc_narrow_dx_dtype", 0);
+    auto narrow = DTypeFromOnnx(static_cast<int32_t>(code));
+    if (x->dtype != DType::kF32 || !narrow.ok() || (*narrow != DType::kBF16 && *narrow != DType::kF16)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LayerNormGrad node '", n.name, "': mpc_narrow_dx_dtype ", code, " is not allowed for ",
+                       DTypeName(x->dtype), " X; it copies a float32 dX to bfloat16 (", DTypeToOnnx(DType::kBF16),
+                       ") or float16 (", DTypeToOnnx(DType::kF16), "); remove the attribute"));
+    }
+    types.push_back({*narrow, x->shape});
+  }
+  return types;
 }
 
 // ---------------------------------------------------------------------------------
@@ -456,8 +514,10 @@ void RegisterNormOps(OpRegistry& r) {
   OpDef ln_grad;
   ln_grad.name = "LayerNormGrad";
   ln_grad.domain = "mpc";
-  ln_grad.min_inputs = ln_grad.max_inputs = 5;
-  ln_grad.min_outputs = ln_grad.max_outputs = 3;
+  ln_grad.min_inputs = 5;
+  ln_grad.max_inputs = 6;
+  ln_grad.min_outputs = 3;
+  ln_grad.max_outputs = 5;
   ln_grad.infer = InferLayerNormGrad;
   r.Register(ln_grad);
 

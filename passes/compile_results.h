@@ -28,7 +28,7 @@ struct LossResult {
   Value* labels = nullptr;  // the labels input the engine feeds
 };
 
-// Writer: fuse-gelu. Reader: the report.
+// Writer: fuse-softmax. Reader: the report.
 struct FuseSoftmaxResult {
   struct Fusion {
     std::string node;  // the MaskedSoftmax node that replaced the chain
@@ -39,11 +39,21 @@ struct FuseSoftmaxResult {
   std::vector<Fusion> fused;
 };
 
+// Writer: fold-batch-transposes. Reader: the report.
 struct FoldBatchTransposesResult {
   int operand_transposes = 0;  // Transposes now read in place by the MatMuls after them
   int result_transposes = 0;   // Transposes now written in place by the MatMul before them
 };
 
+// Writer: fuse-layer-norm-edges. Reader: the report.
+struct FuseLayerNormEdgesResult {
+  int narrowed_outputs = 0;   // Casts after a LayerNormalization now its mpc_output_dtype
+  int accumulated_grads = 0;  // Adds after a LayerNormGrad now its addend input
+  int summed_columns = 0;     // ReduceSumTos of a LayerNormGrad's dX now its 4th output
+  int narrowed_grads = 0;     // Casts of a LayerNormGrad's dX to 16 bits now its 5th output
+};
+
+// Writer: fuse-gelu. Reader: the report.
 struct FuseGeluResult {
   struct Fusion {
     std::string node;         // the Gelu node that replaced the chain
@@ -221,6 +231,7 @@ struct CompileResults {
   FuseGeluResult fuse_gelu;
   FuseSoftmaxResult fuse_softmax;
   FoldBatchTransposesResult fold_batch_transposes;
+  FuseLayerNormEdgesResult fuse_layer_norm_edges;
   AutocastResult autocast;
   PadDimsResult pad_dims;
   ChannelsLastResult channels_last;

@@ -18,6 +18,7 @@
 #include "passes/fp8_lower.h"
 #include "passes/fuse_epilogues.h"
 #include "passes/fuse_gelu.h"
+#include "passes/fuse_layer_norm_edges.h"
 #include "passes/fuse_softmax.h"
 #include "passes/fuse_updates.h"
 #include "passes/memory_plan.h"
@@ -87,6 +88,10 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // every pass that writes or rewrites a MatMul (fold-output-casts and tf32 copy or edit
   // their attributes), where the backend's MatMuls take permuted views.
   p.Add(std::make_unique<FoldBatchTransposesPass>(caps, &r->fold_batch_transposes));
+  // LayerNormalization's narrowing Cast, and LayerNormGrad's residual gradient sum, bias
+  // gradient and Cast, folded in: on the final graph (autocast's Casts and autodiff's sums
+  // are all there), where the backend's kernels take them.
+  p.Add(std::make_unique<FuseLayerNormEdgesPass>(caps, &r->fuse_layer_norm_edges));
   // Multi-tensor updates: once every update exists and nothing rewrites them.
   p.Add(std::make_unique<FuseUpdatesPass>());
   // 16-bit gradients read by the fused updates directly, their Casts to f32 gone, where
@@ -122,6 +127,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   p.Add(std::make_unique<FuseEpiloguesPass>());
   p.Add(std::make_unique<Tf32Pass>(o.autocast.precision == Precision::kTF32, &r->tf32));
   p.Add(std::make_unique<FoldBatchTransposesPass>(caps, &r->fold_batch_transposes));
+  p.Add(std::make_unique<FuseLayerNormEdgesPass>(caps, &r->fuse_layer_norm_edges));
   p.Add(std::make_unique<MemoryPlanPass>(&r->memory_plan));
   return p;
 }

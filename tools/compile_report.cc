@@ -104,6 +104,10 @@ std::string CompileReportJson(const Program& p) {
       "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"fused_softmax\":[", absl::StrJoin(softmax, ","), "],",
       absl::StrFormat("\"folded_batch_transposes\":{\"operands\":%d,\"results\":%d},",
                       r.fold_batch_transposes.operand_transposes, r.fold_batch_transposes.result_transposes),
+      absl::StrFormat("\"fused_layer_norm_edges\":{\"narrowed_outputs\":%d,\"accumulated_grads\":%d,"
+                      "\"summed_columns\":%d,\"narrowed_grads\":%d},",
+                      r.fuse_layer_norm_edges.narrowed_outputs, r.fuse_layer_norm_edges.accumulated_grads,
+                      r.fuse_layer_norm_edges.summed_columns, r.fuse_layer_norm_edges.narrowed_grads),
       "\"padding\":[", absl::StrJoin(padding, ","), "],", "\"channels_last\":{\"converted\":[",
       absl::StrJoin(channels_last, ","), absl::StrFormat("],\"transposes\":%d},", r.channels_last.transposes),
       "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
@@ -145,6 +149,14 @@ std::string CompileSummaryText(const Program& p) {
                           "fold-batch-transposes: %d Transposes read in place by the MatMuls after them, %d written in "
                           "place by the MatMul before them\n",
                           t.operand_transposes, t.result_transposes);
+  }
+  if (const FuseLayerNormEdgesResult& e = r.fuse_layer_norm_edges;
+      e.narrowed_outputs + e.accumulated_grads + e.summed_columns + e.narrowed_grads > 0) {
+    absl::StrAppendFormat(&out,
+                          "fuse-layer-norm-edges: %d LayerNormalizations write their Cast's dtype themselves; "
+                          "LayerNormGrads add the residual gradient into dX (%d), sum dX's columns (%d) and write "
+                          "its 16-bit copy (%d)\n",
+                          e.narrowed_outputs, e.accumulated_grads, e.summed_columns, e.narrowed_grads);
   }
   if (!r.fuse_softmax.fused.empty()) {
     int64_t replaced = 0, masked = 0;

@@ -29,6 +29,7 @@ class CpuBackend : public Backend {
     // tools/bench/results/2026-11-26-cpu-dev-resnet18-channels-last.md).
     caps_.channels_last_min_plane = {{DType::kF32, 16}, {DType::kBF16, 64}};
     caps_.matmul_permuted_operands = true;  // oneDNN matmul takes arbitrary strides
+    caps_.layer_norm_fused_edges = true;    // kernels_layer_norm.cc
     // The registry lives for the process; capturing it rather than `this` keeps a copy of
     // these capabilities valid after the backend is gone (passes and tests keep copies).
     caps_.has_kernel = [registry = &kernels()](const std::string& op, DType dtype) {

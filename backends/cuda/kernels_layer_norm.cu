@@ -142,6 +142,12 @@ struct LayerNormKernel {
     if (has_bias) {
       MPC_ASSIGN_OR_RETURN(bias_at, MakeAffineIndex(node, node.inputs[2], s.norm));
     }
+    if (node.outputs[0]->dtype != node.inputs[0]->dtype) {
+      // mpc_output_dtype: fuse-layer-norm-edges runs only where Capabilities says so (CPU).
+      return absl::UnimplementedError(absl::StrCat(
+          "LayerNormalization node '", node.name, "' writes ", DTypeName(node.outputs[0]->dtype), " Y from ",
+          DTypeName(node.inputs[0]->dtype), " X (mpc_output_dtype), which CUDA does not run; cast Y instead"));
+    }
     for (size_t i = 1; i < node.outputs.size() && i < 3; ++i) {
       if (node.outputs[i] && node.outputs[i]->dtype != DType::kF32) {
         return absl::UnimplementedError(
@@ -263,6 +269,14 @@ struct LayerNormGradKernel {
     const RowSplit s = SplitRows(node.inputs[1]->shape, axis);
     MPC_ASSIGN_OR_RETURN(const AffineIndex scale_at, MakeAffineIndex(node, node.inputs[2], s.norm));
     const std::string where = absl::StrCat("LayerNormGrad node '", node.name, "'");
+    if ((node.inputs.size() > 5 && node.inputs[5]) || node.outputs.size() > 3) {
+      // The fused edges (an addend, dX's column sums or 16-bit copy): fuse-layer-norm-edges
+      // runs only where Capabilities says so (the CPU).
+      return absl::UnimplementedError(absl::StrCat(
+          where,
+          " has fused edges (an addend input or more than 3 outputs), which CUDA does not run; use an Add, "
+          "a ReduceSumTo and a Cast"));
+    }
     MPC_ASSIGN_OR_RETURN(
         const FloatKind mean_kind,
         FloatKindOf(node.inputs[3]->dtype, absl::StrCat(where, " input Mean '", node.inputs[3]->name, "'")));

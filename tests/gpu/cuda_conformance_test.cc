@@ -414,10 +414,17 @@ bool CpuOnlyOp(const std::string& op) { return op == "MaskedSoftmax" || op == "M
 // The op-numerics cases of CPU-only forms: the channels-last ops (mpc_channels_last), which
 // the channels-last pass makes only for backends whose capabilities ask for them (the
 // CPU's; the CUDA kernels reject the attribute), MatMuls with permuted operands (mpc_perm_*,
-// likewise: Capabilities::matmul_permuted_operands), and the CPU-only ops above.
+// likewise: Capabilities::matmul_permuted_operands), the fused LayerNormalization edges
+// (a 16-bit Y from f32 X, LayerNormGrad's addend and epilogue outputs:
+// Capabilities::layer_norm_fused_edges; the CUDA kernels reject them), and the CPU-only
+// ops above.
 bool CpuOnlyForm(const OpCase& c) {
+  const bool fused_layer_norm_edge =
+      (c.op == "LayerNormalization" && c.attrs.Has("mpc_output_dtype")) ||
+      (c.op == "LayerNormGrad" &&
+       (c.inputs.size() > 5 || c.attrs.Has("mpc_dx_column_sum") || c.attrs.Has("mpc_narrow_dx_dtype")));
   return c.attrs.GetInt("mpc_channels_last", 0) != 0 || CpuOnlyOp(c.op) || c.attrs.Has("mpc_perm_a") ||
-         c.attrs.Has("mpc_perm_b") || c.attrs.Has("mpc_perm_y");
+         c.attrs.Has("mpc_perm_b") || c.attrs.Has("mpc_perm_y") || fused_layer_norm_edge;
 }
 
 // Every case the conformance tests run: the op-numerics tables, then the above.

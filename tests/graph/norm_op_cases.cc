@@ -397,6 +397,96 @@ std::vector<OpCase> LayerNormCases() {
     };
     cases.push_back(std::move(c));
   }
+  // The fused forms of passes/fuse_layer_norm_edges.h. An f32 X whose Y is written in a
+  // 16-bit format (mpc_output_dtype): the f32 normalisation, rounded once. 37 values a row
+  // (vector tails); 64 rows of 300 run threaded.
+  for (DType y : {DType::kBF16, DType::kF16}) {
+    for (auto [name, x, norm] : std::vector<std::tuple<const char*, Shape, Shape>>{{"Rows6x37", {6, 37}, {37}},
+                                                                                   {"Rows64x300", {64, 300}, {300}}}) {
+      OpCase c;
+      c.name = absl::StrCat("LayerNormalization_", name, "_F32X_", y == DType::kBF16 ? "Bf16Y" : "F16Y");
+      c.op = "LayerNormalization";
+      c.attrs.Set("mpc_output_dtype", static_cast<int64_t>(DTypeToOnnx(y)));
+      c.inputs = {XTyped("x", x, DType::kF32), XTyped("scale", norm, DType::kF32), XTyped("bias", norm, DType::kF32)};
+      c.out_dtypes = {y};
+      c.gradient = false;
+      c.ref = [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{RefLayerNorm(in[0], in[1], &in[2], -1, F(1e-5))[0]};
+      };
+      cases.push_back(std::move(c));
+    }
+  }
+  // LayerNormGrad adding a residual gradient into dX (its 6th input).
+  for (auto [name, x, norm, stats] : std::vector<std::tuple<const char*, Shape, Shape, Shape>>{
+           {"Rows6x37", {6, 37}, {37}, {6, 1}}, {"Rows64x300", {64, 300}, {300}, {64, 1}}}) {
+    OpCase c;
+    c.name = absl::StrCat("LayerNormGrad_", name, "_Addend");
+    c.op = "LayerNormGrad";
+    c.attrs.Set("axis", int64_t{-1});
+    c.inputs = {X("dy", x),
+                X("x", x, -2, 2),
+                X("scale", norm, 0.5, 1.5),
+                X("mean", stats, -0.3, 0.3),
+                X("inv_std", stats, 0.5, 2),
+                X("addend", x)};
+    c.gradient = false;
+    c.ref = [](const std::vector<Tensor>& in) {
+      std::vector<Tensor> out = RefLayerNormGrad(in[0], in[1], in[2], in[3], in[4], -1);
+      for (int64_t i = 0; i < out[0].num_elements(); ++i) P(out[0])[i] += P(in[5])[i];
+      return out;
+    };
+    cases.push_back(std::move(c));
+  }
+  // Its epilogue: dX summed over the rows (output 3), in every dtype; and, for f32, also
+  // dX's 16-bit copy (output 4) after the addend.
+  auto with_column_sum = [](std::vector<Tensor> out) {
+    const Shape& s = out[0].shape();
+    const int64_t d = s.back(), rows = out[0].num_elements() / d;
+    Tensor sum = F64({d});
+    for (int64_t j = 0; j < d; ++j) {
+      P(sum)[j] = 0;
+      for (int64_t r = 0; r < rows; ++r) P(sum)[j] += P(out[0])[r * d + j];
+    }
+    out.push_back(sum);
+    return out;
+  };
+  for (auto [name, x, norm, stats] : std::vector<std::tuple<const char*, Shape, Shape, Shape>>{
+           {"Rows6x37", {6, 37}, {37}, {6, 1}}, {"Rows64x300", {64, 300}, {300}, {64, 1}}}) {
+    OpCase c;
+    c.name = absl::StrCat("LayerNormGrad_", name, "_ColumnSum");
+    c.op = "LayerNormGrad";
+    c.attrs.Set("axis", int64_t{-1});
+    c.attrs.Set("mpc_dx_column_sum", int64_t{1});
+    c.inputs = {X("dy", x), X("x", x, -2, 2), X("scale", norm, 0.5, 1.5), X("mean", stats, -0.3, 0.3),
+                X("inv_std", stats, 0.5, 2)};
+    c.gradient = false;
+    c.ref = [with_column_sum](const std::vector<Tensor>& in) {
+      return with_column_sum(RefLayerNormGrad(in[0], in[1], in[2], in[3], in[4], -1));
+    };
+    cases.push_back(std::move(c));
+    for (DType narrow : {DType::kBF16, DType::kF16}) {
+      OpCase e;
+      e.name = absl::StrCat("LayerNormGrad_", name, "_F32_Addend_ColumnSum_", narrow == DType::kBF16 ? "Bf16" : "F16",
+                            "Copy");
+      e.op = "LayerNormGrad";
+      e.attrs.Set("axis", int64_t{-1});
+      e.attrs.Set("mpc_dx_column_sum", int64_t{1});
+      e.attrs.Set("mpc_narrow_dx_dtype", static_cast<int64_t>(DTypeToOnnx(narrow)));
+      e.inputs = {XTyped("dy", x, DType::kF32),          XTyped("x", x, DType::kF32),
+                  XTyped("scale", norm, DType::kF32),    XTyped("mean", stats, DType::kF32),
+                  XTyped("inv_std", stats, DType::kF32), XTyped("addend", x, DType::kF32)};
+      e.out_dtypes = {DType::kF32, DType::kF32, DType::kF32, DType::kF32, narrow};
+      e.gradient = false;
+      e.ref = [with_column_sum](const std::vector<Tensor>& in) {
+        std::vector<Tensor> out = RefLayerNormGrad(in[0], in[1], in[2], in[3], in[4], -1);
+        for (int64_t i = 0; i < out[0].num_elements(); ++i) P(out[0])[i] += P(in[5])[i];
+        out = with_column_sum(std::move(out));
+        out.push_back(out[0]);  // the 16-bit copy of dX
+        return out;
+      };
+      cases.push_back(std::move(e));
+    }
+  }
   return cases;
 }
 
