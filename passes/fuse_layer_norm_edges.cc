@@ -6,12 +6,10 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "base/status_macros.h"
-#include "graph/op_registry.h"
+#include "passes/pattern_match.h"
 
 namespace mpc {
 namespace {
-
-bool SoleUse(const Graph& g, const Value* v) { return v->consumers.size() == 1 && !g.IsOutput(v); }
 
 // The LayerNormalization whose Y `cast` narrows from f32 to bf16/f16, or null.
 Node* NarrowableNorm(const Graph& g, const Node& cast) {
@@ -21,7 +19,7 @@ Node* NarrowableNorm(const Graph& g, const Node& cast) {
   const Value* y = cast.inputs[0];
   Node* norm = y->producer;
   if (!norm || norm->op != "LayerNormalization" || norm->outputs[0] != y) return nullptr;
-  if (y->dtype != DType::kF32 || norm->attrs.Has("mpc_output_dtype") || !SoleUse(g, y)) return nullptr;
+  if (y->dtype != DType::kF32 || norm->attrs.Has("mpc_output_dtype") || !pattern::Intermediate(g, y)) return nullptr;
   return norm;
 }
 
@@ -55,7 +53,7 @@ int AccumulableOperand(const Graph& g, const Node& add) {
     const Value* other = add.inputs[1 - i];
     const Node* grad = dx->producer;
     if (!grad || grad->op != "LayerNormGrad" || grad->outputs[0] != dx || grad->inputs.size() > 5) continue;
-    if (!SoleUse(g, dx) || dx == other) continue;
+    if (!pattern::Intermediate(g, dx) || dx == other) continue;
     if (other->dtype != dx->dtype || other->shape != dx->shape || add.outputs[0]->shape != dx->shape) continue;
     if (other->producer && DependsOn(other->producer, grad)) continue;
     return i;
@@ -115,14 +113,6 @@ absl::Status FuseEpilogue(Graph& graph, Node* grad, const DxReaders& readers) {
   return absl::OkStatus();
 }
 
-absl::Status Reinfer(Node* n) {
-  MPC_ASSIGN_OR_RETURN(std::vector<TensorType> types, OpRegistry::Global().Find(n->op)->infer(*n));
-  for (size_t i = 0; i < types.size() && i < n->outputs.size(); ++i) {
-    if (n->outputs[i]) n->outputs[i]->dtype = types[i].dtype;
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<bool> FuseLayerNormEdgesPass::Run(Graph& graph) {
@@ -134,10 +124,10 @@ absl::StatusOr<bool> FuseLayerNormEdgesPass::Run(Graph& graph) {
   for (Node* node : nodes) {
     if (Node* norm = NarrowableNorm(graph, *node)) {
       // As below: the Cast's output stays the value its readers refer to, now written by
-      // the normalisation; the Cast is left holding the f32 Y, read by nothing.
+      // the normalisation (its dtype is already the one mpc_output_dtype names); the Cast
+      // is left holding the f32 Y, read by nothing.
       norm->attrs.Set("mpc_output_dtype", static_cast<int64_t>(DTypeToOnnx(node->outputs[0]->dtype)));
       graph.TradeProducers(node->outputs[0], node->inputs[0]);
-      MPC_RETURN_IF_ERROR(Reinfer(norm));
       graph.SetNodeInput(node, 0, nullptr);
       removed.push_back(node);
       ++result_->narrowed_outputs;

@@ -1,5 +1,6 @@
-// Helpers the pattern-fusion passes (fuse-gelu, fuse-softmax) share to read a chain of
-// elementary ops: its scalar coefficients and the intermediate results it may absorb.
+// Helpers the pattern-fusion passes (fuse-gelu, fuse-softmax, fuse-layer-norm-edges) share
+// to read a chain of elementary ops: its scalar coefficients and the intermediate results
+// it may absorb.
 #pragma once
 
 #include <optional>
