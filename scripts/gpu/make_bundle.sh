@@ -40,7 +40,8 @@ done
 for b in "$stage"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) continue ;;
-    libcuda*|libcublas*|libcudnn*|libnvrtc*|libnccl*|libOpenCL*) continue ;;
+    # libOpenCL (the ICD loader oneDNN links) travels: the device image need not have it.
+    libcuda*|libcublas*|libcudnn*|libnvrtc*|libnccl*) continue ;;
   esac
   cp -L "$lib" "$stage/lib/"
 done
