@@ -383,6 +383,20 @@ absl::Status CublasLtGemm::CheckArgs(const LtGemmArgs& args) const {
   }
   if (IsFp8(s.out) != (args.d_scale != nullptr)) return invalid("d_scale must be given exactly for an FP8 output");
   if (s.amax_d != (args.amax_d != nullptr)) return invalid("amax_d must be given exactly when spec.amax_d");
+  // cuBLASLt 13.0 on an H100 answered CUBLAS_STATUS_NOT_SUPPORTED at run time for FP8
+  // scale pointers 4 bytes into one buffer (tests/gpu/cuda_fp8_gemm_test.cc sweeps the
+  // offsets); the executor's scales are arena values or allocations of their own.
+  const std::pair<const char*, const void*> scalars[] = {
+      {"a_scale_inv", args.a_scale_inv}, {"b_scale_inv", args.b_scale_inv}, {"d_scale", args.d_scale},
+      {"amax_d", args.amax_d}};
+  for (const auto& [name, p] : scalars) {
+    if (p && reinterpret_cast<uintptr_t>(p) % kFp8ScalarAlignment != 0) {
+      return invalid(absl::StrCat(name, " at 0x", absl::Hex(reinterpret_cast<uintptr_t>(p)), " is not ",
+                                  kFp8ScalarAlignment,
+                                  "-byte aligned: cuBLASLt refuses such FP8 scale/amax pointers; give each its own "
+                                  "aligned slot"));
+    }
+  }
   const std::pair<const char*, const void*> matrices[] = {{"A", args.a}, {"B", args.b}, {"C", args.c}, {"Y", args.y}};
   for (const auto& [name, p] : matrices) {
     if (p && reinterpret_cast<uintptr_t>(p) % s.alignment != 0) {

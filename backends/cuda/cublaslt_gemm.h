@@ -87,6 +87,9 @@ struct LtGemmSpec {
   DType b_dtype() const { return b_operand.value_or(operand); }
 };
 
+// Alignment in bytes Run requires of the FP8 scale and amax pointers (LtGemmArgs).
+constexpr uintptr_t kFp8ScalarAlignment = 16;
+
 // The operands of one Run: device pointers. Those the spec does not use must be null
 // (Run checks both ways, and the alignment of A, B, C and Y).
 struct LtGemmArgs {

@@ -33,6 +33,12 @@ inline absl::StatusCode CudaErrorCode(cudaError_t e) {
 
 inline absl::Status CudaStatus(cudaError_t e, const char* call) {
   if (e == cudaSuccess) return absl::OkStatus();
+  // The error goes to the caller in the Status; take it out of the runtime's last-error
+  // slot too, or the next launch check (cudaGetLastError) reports it again as its own. On
+  // the H100 a refused 1 PiB cudaMalloc, handled by its caller, surfaced as "launching
+  // AddChannelBias: out of memory" in the next test. Sticky errors (a faulted context)
+  // stay: they cannot be cleared.
+  (void)cudaGetLastError();
   return absl::Status(CudaErrorCode(e),
                       absl::StrCat(call, ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")"));
 }

@@ -10,12 +10,14 @@
 #               and on the CPU in f32; test accuracies side by side (the GPU within 0.3 points of the CPU)
 #     memcheck  compute-sanitizer memcheck on a 20-step run
 #     bench     tools/bench/bench.py --device cuda (mpc beside PyTorch eager/AMP/compile)
+#     diag      the command in VERIFY_DIAG, with the bundle's environment (diag.log)
 #
 # A lent machine gives a session minutes, not hours, and one call at most 10 of them, so
 # every stage runs under a time limit and the whole run under VERIFY_DEADLINE seconds
 # (default 0: none): a stage that would outlive it is cut short and says so in the summary,
 # instead of the call being killed with nothing packed. VERIFY_PACK=DIR packs every log into
-# DIR/verify-logs.tar.gz beside summary.txt (the device tool brings back only a few files).
+# DIR/verify-logs.tar.gz beside summary.txt (the device tool brings back only a few files,
+# 16 MiB each: the training checkpoints stay out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -129,7 +131,7 @@ stage_train() {
     [ "$prec" = fp16 ] && extra_flags=(--loss-scaling dynamic)
     local t0=$SECONDS
     timeout "$(budget "${VERIFY_TRAIN_RUN_S:-120}")" "${time_v[@]}" "$mpc/bin/mpc-train" --spec "$spec" --device "$dev" --precision "$prec" "${extra_flags[@]}" \
-      --metrics "$OUT/train_$tag.jsonl" > "$OUT/train_$tag.log" 2>&1
+      --metrics "$OUT/train_$tag.jsonl" --checkpoint_dir "$OUT/checkpoints_$tag" > "$OUT/train_$tag.log" 2>&1
     local rc=$?
     line="$line $tag=$(accuracy "$OUT/train_$tag.jsonl")($(verdict $rc), $((SECONDS - t0)) s)"
   done
@@ -141,7 +143,7 @@ stage_memcheck() {
   spec=$(spec_for "steps: 20")
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   timeout "$(budget "${VERIFY_MEMCHECK_S:-150}")" "$cs" --tool memcheck --leak-check full --error-exitcode 3 "$mpc/bin/mpc-train" --spec "$spec" --device cuda \
-    --precision bf16 > "$OUT/memcheck.log" 2>&1
+    --precision bf16 --checkpoint_dir "$OUT/checkpoints_memcheck" > "$OUT/memcheck.log" 2>&1
   summary+=("memcheck: $(verdict $?) $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)")
 }
 
@@ -151,6 +153,13 @@ stage_bench() {
   timeout "$(budget "${VERIFY_BENCH_S:-540}")" python3 tools/bench/bench.py --device cuda --build-dir "$mpc/bin" --out-dir "$OUT" \
     ${MPC_BENCH_ARGS:---models seed_mlp,fashion_mlp --time-budget 400} > "$OUT/bench.log" 2>&1
   summary+=("bench: $(verdict $?) (table in $OUT/bench.log and the results file there)")
+}
+
+stage_diag() {
+  # VERIFY_DIAG: a command of your own, run with the bundle's environment ($mpc is the
+  # unpacked bundle), e.g. a single test under CUBLASLT_LOG_LEVEL=5.
+  mpc=$mpc timeout "$(budget "${VERIFY_DIAG_S:-60}")" bash -c "${VERIFY_DIAG:-true}" > "$OUT/diag.log" 2>&1
+  summary+=("diag: $(verdict $?) (diag.log)")
 }
 
 stages=("$@")
@@ -165,5 +174,5 @@ done
 summary+=("total: $((SECONDS - started)) s")
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
 if [ -n "${VERIFY_PACK:-}" ]; then
-  mkdir -p "$VERIFY_PACK" && cp "$OUT/summary.txt" "$VERIFY_PACK/" && tar -C "$OUT" -czf "$VERIFY_PACK/verify-logs.tar.gz" .
+  mkdir -p "$VERIFY_PACK" && cp "$OUT/summary.txt" "$VERIFY_PACK/" && tar -C "$OUT" --exclude='./checkpoints_*' -czf "$VERIFY_PACK/verify-logs.tar.gz" .
 fi

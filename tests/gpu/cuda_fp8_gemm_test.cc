@@ -208,22 +208,23 @@ TEST_P(Fp8Gemm, MatchesHostGemmOfDequantizedOperands) {
   ASSERT_TRUE(gemm.ok()) << gemm.status();
 
   DeviceBuffers dev(gpu);
-  const float scales[3] = {a.scale_inv, b.scale_inv, d_scale};
-  char* scale_dev = static_cast<char*>(dev.Upload(scales, sizeof(scales)));
+  // Each scale in an allocation of its own, as the executor's state tensors are (Run
+  // refuses scale pointers that are not 16-byte aligned: ScalePointersMustBeAligned).
+  auto upload_scale = [&dev](float v) { return static_cast<const float*>(dev.Upload(&v, sizeof(v))); };
   cuda::LtGemmArgs args;
   args.a = dev.Upload(a.codes.data(), a.codes.size());
   args.b = dev.Upload(b.codes.data(), b.codes.size());
   const size_t y_bytes = static_cast<size_t>(kM * kN) * DTypeSize(c.out);
   args.y = dev.Upload(nullptr, y_bytes);
-  ASSERT_TRUE(scale_dev && args.a && args.b && args.y);
-  args.a_scale_inv = reinterpret_cast<const float*>(scale_dev);
-  args.b_scale_inv = reinterpret_cast<const float*>(scale_dev + sizeof(float));
+  args.a_scale_inv = upload_scale(a.scale_inv);
+  args.b_scale_inv = upload_scale(b.scale_inv);
+  ASSERT_TRUE(args.a && args.b && args.y && args.a_scale_inv && args.b_scale_inv);
   if (c.bias) {
     args.bias = dev.Upload(bias.raw(), bias.bytes());
     ASSERT_NE(args.bias, nullptr);
   }
   if (fp8_out) {
-    args.d_scale = reinterpret_cast<const float*>(scale_dev + 2 * sizeof(float));
+    args.d_scale = upload_scale(d_scale);
     args.amax_d = static_cast<float*>(dev.Upload(nullptr, sizeof(float)));
     ASSERT_NE(args.amax_d, nullptr);
   }
@@ -263,6 +264,58 @@ void ExpectRefused(cuda::CudaBackend& gpu, const cuda::LtGemmSpec& s, absl::Stat
   ASSERT_FALSE(gemm.ok()) << "created " << (*gemm)->description();
   EXPECT_EQ(gemm.status().code(), code) << gemm.status();
   EXPECT_NE(gemm.status().message().find(text), std::string::npos) << gemm.status();
+}
+
+// Where cuBLASLt's FP8 GEMM takes its scale and amax pointers from: each at byte offset
+// `offset` into an allocation of its own. Offsets below kFp8ScalarAlignment are refused by
+// Run with the pointer's name; from it on the GEMM runs and gives the aligned run's bits.
+TEST(Fp8GemmRules, ScalePointersMustBeAligned) {
+  MPC_FP8_GPU_OR_SKIP(gpu);
+  constexpr int64_t kN = 64;
+  cuda::LtGemmSpec s = ValidFp8Spec(kN, kN, kN);
+  s.out = DType::kF8E4M3;  // uses every pointer: both scale_invs, the D scale and amax
+  s.amax_d = true;
+  auto gemm = cuda::CublasLtGemm::Create(gpu, s);
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  const Quantized a = Quantize(RandomTensor(DType::kF32, {kN, kN}, 71), DType::kF8E4M3);
+  const Quantized b = Quantize(RandomTensor(DType::kF32, {kN, kN}, 72), DType::kF8E4M3);
+  DeviceBuffers dev(gpu);
+  const void* a_dev = dev.Upload(a.codes.data(), a.codes.size());
+  const void* b_dev = dev.Upload(b.codes.data(), b.codes.size());
+  ASSERT_TRUE(a_dev && b_dev);
+  const float d_scale = 0.25f;
+  std::vector<unsigned char> reference;
+  for (size_t offset : {size_t{0}, size_t{4}, size_t{8}, size_t{16}, size_t{32}, size_t{64}}) {
+    SCOPED_TRACE(absl::StrCat("scalars at byte offset ", offset));
+    // Each scalar at `offset` into a 128-byte block of its own (the rest poisoned).
+    auto scalar_at = [&](float v) {
+      std::vector<float> block(32, -7.0f);
+      std::memcpy(reinterpret_cast<char*>(block.data()) + offset, &v, sizeof(v));
+      return reinterpret_cast<char*>(dev.Upload(block.data(), block.size() * sizeof(float))) + offset;
+    };
+    cuda::LtGemmArgs args;
+    args.a = a_dev;
+    args.b = b_dev;
+    args.y = dev.Upload(nullptr, kN * kN);
+    args.a_scale_inv = reinterpret_cast<const float*>(scalar_at(a.scale_inv));
+    args.b_scale_inv = reinterpret_cast<const float*>(scalar_at(b.scale_inv));
+    args.d_scale = reinterpret_cast<const float*>(scalar_at(d_scale));
+    args.amax_d = reinterpret_cast<float*>(scalar_at(0.0f));
+    const absl::Status st = (*gemm)->Run(args);
+    if (offset % cuda::kFp8ScalarAlignment != 0) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+      EXPECT_NE(st.message().find("a_scale_inv at 0x"), std::string::npos) << st;
+      EXPECT_NE(st.message().find("aligned"), std::string::npos) << st;
+      continue;
+    }
+    ASSERT_TRUE(st.ok()) << st;
+    const std::vector<unsigned char> y = dev.Download(args.y, kN * kN);
+    if (reference.empty()) {
+      reference = y;
+    } else {
+      EXPECT_EQ(y, reference) << "the same GEMM with its scalars elsewhere gave other bits";
+    }
+  }
 }
 
 TEST(Fp8GemmRules, LayoutFormatsShapesAndOutputs) {

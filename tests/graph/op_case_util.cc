@@ -138,6 +138,10 @@ absl::StatusOr<std::vector<Tensor>> RunCase(const OpCase& c, Backend& backend, c
   return CompileRunFetch(g, c, backend, fetch);
 }
 
+Tensor LossWeights(const OpCase& c, int k, const Shape& shape) {
+  return ::mpc::testing::RandomTensor(DType::kF64, shape, HashName(c.name) + 31 * k);
+}
+
 absl::StatusOr<GradientGraph> BuildGradientGraph(const OpCase& c, const std::vector<Tensor>& inputs, DType loss_dtype) {
   auto built = BuildOpGraph(c, inputs);
   if (!built.ok()) return built.status();
@@ -151,7 +155,7 @@ absl::StatusOr<GradientGraph> BuildGradientGraph(const OpCase& c, const std::vec
   Value* loss = nullptr;
   for (int k : c.loss_outputs) {
     Value* y = b.Cast(node->outputs.at(k), loss_dtype);
-    Tensor r = ::mpc::testing::RandomTensor(DType::kF64, node->outputs.at(k)->shape, HashName(c.name) + 31 * k);
+    Tensor r = LossWeights(c, k, node->outputs.at(k)->shape);
     Value* rv = graph.AddConstant(absl::StrCat("R", k), loss_dtype == DType::kF64 ? r : r.CastTo(loss_dtype));
     Value* term = b.ReduceSumTo(b.Mul(y, rv), {});
     loss = loss ? b.Add(loss, term) : term;

@@ -510,6 +510,9 @@ struct GradientGraph {
 };
 absl::StatusOr<GradientGraph> BuildGradientGraph(const OpCase& c, const std::vector<Tensor>& inputs, DType loss_dtype);
 
+// R_k of that loss for output k (of `shape`), in f64: the weights BuildGradientGraph uses.
+Tensor LossWeights(const OpCase& c, int k, const Shape& shape);
+
 // Runs BuildGradientGraph's program once on `backend`: {loss, gradients...} on the host.
 absl::StatusOr<std::vector<Tensor>> RunGradientCase(const OpCase& c, Backend& backend,
                                                     const std::vector<Tensor>& inputs, DType loss_dtype);

@@ -194,11 +194,16 @@ Rate Measure(cublasLtHandle_t lt, cudaStream_t stream, const DtypeConfig& c, int
     Check(cublasLtMatmulDescSetAttribute(o.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)), "TRANSB");
     if (c.fp8) {
       // Per-tensor scales as a training recipe passes them (1.0 here), and fast accumulation.
-      scales.Allocate(2 * sizeof(float), "cudaMalloc(scales)");
-      const float one[2] = {1.0f, 1.0f};
-      Check(cudaMemcpy(scales.p, one, sizeof(one), cudaMemcpyHostToDevice), "cudaMemcpy(scales)");
+      // Each scale 16 bytes from the other. With them 4 bytes apart the first H100 run
+      // (cuBLASLt 13.1, 2026-11-27) reported "none of the heuristic's algorithms ran" for
+      // fp8, and mpc's own GEMM failed the same way until its scales were 16-byte aligned
+      // (backends/cuda/cublaslt_gemm.h, kFp8ScalarAlignment). Not yet rerun on a GPU.
+      constexpr int kSlot = 4;  // floats: 16 bytes
+      scales.Allocate(2 * kSlot * sizeof(float), "cudaMalloc(scales)");
+      const float ones[2 * kSlot] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+      Check(cudaMemcpy(scales.p, ones, sizeof(ones), cudaMemcpyHostToDevice), "cudaMemcpy(scales)");
       const float* a_scale = static_cast<const float*>(scales.p);
-      const float* b_scale = a_scale + 1;
+      const float* b_scale = a_scale + kSlot;
       Check(cublasLtMatmulDescSetAttribute(o.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)),
             "A_SCALE_POINTER");
       Check(cublasLtMatmulDescSetAttribute(o.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)),
