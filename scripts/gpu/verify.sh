@@ -40,8 +40,10 @@ for d in $(python3 -c "import nvidia; print(' '.join(nvidia.__path__))" 2>/dev/n
   for l in $(find "$d" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u); do extra="$extra:$l"; done
 done
 export LD_LIBRARY_PATH="$mpc/lib$extra:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-# Use the bundle's libstdc++ only when the device's lacks what the binaries were built against.
-if ! "$mpc/bin/mpc" --help >/dev/null 2>&1; then export LD_LIBRARY_PATH="$mpc/lib-stdcxx:$LD_LIBRARY_PATH"; fi
+# Use the bundle's libstdc++ only when the device's lacks what the binaries were built against
+# (`mpc --version` exits 0; `--help` exits 1 by abseil's convention, which once put the
+# bundle's copy first on a device that did not need it).
+if ! "$mpc/bin/mpc" --version >/dev/null 2>&1; then export LD_LIBRARY_PATH="$mpc/lib-stdcxx:$LD_LIBRARY_PATH"; fi
 summary=()
 started=$SECONDS
 deadline=${VERIFY_DEADLINE:-0}
