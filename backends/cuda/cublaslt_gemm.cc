@@ -383,25 +383,30 @@ absl::Status CublasLtGemm::CheckArgs(const LtGemmArgs& args) const {
   }
   if (IsFp8(s.out) != (args.d_scale != nullptr)) return invalid("d_scale must be given exactly for an FP8 output");
   if (s.amax_d != (args.amax_d != nullptr)) return invalid("amax_d must be given exactly when spec.amax_d");
-  // cuBLASLt 13.0 on an H100 answered CUBLAS_STATUS_NOT_SUPPORTED at run time for FP8
-  // scale pointers 4 bytes into one buffer (tests/gpu/cuda_fp8_gemm_test.cc sweeps the
-  // offsets); the executor's scales are arena values or allocations of their own.
-  const std::pair<const char*, const void*> scalars[] = {
-      {"a_scale_inv", args.a_scale_inv}, {"b_scale_inv", args.b_scale_inv}, {"d_scale", args.d_scale},
-      {"amax_d", args.amax_d}};
-  for (const auto& [name, p] : scalars) {
-    if (p && reinterpret_cast<uintptr_t>(p) % kFp8ScalarAlignment != 0) {
-      return invalid(absl::StrCat(name, " at 0x", absl::Hex(reinterpret_cast<uintptr_t>(p)), " is not ",
-                                  kFp8ScalarAlignment,
-                                  "-byte aligned: cuBLASLt refuses such FP8 scale/amax pointers; give each its own "
-                                  "aligned slot"));
-    }
-  }
-  const std::pair<const char*, const void*> matrices[] = {{"A", args.a}, {"B", args.b}, {"C", args.c}, {"Y", args.y}};
-  for (const auto& [name, p] : matrices) {
-    if (p && reinterpret_cast<uintptr_t>(p) % s.alignment != 0) {
-      return invalid(absl::StrCat(name, " at 0x", absl::Hex(reinterpret_cast<uintptr_t>(p)), " is not ", s.alignment,
-                                  "-byte aligned"));
+  // Every pointer against its alignment: the matrices against the spec's, the FP8 scalars
+  // against kFp8ScalarAlignment. cuBLASLt 13.1 (CUDA 13.0) on an H100 answered
+  // CUBLAS_STATUS_NOT_SUPPORTED at run time for FP8 scale pointers 4 bytes into one buffer
+  // (tests/gpu/cuda_fp8_gemm_test.cc sweeps the offsets); the executor's scales are arena
+  // values or allocations of their own.
+  constexpr const char* kScalarHint = ": cuBLASLt refuses such FP8 scale/amax pointers; give each its own aligned slot";
+  const struct {
+    const char* name;
+    const void* p;
+    uintptr_t alignment;
+    const char* hint;
+  } pointers[] = {{"a_scale_inv", args.a_scale_inv, kFp8ScalarAlignment, kScalarHint},
+                  {"b_scale_inv", args.b_scale_inv, kFp8ScalarAlignment, kScalarHint},
+                  {"d_scale", args.d_scale, kFp8ScalarAlignment, kScalarHint},
+                  {"amax_d", args.amax_d, kFp8ScalarAlignment, kScalarHint},
+                  {"A", args.a, s.alignment, ""},
+                  {"B", args.b, s.alignment, ""},
+                  {"C", args.c, s.alignment, ""},
+                  {"Y", args.y, s.alignment, ""}};
+  for (const auto& ptr : pointers) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(ptr.p);
+    if (ptr.p && address % ptr.alignment != 0) {
+      return invalid(absl::StrCat(ptr.name, " at 0x", absl::Hex(address), " is not ", ptr.alignment, "-byte aligned",
+                                  ptr.hint));
     }
   }
   return absl::OkStatus();
