@@ -92,6 +92,16 @@ class Backend {
   virtual absl::Status CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status Synchronize() = 0;
 
+  // Makes `bytes` of host memory at `ptr` memory the device can copy from directly (CUDA:
+  // page-locked with cudaHostRegister), so CopyToDevice from it is one DMA at the link's
+  // speed that does not block the host, where pageable memory is staged through the
+  // driver's bounce buffers. Afterwards the buffer must not be rewritten until the stream
+  // has passed a copy from it (Synchronize or CopyToHost), and it must be unpinned before
+  // it is freed. False when the backend has no such memory (the CPU copies with memcpy):
+  // nothing changed, and the buffer is used as it is.
+  virtual absl::StatusOr<bool> PinHostBuffer(void* ptr, size_t bytes) { return false; }
+  virtual void UnpinHostBuffer(void* ptr) {}
+
   // Records what `enqueue` submits to the backend's stream, without running it, into a
   // replayable step. Null when the backend has no such thing (the CPU runs kernels
   // eagerly); an error when recording failed.

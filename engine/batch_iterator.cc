@@ -58,10 +58,15 @@ void CheckBatchTensor(const char* what, const Tensor& given, const Tensor& sourc
   }
 }
 
+// Gathering is memory-bound: one thread moves a 128 MiB batch in ~10 ms, so large
+// batches are copied by all threads (the step's kernels are not running meanwhile).
+constexpr size_t kParallelGatherBytes = size_t{8} << 20;
+
 void CopyRows(const Tensor& source, const int64_t* rows, int64_t count, Tensor* dest) {
   const size_t row_bytes = source.bytes() / static_cast<size_t>(source.shape()[0]);
   const char* src = static_cast<const char*>(source.raw());
   char* dst = static_cast<char*>(dest->raw());
+#pragma omp parallel for schedule(static) if (row_bytes * static_cast<size_t>(count) >= kParallelGatherBytes)
   for (int64_t i = 0; i < count; ++i) {
     std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(rows[i]) * row_bytes, row_bytes);
   }

@@ -57,6 +57,10 @@ absl::StatusOr<StepMetrics> Engine::Step() {
   }
   const Program& p = m.train_program;
   return m.RunStep([&m, &p](int64_t) -> absl::Status {
+    // A pinned batch buffer is read by the device after SetInput returns: wait for the
+    // last copy from it before the iterator rewrites it (a no-op wait after a step, whose
+    // loss fetch already synchronised; not after a failed one or a checkpoint load).
+    if (m.pinned_batches.pinned_count() > 0) MPC_RETURN_IF_ERROR(m.backend->Synchronize());
     m.NextBatch();
     MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.features_input, m.feature_batch));
     MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.labels_input, m.label_batch));

@@ -18,6 +18,7 @@
 #include "engine/mpc.h"
 #include "engine/numerics_guard.h"
 #include "engine/numerics_observer.h"
+#include "engine/pinned_host_buffers.h"
 #include "engine/program.h"
 #include "proto/train_spec.pb.h"
 
@@ -71,6 +72,9 @@ struct Engine::Impl {
   int world_size = 1;
   Tensor global_feature_batch, global_label_batch;
   std::vector<Tensor> global_more_input_batches;
+  // feature_batch, label_batch and more_input_batches pinned for the device's copies
+  // (PinBatchBuffers). Declared after them and the backend: it unpins before either goes.
+  PinnedHostBuffers pinned_batches;
 
   // Setup, in the order Engine::Create runs it (engine_setup.cc).
   absl::Status ResolveSpec(const EngineOptions& options);
@@ -87,6 +91,9 @@ struct Engine::Impl {
   absl::Status CheckSameProgramOnAllRanks();
   // The end of PrepareBatches in a job: the batch buffers become this rank's share.
   void PrepareRankBatches();
+  // After the batch buffers have their final sizes: pin the large ones where the backend
+  // can (pinned_host_buffers.h); a refusal becomes a notice.
+  void PinBatchBuffers();
   // The next training batch into feature_batch/label_batch/more_input_batches (this
   // rank's rows of the global batch in a job).
   void NextBatch();

@@ -118,6 +118,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateForDevice(const EngineOpti
   MPC_RETURN_IF_ERROR(impl->CheckSameProgramOnAllRanks());
   MPC_RETURN_IF_ERROR(impl->PrepareBatches());
   impl->PrepareRankBatches();
+  impl->PinBatchBuffers();
   MPC_RETURN_IF_ERROR(impl->SelectFp8Reports());
   impl->SetUpNumerics();
   MPC_RETURN_IF_ERROR(impl->ResumeAndOpenMetrics());
@@ -268,6 +269,16 @@ absl::Status Engine::Impl::PrepareBatches() {
     more_input_batches.emplace_back(more.values.dtype(), shape);
   }
   return absl::OkStatus();
+}
+
+void Engine::Impl::PinBatchBuffers() {
+  if (!has_train_data) return;  // Step(batch) copies from the caller's memory
+  pinned_batches.Pin(*backend, feature_batch, "the feature batch");
+  pinned_batches.Pin(*backend, label_batch, "the label batch");
+  for (size_t i = 0; i < more_input_batches.size(); ++i) {
+    pinned_batches.Pin(*backend, more_input_batches[i], absl::StrCat("the batch of ", train_data.more_inputs[i].input));
+  }
+  for (const std::string& refusal : pinned_batches.refusals()) notices.push_back(refusal);
 }
 
 // The FP8 tensors whose amax and scale each step's metrics report (fp8.report_tensor).

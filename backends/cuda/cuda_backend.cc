@@ -75,6 +75,8 @@ void CudaBackend::Free(void* ptr) {
 absl::Status CudaBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
   // From pageable host memory the call returns once the source is staged, so the
   // caller may reuse `src` immediately; the copy itself stays ordered on the stream.
+  // From a pinned buffer (PinHostBuffer) it returns at once and the DMA reads `src`
+  // later: Backend::PinHostBuffer's contract keeps the caller off it until then.
   MPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   return absl::OkStatus();
 }
@@ -83,6 +85,26 @@ absl::Status CudaBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   MPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   MPC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaBackend::PinHostBuffer(void* ptr, size_t bytes) {
+  if (ptr == nullptr || bytes == 0) return false;
+  MPC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    return CudaStatus(e, absl::StrCat("cudaHostRegister(", bytes, " bytes) of a host batch buffer on ", caps_.device,
+                                      "; the buffer stays pageable (copies from it are staged)")
+                             .c_str());
+  }
+  return true;
+}
+
+void CudaBackend::UnpinHostBuffer(void* ptr) {
+  // A copy from the buffer may still be queued; unregistering under it would fault.
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(stream_);
+  // Nobody is left to report a failure to; clear it so the next launch check does not.
+  if (cudaHostUnregister(ptr) != cudaSuccess) cudaGetLastError();
 }
 
 absl::Status CudaBackend::Synchronize() {

@@ -32,6 +32,8 @@ class CudaBackend : public Backend {
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
   absl::Status Synchronize() override;
+  absl::StatusOr<bool> PinHostBuffer(void* ptr, size_t bytes) override;  // cudaHostRegister
+  void UnpinHostBuffer(void* ptr) override;
   // Stream capture into a CUDA graph (cudaStreamBeginCapture .. cudaGraphInstantiate).
   absl::StatusOr<std::unique_ptr<CapturedStep>> Capture(const std::function<absl::Status()>& enqueue) override;
   const KernelRegistry& kernels() const override;

@@ -843,6 +843,37 @@ TEST(BatchIteratorTest, EveryExampleOncePerEpoch) {
   EXPECT_EQ(it.batch_in_epoch(), 0);
 }
 
+// Batches of 8 MiB and more are gathered by all threads (batch_iterator.cc): every row of
+// such a batch is still exactly the source row its label names, once per epoch.
+TEST(BatchIteratorTest, LargeBatchesGatheredInParallelHoldTheirRows) {
+  constexpr int64_t kExamples = 40, kRowValues = 65536, kBatch = 36;  // 36 rows of 256 KiB: 9 MiB
+  Dataset d;
+  d.features = Tensor(DType::kF32, {kExamples, kRowValues});
+  d.labels = Tensor(DType::kI64, {kExamples});
+  for (int64_t i = 0; i < kExamples; ++i) {
+    d.labels.data<int64_t>()[i] = i;
+    for (int64_t j = 0; j < kRowValues; ++j) d.features.data<float>()[i * kRowValues + j] = i * 1000.0f + j * 0.25f;
+  }
+  BatchIterator it(&d, kBatch, /*shuffle=*/true, /*seed=*/3);
+  Tensor x(DType::kF32, {kBatch, kRowValues});
+  Tensor y(DType::kI64, {kBatch});
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    it.Next(&x, &y);
+    std::set<int64_t> seen;
+    for (int64_t r = 0; r < kBatch; ++r) {
+      const int64_t idx = y.data<int64_t>()[r];
+      ASSERT_GE(idx, 0);
+      ASSERT_LT(idx, kExamples);
+      seen.insert(idx);
+      ASSERT_EQ(std::memcmp(x.data<float>() + r * kRowValues, d.features.data<float>() + idx * kRowValues,
+                            kRowValues * sizeof(float)),
+                0)
+          << "epoch " << epoch << " batch row " << r << " (example " << idx << ")";
+    }
+    EXPECT_EQ(seen.size(), static_cast<size_t>(kBatch)) << "no example twice in a batch";
+  }
+}
+
 TEST(BatchIteratorTest, DropsTheRemainder) {
   const Dataset d = IndexDataset(10);
   BatchIterator it(&d, 3, true, 1);

@@ -680,6 +680,31 @@ TEST(CudaBackend, AllocateAndCopyRoundTrip) {
   gpu.Free(*p);
 }
 
+// The engine pins its batch buffers (engine/pinned_host_buffers.h): a copy from pinned
+// memory returns before the DMA ends and must land intact once the stream is synchronised;
+// pinning the same memory twice is an error that names cudaHostRegister and leaves no
+// error behind for the next launch.
+TEST(CudaBackend, CopyFromPinnedHostBufferRoundTrip) {
+  MPC_GPU_OR_SKIP(gpu);
+  constexpr size_t kCount = (size_t{8} << 20) + 5;  // 32 MiB and a bit
+  std::vector<float> host(kCount), back(kCount, -1.0f);
+  for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(i % 65521) * 0.25f - 3.0f;
+  auto pinned = gpu.PinHostBuffer(host.data(), kCount * sizeof(float));
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_TRUE(*pinned);
+  auto again = gpu.PinHostBuffer(host.data(), kCount * sizeof(float));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("cudaHostRegister"), std::string::npos) << again.status();
+  auto p = gpu.Allocate(kCount * sizeof(float));
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(gpu.CopyToDevice(*p, host.data(), kCount * sizeof(float)).ok());
+  ASSERT_TRUE(gpu.Synchronize().ok()) << "the refused registration left an error behind";
+  gpu.UnpinHostBuffer(host.data());
+  ASSERT_TRUE(gpu.CopyToHost(back.data(), *p, kCount * sizeof(float)).ok());
+  EXPECT_EQ(std::memcmp(host.data(), back.data(), kCount * sizeof(float)), 0);
+  gpu.Free(*p);
+}
+
 TEST(CudaBackend, AbsurdAllocationIsAnErrorNamingCudaMalloc) {
   MPC_GPU_OR_SKIP(gpu);
   auto p = gpu.Allocate(size_t{1} << 50);  // 1 PiB
