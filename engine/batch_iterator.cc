@@ -49,7 +49,7 @@ void CheckBatchTensor(const char* what, const Tensor& given, const Tensor& sourc
   want[0] = batch;
   if (given.empty() || given.dtype() != source.dtype() || given.shape() != want) {
     std::fprintf(stderr,
-                 "BatchIterator::Next: %s tensor is %s %s but the batch is %s %s; allocate it as "
+                 "BatchIterator::Peek/Next: %s tensor is %s %s but the batch is %s %s; allocate it as "
                  "Tensor(dataset.%s.dtype(), {batch_size, ...row shape})\n",
                  what, std::string(DTypeName(given.dtype())).c_str(),
                  given.empty() ? "(unallocated)" : ShapeToString(given.shape()).c_str(),
@@ -99,8 +99,12 @@ void BatchIterator::Seek(int64_t epoch, int64_t batch_in_epoch) {
 }
 
 void BatchIterator::Next(Tensor* features, Tensor* labels, std::vector<Tensor>* more_inputs) {
-  const int64_t per_epoch = batches_per_epoch();
-  if (per_epoch == 0) return;  // see the file comment: the caller rejects this setup
+  Peek(features, labels, more_inputs);
+  Skip();
+}
+
+void BatchIterator::Peek(Tensor* features, Tensor* labels, std::vector<Tensor>* more_inputs) const {
+  if (batches_per_epoch() == 0) return;  // see the file comment: the caller rejects this setup
   CheckBatchTensor("features", *features, data_->features, batch_size_);
   CheckBatchTensor("labels", *labels, data_->labels, batch_size_);
   const int64_t* rows = order_.data() + batch_ * batch_size_;
@@ -108,7 +112,7 @@ void BatchIterator::Next(Tensor* features, Tensor* labels, std::vector<Tensor>* 
   CopyRows(data_->labels, rows, batch_size_, labels);
   if (more_inputs) {
     if (more_inputs->size() != data_->more_inputs.size()) {
-      std::fprintf(stderr, "BatchIterator::Next: %zu tensors for the dataset's %zu more inputs\n", more_inputs->size(),
+      std::fprintf(stderr, "BatchIterator::Peek/Next: %zu tensors for the dataset's %zu more inputs\n", more_inputs->size(),
                    data_->more_inputs.size());
       std::abort();
     }
@@ -118,6 +122,11 @@ void BatchIterator::Next(Tensor* features, Tensor* labels, std::vector<Tensor>* 
       CopyRows(array.values, rows, batch_size_, &(*more_inputs)[i]);
     }
   }
+}
+
+void BatchIterator::Skip() {
+  const int64_t per_epoch = batches_per_epoch();
+  if (per_epoch == 0) return;
   if (++batch_ == per_epoch) {
     ++epoch_;
     batch_ = 0;

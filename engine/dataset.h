@@ -73,6 +73,11 @@ class BatchIterator {
   // [B, ...labels] (and, when given, one per Dataset::more_inputs, in that order), then
   // advances (rolling over to the next epoch).
   void Next(Tensor* features, Tensor* labels, std::vector<Tensor>* more_inputs = nullptr);
+  // Next in two halves, so a caller can gather the coming batch early (while a device runs
+  // the current step) and consume it later: Peek copies the batch Next would without
+  // moving, Skip moves as Next would without copying. Next == Peek, then Skip.
+  void Peek(Tensor* features, Tensor* labels, std::vector<Tensor>* more_inputs = nullptr) const;
+  void Skip();
 
  private:
   void BuildOrder();

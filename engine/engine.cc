@@ -56,7 +56,8 @@ absl::StatusOr<StepMetrics> Engine::Step() {
     m.batches->Seek(m.batches->epoch() + 1, 0);
   }
   const Program& p = m.train_program;
-  return m.RunStep([&m, &p](int64_t) -> absl::Status {
+  m.feeding_from_iterator = true;  // lets TakeStep gather the coming batch while the step runs
+  absl::StatusOr<StepMetrics> out = m.RunStep([&m, &p](int64_t) -> absl::Status {
     // A pinned batch buffer is read by the device after SetInput returns: wait for the
     // last copy from it before the iterator rewrites it (a no-op wait after a step, whose
     // loss fetch already synchronised; not after a failed one or a checkpoint load).
@@ -69,6 +70,8 @@ absl::StatusOr<StepMetrics> Engine::Step() {
     }
     return absl::OkStatus();
   });
+  m.feeding_from_iterator = false;
+  return out;
 }
 
 namespace {
@@ -113,6 +116,9 @@ absl::StatusOr<StepMetrics> TakeStep(Engine::Impl& m, const std::function<absl::
     // keys on) is the optimizer step's.
     const uint64_t seed = m.spec.seed() + static_cast<uint64_t>(micro) * 0x9E3779B97F4A7C15ull;
     MPC_RETURN_IF_ERROR(m.train_exec->Run(seed, m.step));
+    // Run only queues the kernels on an asynchronous device: gather the next batch on the
+    // host meanwhile (the loss fetch below waits for the device).
+    m.PrefetchNextBatch();
     MPC_ASSIGN_OR_RETURN(Tensor loss, m.train_exec->Fetch(p.loss_output));
     loss_sum += loss.GetAsDouble(0);
   }

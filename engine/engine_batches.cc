@@ -165,6 +165,14 @@ absl::StatusOr<StepMetrics> StepOn(Engine::Impl& m, const std::vector<const Batc
 
 }  // namespace
 
+void Engine::Impl::PrefetchNextBatch() {
+  if (!prefetch.enabled || !feeding_from_iterator || batches->batches_per_epoch() == 0) return;
+  batches->Peek(&prefetch.features, &prefetch.labels, &prefetch.more_inputs);
+  prefetch.epoch = batches->epoch();
+  prefetch.batch_in_epoch = batches->batch_in_epoch();
+  prefetch.ready = true;
+}
+
 absl::StatusOr<StepMetrics> Engine::Step(const Batch& batch) {
   if (impl_->MicroBatchesPerStep() > 1) {
     return absl::FailedPreconditionError(absl::StrCat(

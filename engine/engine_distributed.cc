@@ -109,7 +109,17 @@ void Engine::Impl::PrepareRankBatches() {
 
 void Engine::Impl::NextBatch() {
   if (world_size <= 1) {
-    batches->Next(&feature_batch, &label_batch, &more_input_batches);
+    if (prefetch.ready && prefetch.epoch == batches->epoch() && prefetch.batch_in_epoch == batches->batch_in_epoch()) {
+      // The batch gathered during the last step is this one: take its buffers (pinned
+      // alike), and leave ours for the next prefetch.
+      std::swap(feature_batch, prefetch.features);
+      std::swap(label_batch, prefetch.labels);
+      std::swap(more_input_batches, prefetch.more_inputs);
+      batches->Skip();
+    } else {
+      batches->Next(&feature_batch, &label_batch, &more_input_batches);
+    }
+    prefetch.ready = false;
     return;
   }
   // Every rank draws the same global batch (same seed, same position) and keeps its rows.

@@ -72,8 +72,24 @@ struct Engine::Impl {
   int world_size = 1;
   Tensor global_feature_batch, global_label_batch;
   std::vector<Tensor> global_more_input_batches;
-  // feature_batch, label_batch and more_input_batches pinned for the device's copies
-  // (PinBatchBuffers). Declared after them and the backend: it unpins before either goes.
+  // The coming batch, gathered while the device runs the current step (PrefetchNextBatch)
+  // and swapped into feature_batch etc. by NextBatch if the iterator is still at the
+  // position it was gathered from (a Seek or a loaded checkpoint leaves it unused). The
+  // iterator moves only when a batch is consumed, so checkpoints record the same position
+  // with or without it. Single-process runs on the spec's data only.
+  struct PrefetchedBatch {
+    bool enabled = false;
+    bool ready = false;
+    int64_t epoch = -1, batch_in_epoch = -1;
+    Tensor features, labels;
+    std::vector<Tensor> more_inputs;
+  };
+  PrefetchedBatch prefetch;
+  // True while Engine::Step() runs a step on the iterator's batches (not the caller's).
+  bool feeding_from_iterator = false;
+  // feature_batch, label_batch, more_input_batches and the prefetch buffers, pinned for
+  // the device's copies (PrepareBatchTransfer). Declared after them and the backend: it
+  // unpins before either goes.
   PinnedHostBuffers pinned_batches;
 
   // Setup, in the order Engine::Create runs it (engine_setup.cc).
@@ -91,9 +107,13 @@ struct Engine::Impl {
   absl::Status CheckSameProgramOnAllRanks();
   // The end of PrepareBatches in a job: the batch buffers become this rank's share.
   void PrepareRankBatches();
-  // After the batch buffers have their final sizes: pin the large ones where the backend
-  // can (pinned_host_buffers.h); a refusal becomes a notice.
-  void PinBatchBuffers();
+  // After the batch buffers have their final sizes: the prefetch buffers beside them, and
+  // the large ones pinned where the backend can (pinned_host_buffers.h; a refusal becomes
+  // a notice).
+  void PrepareBatchTransfer();
+  // Gathers the iterator's coming batch into `prefetch` (engine_batches.cc); called once
+  // the step's kernels are queued, so on an asynchronous device the gather overlaps them.
+  void PrefetchNextBatch();
   // The next training batch into feature_batch/label_batch/more_input_batches (this
   // rank's rows of the global batch in a job).
   void NextBatch();

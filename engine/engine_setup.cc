@@ -118,7 +118,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateForDevice(const EngineOpti
   MPC_RETURN_IF_ERROR(impl->CheckSameProgramOnAllRanks());
   MPC_RETURN_IF_ERROR(impl->PrepareBatches());
   impl->PrepareRankBatches();
-  impl->PinBatchBuffers();
+  impl->PrepareBatchTransfer();
   MPC_RETURN_IF_ERROR(impl->SelectFp8Reports());
   impl->SetUpNumerics();
   MPC_RETURN_IF_ERROR(impl->ResumeAndOpenMetrics());
@@ -271,13 +271,25 @@ absl::Status Engine::Impl::PrepareBatches() {
   return absl::OkStatus();
 }
 
-void Engine::Impl::PinBatchBuffers() {
+void Engine::Impl::PrepareBatchTransfer() {
   if (!has_train_data) return;  // Step(batch) copies from the caller's memory
-  pinned_batches.Pin(*backend, feature_batch, "the feature batch");
-  pinned_batches.Pin(*backend, label_batch, "the label batch");
-  for (size_t i = 0; i < more_input_batches.size(); ++i) {
-    pinned_batches.Pin(*backend, more_input_batches[i], absl::StrCat("the batch of ", train_data.more_inputs[i].input));
+  // A job's ranks gather their share from a global batch (engine_distributed.cc): no
+  // prefetch there.
+  prefetch.enabled = world_size <= 1;
+  if (prefetch.enabled) {
+    prefetch.features = Tensor(feature_batch.dtype(), feature_batch.shape());
+    prefetch.labels = Tensor(label_batch.dtype(), label_batch.shape());
+    for (const Tensor& t : more_input_batches) prefetch.more_inputs.emplace_back(t.dtype(), t.shape());
   }
+  auto pin_set = [&](Tensor& features, Tensor& labels, std::vector<Tensor>& more, const std::string& which) {
+    pinned_batches.Pin(*backend, features, absl::StrCat("the ", which, "feature batch"));
+    pinned_batches.Pin(*backend, labels, absl::StrCat("the ", which, "label batch"));
+    for (size_t i = 0; i < more.size(); ++i) {
+      pinned_batches.Pin(*backend, more[i], absl::StrCat("the ", which, "batch of ", train_data.more_inputs[i].input));
+    }
+  };
+  pin_set(feature_batch, label_batch, more_input_batches, "");
+  if (prefetch.enabled) pin_set(prefetch.features, prefetch.labels, prefetch.more_inputs, "prefetched ");
   for (const std::string& refusal : pinned_batches.refusals()) notices.push_back(refusal);
 }
 

@@ -874,6 +874,28 @@ TEST(BatchIteratorTest, LargeBatchesGatheredInParallelHoldTheirRows) {
   }
 }
 
+// The engine gathers the coming batch early with Peek and consumes it with Skip: the same
+// batches in the same order as Next, across epoch boundaries, and Peek does not move.
+TEST(BatchIteratorTest, PeekThenSkipIsNext) {
+  const Dataset d = IndexDataset(10);
+  BatchIterator by_next(&d, 3, /*shuffle=*/true, /*seed=*/7);
+  BatchIterator by_peek(&d, 3, /*shuffle=*/true, /*seed=*/7);
+  Tensor x1(DType::kF32, {3, 2}), y1(DType::kI64, {3}), x2(DType::kF32, {3, 2}), y2(DType::kI64, {3});
+  Tensor x3(DType::kF32, {3, 2}), y3(DType::kI64, {3});
+  for (int b = 0; b < 10; ++b) {  // 3 batches per epoch: crosses three epoch boundaries
+    by_next.Next(&x1, &y1);
+    by_peek.Peek(&x2, &y2);
+    EXPECT_EQ(by_peek.batch_in_epoch(), b % 3) << "Peek must not move";
+    by_peek.Peek(&x3, &y3);
+    by_peek.Skip();
+    EXPECT_EQ(std::memcmp(x1.raw(), x2.raw(), x1.bytes()), 0) << "batch " << b;
+    EXPECT_EQ(std::memcmp(y1.raw(), y2.raw(), y1.bytes()), 0) << "batch " << b;
+    EXPECT_EQ(std::memcmp(y2.raw(), y3.raw(), y2.bytes()), 0) << "a second Peek gives the same batch";
+    EXPECT_EQ(by_next.epoch(), by_peek.epoch());
+    EXPECT_EQ(by_next.batch_in_epoch(), by_peek.batch_in_epoch());
+  }
+}
+
 TEST(BatchIteratorTest, DropsTheRemainder) {
   const Dataset d = IndexDataset(10);
   BatchIterator it(&d, 3, true, 1);

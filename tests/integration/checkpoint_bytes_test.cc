@@ -191,6 +191,33 @@ TEST_F(CheckpointBytesTest, BytesRestoreTheDataSourcePosition) {
   ExpectSameState(testing::SnapshotState(*resumed), testing::SnapshotState(*whole));
 }
 
+TEST_F(CheckpointBytesTest, LoadingIntoTheSameEngineRewindsItsBatches) {
+  // The engine gathers each coming batch during the step before it (PrefetchNextBatch).
+  // Loading an earlier checkpoint into the engine that ran past it must drop that batch and
+  // draw the checkpoint's, across the epoch boundary at batch 20 as before.
+  auto engine = GoldenEngine("bf16_adamw");
+  ASSERT_TRUE(engine);
+  std::vector<double> first, again;
+  std::string bytes_at_12;
+  for (int i = 0; i < 24; ++i) {
+    if (i == 12) {
+      absl::StatusOr<std::string> bytes = engine->SaveCheckpointToBytes();
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      bytes_at_12 = *bytes;
+    }
+    auto s = engine->Step();
+    ASSERT_TRUE(s.ok()) << s.status();
+    first.push_back(s->loss);
+  }
+  ASSERT_TRUE(engine->LoadCheckpointFromBytes(bytes_at_12).ok());
+  for (int i = 12; i < 24; ++i) {
+    auto s = engine->Step();
+    ASSERT_TRUE(s.ok()) << s.status();
+    again.push_back(s->loss);
+  }
+  EXPECT_EQ(again, std::vector<double>(first.begin() + 12, first.end()));
+}
+
 TEST_F(CheckpointBytesTest, BytesHoldExactlyTheDirectoryCheckpoint) {
   const std::vector<Batch> batches = RandomBatches(6);
   auto e = CallerEngine();
