@@ -2025,7 +2025,7 @@ def main():
     mtime = datetime.datetime.fromtimestamp(os.path.getmtime(MPC_TRAIN)).astimezone()
     build_type = "RelWithDebInfo (CMakeLists default)"
     try:
-        for line in open(os.path.join(BUILD, "CMakeCache.txt")):
+        for line in open(os.path.join(BUILD_DIR, "CMakeCache.txt")):  # the --build-dir that ran
             if line.startswith("CMAKE_BUILD_TYPE:") and line.split("=", 1)[1].strip():
                 build_type = line.split("=", 1)[1].strip()
     except OSError:
@@ -2053,7 +2053,8 @@ def main():
               f"{os.cpu_count()} CPUs; threads used by both: {args.threads}")
     md.append(f"- `uname -a`: `{run_text(['uname', '-a'])}`")
     md.append(f"- mpc: commit `{commit}`{' (working tree has uncommitted changes)' if dirty else ''}, "
-              f"`build/mpc-train` built {mtime:%Y-%m-%d %H:%M} ({build_type}), oneDNN {rate_before.get('onednn')}")
+              f"`{os.path.relpath(MPC_TRAIN, ROOT)}` built {mtime:%Y-%m-%d %H:%M} ({build_type}), oneDNN "
+              f"{rate_before.get('onednn')}")
     if any_torch:
         md.append(f"- torch {any_torch['torch']}, numpy {any_torch['numpy']}, onnx {any_torch['onnx']}, "
                   f"Python {platform.python_version()}; AdamW foreach={any_torch['foreach']}")
