@@ -59,7 +59,8 @@ void CheckBatchTensor(const char* what, const Tensor& given, const Tensor& sourc
 }
 
 // Gathering is memory-bound: one thread moves a 128 MiB batch in ~10 ms, so large
-// batches are copied by all threads (the step's kernels are not running meanwhile).
+// batches are copied by all threads. No CPU kernel runs meanwhile: the CPU backend's step
+// has returned before the engine gathers, and a GPU's step runs on the device.
 constexpr size_t kParallelGatherBytes = size_t{8} << 20;
 
 void CopyRows(const Tensor& source, const int64_t* rows, int64_t count, Tensor* dest) {
