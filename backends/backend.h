@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "graph/capabilities.h"
 #include "graph/graph.h"
 
@@ -101,6 +102,20 @@ class Backend {
   // nothing changed, and the buffer is used as it is.
   virtual absl::StatusOr<bool> PinHostBuffer(void* ptr, size_t bytes) { return false; }
   virtual void UnpinHostBuffer(void* ptr) {}
+
+  // Copying the next step's input while this step's kernels run (the engine's prefetched
+  // batches). UploadAhead starts copying pinned host `src` into the device buffer
+  // `staging` on a stream of its own and returns at once; the copy waits only for the
+  // CopyFromUpload calls made before it (which read the staging buffers), not for the
+  // step's kernels. CopyFromUpload copies `staging` to `dst` on the step's stream once the
+  // uploads started before it have landed (a device-to-device copy, at the memory's
+  // bandwidth rather than the host link's). Synchronize waits for the uploads too; the
+  // host leaves `src` alone until then. UploadAhead returns false, having done nothing,
+  // on a backend without such a stream (the CPU: its "device" memory is the host's).
+  virtual absl::StatusOr<bool> UploadAhead(void* staging, const void* src, size_t bytes) { return false; }
+  virtual absl::Status CopyFromUpload(void* dst, const void* staging, size_t bytes) {
+    return absl::UnimplementedError(absl::StrCat("backend '", name(), "' has no uploads ahead to copy from"));
+  }
 
   // Records what `enqueue` submits to the backend's stream, without running it, into a
   // replayable step. Null when the backend has no such thing (the CPU runs kernels

@@ -55,20 +55,15 @@ absl::StatusOr<StepMetrics> Engine::Step() {
   if (m.MicroBatchesPerStep() > 1 && m.AtEpochEnd() && m.batches->batch_in_epoch() != 0) {
     m.batches->Seek(m.batches->epoch() + 1, 0);
   }
-  const Program& p = m.train_program;
   m.feeding_from_iterator = true;  // lets TakeStep gather the coming batch while the step runs
-  absl::StatusOr<StepMetrics> out = m.RunStep([&m, &p](int64_t) -> absl::Status {
-    // A pinned batch buffer is read by the device after SetInput returns: wait for the
-    // last copy from it before the iterator rewrites it (a no-op wait after a step, whose
-    // loss fetch already synchronised; not after a failed one or a checkpoint load).
+  absl::StatusOr<StepMetrics> out = m.RunStep([&m](int64_t) -> absl::Status {
+    // A pinned batch buffer is read by the device after SetInput or UploadInputAhead
+    // returns: wait for the last copies from them before the iterator rewrites one (all but
+    // a no-op after a step: its loss fetch waited for the kernels, and the upload ahead
+    // ran beside them; not after a failed step or a checkpoint load).
     if (m.pinned_batches.pinned_count() > 0) MPC_RETURN_IF_ERROR(m.backend->Synchronize());
     m.NextBatch();
-    MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.features_input, m.feature_batch));
-    MPC_RETURN_IF_ERROR(m.train_exec->SetInput(p.labels_input, m.label_batch));
-    for (size_t i = 0; i < m.more_input_batches.size(); ++i) {
-      MPC_RETURN_IF_ERROR(m.train_exec->SetInput(m.train_data.more_inputs[i].input, m.more_input_batches[i]));
-    }
-    return absl::OkStatus();
+    return m.FeedTrainBatch();
   });
   m.feeding_from_iterator = false;
   return out;
@@ -117,8 +112,8 @@ absl::StatusOr<StepMetrics> TakeStep(Engine::Impl& m, const std::function<absl::
     const uint64_t seed = m.spec.seed() + static_cast<uint64_t>(micro) * 0x9E3779B97F4A7C15ull;
     MPC_RETURN_IF_ERROR(m.train_exec->Run(seed, m.step));
     // Run only queues the kernels on an asynchronous device: gather the next batch on the
-    // host meanwhile (the loss fetch below waits for the device).
-    m.PrefetchNextBatch();
+    // host meanwhile and start its copy (the loss fetch below waits for the device).
+    MPC_RETURN_IF_ERROR(m.PrefetchNextBatch());
     MPC_ASSIGN_OR_RETURN(Tensor loss, m.train_exec->Fetch(p.loss_output));
     loss_sum += loss.GetAsDouble(0);
   }

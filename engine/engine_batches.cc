@@ -165,12 +165,43 @@ absl::StatusOr<StepMetrics> StepOn(Engine::Impl& m, const std::vector<const Batc
 
 }  // namespace
 
-void Engine::Impl::PrefetchNextBatch() {
-  if (!prefetch.enabled || !feeding_from_iterator || batches->batches_per_epoch() == 0) return;
+absl::Status Engine::Impl::PrefetchNextBatch() {
+  if (!prefetch.enabled || !feeding_from_iterator || batches->batches_per_epoch() == 0) return absl::OkStatus();
   batches->Peek(&prefetch.features, &prefetch.labels, &prefetch.more_inputs);
   prefetch.epoch = batches->epoch();
   prefetch.batch_in_epoch = batches->batch_in_epoch();
   prefetch.ready = true;
+  // Only pinned buffers: the copy then runs as DMA beside the step's kernels (from
+  // pageable memory the driver would stage it on the host, and small batches gain nothing).
+  prefetch.uploaded_inputs.clear();
+  const Program& p = train_program;
+  auto upload = [&](const std::string& input, const Tensor& batch) -> absl::Status {
+    if (!pinned_batches.IsPinned(batch)) return absl::OkStatus();
+    MPC_ASSIGN_OR_RETURN(const bool uploaded, train_exec->UploadInputAhead(input, batch));
+    if (uploaded) prefetch.uploaded_inputs.push_back(input);
+    return absl::OkStatus();
+  };
+  MPC_RETURN_IF_ERROR(upload(p.features_input, prefetch.features));
+  MPC_RETURN_IF_ERROR(upload(p.labels_input, prefetch.labels));
+  for (size_t i = 0; i < prefetch.more_inputs.size(); ++i) {
+    MPC_RETURN_IF_ERROR(upload(train_data.more_inputs[i].input, prefetch.more_inputs[i]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Impl::FeedTrainBatch() {
+  const Program& p = train_program;
+  auto feed = [&](const std::string& input, const Tensor& batch) -> absl::Status {
+    const bool uploaded = std::find(batch_uploaded_inputs.begin(), batch_uploaded_inputs.end(), input) !=
+                          batch_uploaded_inputs.end();
+    return uploaded ? train_exec->SetInputFromUpload(input) : train_exec->SetInput(input, batch);
+  };
+  MPC_RETURN_IF_ERROR(feed(p.features_input, feature_batch));
+  MPC_RETURN_IF_ERROR(feed(p.labels_input, label_batch));
+  for (size_t i = 0; i < more_input_batches.size(); ++i) {
+    MPC_RETURN_IF_ERROR(feed(train_data.more_inputs[i].input, more_input_batches[i]));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepMetrics> Engine::Step(const Batch& batch) {

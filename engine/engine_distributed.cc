@@ -115,9 +115,11 @@ void Engine::Impl::NextBatch() {
       std::swap(feature_batch, prefetch.features);
       std::swap(label_batch, prefetch.labels);
       std::swap(more_input_batches, prefetch.more_inputs);
+      batch_uploaded_inputs = prefetch.uploaded_inputs;
       batches->Skip();
     } else {
       batches->Next(&feature_batch, &label_batch, &more_input_batches);
+      batch_uploaded_inputs.clear();
     }
     prefetch.ready = false;
     return;

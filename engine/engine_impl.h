@@ -76,15 +76,21 @@ struct Engine::Impl {
   // and swapped into feature_batch etc. by NextBatch if the iterator is still at the
   // position it was gathered from (a Seek or a loaded checkpoint leaves it unused). The
   // iterator moves only when a batch is consumed, so checkpoints record the same position
-  // with or without it. Single-process runs on the spec's data only.
+  // with or without it. Single-process runs on the spec's data only. Its pinned buffers
+  // are also copied to the device ahead (Executor::UploadInputAhead) where the backend
+  // can: the inputs named in `uploaded_inputs`.
   struct PrefetchedBatch {
     bool enabled = false;
     bool ready = false;
     int64_t epoch = -1, batch_in_epoch = -1;
     Tensor features, labels;
     std::vector<Tensor> more_inputs;
+    std::vector<std::string> uploaded_inputs;
   };
   PrefetchedBatch prefetch;
+  // The inputs of the batch NextBatch took that are already on the device (the prefetch's
+  // uploaded_inputs when it took the prefetch, else none): fed by SetInputFromUpload.
+  std::vector<std::string> batch_uploaded_inputs;
   // True while Engine::Step() runs a step on the iterator's batches (not the caller's).
   bool feeding_from_iterator = false;
   // feature_batch, label_batch, more_input_batches and the prefetch buffers, pinned for
@@ -111,9 +117,13 @@ struct Engine::Impl {
   // the large ones pinned where the backend can (pinned_host_buffers.h; a refusal becomes
   // a notice).
   void PrepareBatchTransfer();
-  // Gathers the iterator's coming batch into `prefetch` (engine_batches.cc); called once
-  // the step's kernels are queued, so on an asynchronous device the gather overlaps them.
-  void PrefetchNextBatch();
+  // Gathers the iterator's coming batch into `prefetch` (engine_batches.cc) and starts
+  // uploading its pinned buffers; called once the step's kernels are queued, so on an
+  // asynchronous device the gather and the copies overlap them.
+  absl::Status PrefetchNextBatch();
+  // Feeds the training program the batch NextBatch took: inputs uploaded ahead from their
+  // device copies, the rest from the host buffers.
+  absl::Status FeedTrainBatch();
   // The next training batch into feature_batch/label_batch/more_input_batches (this
   // rank's rows of the global batch in a job).
   void NextBatch();

@@ -1,6 +1,7 @@
 // Executor: binding values to memory, creating kernels, running steps.
 #include "engine/executor.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -108,7 +109,7 @@ const Value* Executor::FindValue(const std::string& name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
-absl::Status Executor::SetInput(const std::string& name, const Tensor& value) {
+absl::StatusOr<const Value*> Executor::CheckedInput(const std::string& name, const Tensor& value) const {
   const Value* v = FindValue(name);
   if (!v || v->kind != ValueKind::kInput) {
     return absl::NotFoundError(absl::StrCat("the program has no input named '", name, "'"));
@@ -119,7 +120,39 @@ absl::Status Executor::SetInput(const std::string& name, const Tensor& value) {
                                                    ShapeToString(v->shape), " but was given ", DTypeName(value.dtype()),
                                                    ShapeToString(value.shape())));
   }
+  return v;
+}
+
+absl::Status Executor::SetInput(const std::string& name, const Tensor& value) {
+  MPC_ASSIGN_OR_RETURN(const Value* v, CheckedInput(name, value));
   return backend_.CopyToDevice(location_.at(v), value.raw(), value.bytes());
+}
+
+absl::StatusOr<bool> Executor::UploadInputAhead(const std::string& name, const Tensor& value) {
+  MPC_ASSIGN_OR_RETURN(const Value* v, CheckedInput(name, value));
+  auto it = upload_staging_.find(v);
+  if (it != upload_staging_.end()) return backend_.UploadAhead(it->second, value.raw(), value.bytes());
+  // The first upload allocates the buffer, and a backend without uploads ahead keeps none.
+  MPC_ASSIGN_OR_RETURN(void* staging, backend_.Allocate(std::max<size_t>(value.bytes(), 1)));
+  absl::StatusOr<bool> uploaded = backend_.UploadAhead(staging, value.raw(), value.bytes());
+  if (!uploaded.ok() || !*uploaded) {
+    backend_.Free(staging);
+    return uploaded;
+  }
+  owned_.push_back(staging);
+  upload_staging_[v] = staging;
+  return true;
+}
+
+absl::Status Executor::SetInputFromUpload(const std::string& name) {
+  const Value* v = FindValue(name);
+  auto it = v ? upload_staging_.find(v) : upload_staging_.end();
+  if (it == upload_staging_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("input '", name, "' was never uploaded ahead; call UploadInputAhead before SetInputFromUpload"));
+  }
+  return backend_.CopyFromUpload(location_.at(v), it->second, static_cast<size_t>(NumElements(v->shape)) *
+                                                                  DTypeSize(v->dtype));
 }
 
 absl::Status Executor::Run(uint64_t seed, int64_t step_index) {

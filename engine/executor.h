@@ -42,6 +42,13 @@ class Executor {
   // Copies a host tensor into a graph input; dtype must match, and the element count
   // (the data is row-major, so e.g. [B,784] feeds [B,1,28,28]).
   absl::Status SetInput(const std::string& name, const Tensor& value);
+  // The next run's value of input `name` copied ahead (Backend::UploadAhead) into a
+  // device buffer of that input's own, overlapping the kernels already queued; `value` is
+  // pinned host memory the caller leaves alone until the backend synchronises. False when
+  // the backend copies only on its step stream (then nothing was done: use SetInput).
+  absl::StatusOr<bool> UploadInputAhead(const std::string& name, const Tensor& value);
+  // Input `name` from what UploadInputAhead copied last (a device-to-device copy).
+  absl::Status SetInputFromUpload(const std::string& name);
   // One pass over the program. `seed` and `step` feed stochastic kernels.
   absl::Status Run(uint64_t seed, int64_t step);
 
@@ -72,12 +79,15 @@ class Executor {
   absl::StatusOr<void*> OwnBuffer(size_t bytes);
   absl::Status RunKernels();
   const Value* FindValue(const std::string& name) const;
+  // The input `name`, if `value` fits it (dtype and element count).
+  absl::StatusOr<const Value*> CheckedInput(const std::string& name, const Tensor& value) const;
 
   Backend& backend_;
   void* arena_ = nullptr;
   int64_t arena_bytes_ = 0;
   std::vector<void*> owned_;  // freed in the destructor
   absl::flat_hash_map<const Value*, void*> location_;
+  absl::flat_hash_map<const Value*, void*> upload_staging_;  // UploadInputAhead's buffers
   absl::flat_hash_map<std::string, const Value*> by_name_;
   std::vector<const Value*> persistent_;
   std::vector<Step> steps_;

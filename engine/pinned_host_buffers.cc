@@ -1,6 +1,8 @@
 // PinnedHostBuffers: registration of the batch buffers with the backend (see the header).
 #include "engine/pinned_host_buffers.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace mpc {
@@ -18,6 +20,10 @@ void PinnedHostBuffers::Pin(Backend& backend, Tensor& tensor, const std::string&
   backend_ = &backend;
   pinned_.push_back(tensor.raw());
   pinned_bytes_ += tensor.bytes();
+}
+
+bool PinnedHostBuffers::IsPinned(const Tensor& tensor) const {
+  return !tensor.empty() && std::find(pinned_.begin(), pinned_.end(), tensor.raw()) != pinned_.end();
 }
 
 void PinnedHostBuffers::Clear() {

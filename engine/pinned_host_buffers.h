@@ -37,6 +37,8 @@ class PinnedHostBuffers {
   void Clear();
 
   size_t pinned_count() const { return pinned_.size(); }
+  // Whether `tensor`'s memory is one of the pinned buffers.
+  bool IsPinned(const Tensor& tensor) const;
   size_t pinned_bytes() const { return pinned_bytes_; }
   // Why buffers stayed pageable, one line each (empty when none was refused).
   const std::vector<std::string>& refusals() const { return refusals_; }

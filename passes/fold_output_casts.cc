@@ -29,6 +29,23 @@ Node* FoldableProducer(const Graph& g, const Node& cast, Node** view) {
   return p;
 }
 
+// FP8 GEMMs (no Reshape between: they are 2-D and read by the Cast directly):
+//   lowered:  Fp8Gemm(to = bf16/f16) -> Cast(f32)               the Fp8Gemm writes f32 (to)
+//   emulated: Gemm|MatMul[mpc_fp8](f32) -> Cast(bf16/f16) -> Cast(f32)  both Casts go
+// so a lowered program and its emulation keep computing the same f32 values. Returns the
+// Fp8Gemm, or for the emulated form the narrowing Cast (whose input is the f32 product).
+Node* FoldableFp8Producer(const Graph& g, const Node& cast) {
+  if (cast.op != "Cast" || cast.outputs[0]->dtype != DType::kF32) return nullptr;
+  const Value* v = cast.inputs[0];
+  if ((v->dtype != DType::kBF16 && v->dtype != DType::kF16) || !SoleUse(g, v) || !v->producer) return nullptr;
+  Node* p = v->producer;
+  if (p->op == "Fp8Gemm") return p;
+  if (p->op != "Cast" || p->inputs[0]->dtype != DType::kF32 || !SoleUse(g, p->inputs[0])) return nullptr;
+  const Node* product = p->inputs[0]->producer;
+  if (!product || (product->op != "Gemm" && product->op != "MatMul") || !product->attrs.Has("mpc_fp8")) return nullptr;
+  return p;
+}
+
 // Re-infers `n`'s first output's dtype after an input or attribute changed.
 absl::Status Reinfer(Node* n) {
   MPC_ASSIGN_OR_RETURN(std::vector<TensorType> types, OpRegistry::Global().Find(n->op)->infer(*n));
@@ -42,6 +59,24 @@ absl::StatusOr<bool> FoldOutputCastsPass::Run(Graph& graph) {
   std::vector<Node*> folded;
   for (const auto& node : graph.nodes()) {
     Node* cast = node.get();
+    if (Node* fp8 = FoldableFp8Producer(graph, *cast)) {
+      // As below, the Cast's input keeps its name and references (it may be the model's
+      // logits) and now holds the f32 result; the Cast's readers read it.
+      Value* v = cast->inputs[0];
+      if (fp8->op == "Fp8Gemm") {
+        fp8->attrs.Set("to", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));
+        MPC_RETURN_IF_ERROR(Reinfer(fp8));
+      } else {
+        // v was the narrowing Cast's bf16 result: it becomes the emulated GEMM's f32
+        // product, and the narrowing Cast is left holding the product's former value.
+        graph.TradeProducers(v, fp8->inputs[0]);
+        v->dtype = DType::kF32;
+        folded.push_back(fp8);
+      }
+      graph.ReplaceAllUsesWith(cast->outputs[0], v);
+      folded.push_back(cast);
+      continue;
+    }
     Node* view = nullptr;
     Node* product = FoldableProducer(graph, *cast, &view);
     if (!product) continue;
@@ -51,10 +86,10 @@ absl::StatusOr<bool> FoldOutputCastsPass::Run(Graph& graph) {
     graph.ReplaceAllUsesWith(cast->outputs[0], cast->inputs[0]);
     folded.push_back(cast);
   }
-  for (Node* cast : folded) {
-    graph.SetNodeInput(cast, 0, nullptr);  // it read the product it now would replace
-    MPC_RETURN_IF_ERROR(graph.RemoveNode(cast));
-  }
+  // Each Cast read the product it now would replace (after a trade, its own output or the
+  // other folded Cast's): every input goes first, then the nodes.
+  for (Node* cast : folded) graph.SetNodeInput(cast, 0, nullptr);
+  for (Node* cast : folded) MPC_RETURN_IF_ERROR(graph.RemoveNode(cast));
   if (!folded.empty()) graph.RemoveDeadValues();
   return !folded.empty();
 }

@@ -1,6 +1,6 @@
 // CudaBackend: device discovery and capabilities from cudaDeviceProp, one non-blocking
-// stream, cudaMalloc/cudaFree, stream-ordered copies (host reads synchronise), and the
-// "cuda" kernel registry.
+// stream for the steps and one for the uploads ahead (UploadAhead), cudaMalloc/cudaFree,
+// stream-ordered copies (host reads synchronise), and the "cuda" kernel registry.
 #include "backends/cuda/cuda_backend.h"
 
 #include "absl/strings/str_cat.h"
@@ -50,10 +50,14 @@ CudaBackend::~CudaBackend() {
   // Teardown errors are ignored: there is no one left to report them to.
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
+  if (upload_stream_) cudaStreamSynchronize(upload_stream_);
   if (lt_) cublasLtDestroy(lt_);
   if (workspace_) cudaFree(workspace_);
   if (cudnn_) cudnnDestroy(cudnn_);
   for (void* w : conv_workspaces_) cudaFree(w);
+  if (uploaded_) cudaEventDestroy(uploaded_);
+  if (staging_read_) cudaEventDestroy(staging_read_);
+  if (upload_stream_) cudaStreamDestroy(upload_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -103,12 +107,41 @@ void CudaBackend::UnpinHostBuffer(void* ptr) {
   // A copy from the buffer may still be queued; unregistering under it would fault.
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
+  if (upload_stream_) cudaStreamSynchronize(upload_stream_);
   // Nobody is left to report a failure to; clear it so the next launch check does not.
   if (cudaHostUnregister(ptr) != cudaSuccess) cudaGetLastError();
 }
 
+absl::StatusOr<bool> CudaBackend::UploadAhead(void* staging, const void* src, size_t bytes) {
+  if (!upload_stream_) {
+    // Created on first use: a program fed only small batches never has them. Timing off:
+    // the events only order the streams.
+    MPC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
+    MPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+    MPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging_read_, cudaEventDisableTiming));
+  }
+  // The staging buffer may still be read by the last CopyFromUpload (a never-recorded
+  // event is complete, so the first upload does not wait).
+  MPC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(upload_stream_, staging_read_, 0));
+  MPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, src, bytes, cudaMemcpyHostToDevice, upload_stream_));
+  MPC_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_, upload_stream_));
+  return true;
+}
+
+absl::Status CudaBackend::CopyFromUpload(void* dst, const void* staging, size_t bytes) {
+  if (!upload_stream_) {
+    return absl::FailedPreconditionError(
+        "CopyFromUpload: nothing was uploaded ahead on this CUDA backend; call UploadAhead first");
+  }
+  MPC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, uploaded_, 0));
+  MPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, staging, bytes, cudaMemcpyDeviceToDevice, stream_));
+  MPC_CUDA_RETURN_IF_ERROR(cudaEventRecord(staging_read_, stream_));
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::Synchronize() {
   MPC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  if (upload_stream_) MPC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(upload_stream_));
   // Surfaces asynchronous kernel faults that the stream sync alone may not report.
   MPC_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

@@ -34,6 +34,10 @@ class CudaBackend : public Backend {
   absl::Status Synchronize() override;
   absl::StatusOr<bool> PinHostBuffer(void* ptr, size_t bytes) override;  // cudaHostRegister
   void UnpinHostBuffer(void* ptr) override;
+  // On upload_stream_, ordered by two events: uploaded_ (the step's stream waits for it)
+  // and staging_read_ (the upload stream waits for it), both made on the first upload.
+  absl::StatusOr<bool> UploadAhead(void* staging, const void* src, size_t bytes) override;
+  absl::Status CopyFromUpload(void* dst, const void* staging, size_t bytes) override;
   // Stream capture into a CUDA graph (cudaStreamBeginCapture .. cudaGraphInstantiate).
   absl::StatusOr<std::unique_ptr<CapturedStep>> Capture(const std::function<absl::Status()>& enqueue) override;
   const KernelRegistry& kernels() const override;
@@ -76,6 +80,9 @@ class CudaBackend : public Backend {
   int device_ = 0;
   int cc_major_ = 0, cc_minor_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t upload_stream_ = nullptr;
+  cudaEvent_t uploaded_ = nullptr;      // recorded on upload_stream_ after each upload
+  cudaEvent_t staging_read_ = nullptr;  // recorded on stream_ after each CopyFromUpload
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

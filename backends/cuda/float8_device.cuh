@@ -8,6 +8,7 @@
 // (E5M2), payload dropped, sign kept.
 //
 //   FloatToF8E4M3Byte / FloatToF8E5M2Byte  f32 -> the 8-bit code (for a real FP8 GEMM path)
+//   FloatPairToF8Bytes                     two at once, by the hardware where it can
 //   F8E4M3ByteToFloat / F8E5M2ByteToFloat  the 8-bit code -> f32 (NaNs decode quiet, with
 //                                          the same bits as graph/float8.h's tables)
 //   RoundToF8E4M3 / RoundToF8E5M2          f32 -> nearest f8 value, kept in f32 (the
@@ -19,6 +20,7 @@
 // a per-thread table lookup in constant memory would serialise divergent indices).
 #pragma once
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -108,6 +110,24 @@ __host__ __device__ __forceinline__ uint8_t FloatToF8E5M2Byte(float f) {
   r = abs == 0x7f800000u ? 0x7cu : r;  // inf stays inf
   r = abs > 0x7f800000u ? 0x7eu : r;   // NaN -> quiet NaN
   return static_cast<uint8_t>(sign | r);
+}
+
+// Two f32 -> two codes, `lo`'s in the low byte of the result, bit-identical to
+// FloatToF8E4M3Byte / FloatToF8E5M2Byte. On sm_89 and newer one cvt.rn.satfinite
+// instruction converts a pair of finite values (round to nearest even, a finite overflow
+// saturated to +-max: the rule above); the bit algorithm is ~20 integer operations an
+// element, which made the FP8 cast kernels compute-bound on an H200. Infinities and NaNs
+// keep the bit algorithm: the instruction saturates an E5M2 infinity (mpc keeps it) and
+// its NaN carries no sign.
+template <bool kE4M3>
+__device__ __forceinline__ uint32_t FloatPairToF8Bytes(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if (isfinite(lo) && isfinite(hi)) {
+    return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2);
+  }
+#endif
+  return kE4M3 ? (FloatToF8E4M3Byte(lo) | (static_cast<uint32_t>(FloatToF8E4M3Byte(hi)) << 8))
+               : (FloatToF8E5M2Byte(lo) | (static_cast<uint32_t>(FloatToF8E5M2Byte(hi)) << 8));
 }
 
 // Code -> f32, exactly graph/float8.h's DecodeBits: sign | value, where a subnormal code

@@ -3,9 +3,10 @@
 //   Fp8Cast(x, scale[, amax_history]) -> codes     attrs format e4m3|e5m2, transpose 0|1
 //     codes = FloatToF8E4M3Byte / FloatToF8E5M2Byte(f32(x) * scale) (float8_device.cuh,
 //     bit-identical to graph/float8.h: nearest even, saturating), one byte per element;
-//     transpose = 1 writes the codes of the 2-D x^T ([cols, rows]) through a 32x32 shared
-//     memory tile, so both the reads of x and the writes of the codes are coalesced
-//     (Transformer Engine's cast_transpose, one layout per node). With amax_history, max|x|
+//     transpose = 1 writes the codes of the 2-D x^T ([cols, rows]) through a shared memory
+//     tile, so both the reads of x and the writes of the codes are coalesced (Transformer
+//     Engine's cast_transpose, one layout per node): 64x64 with 8-element accesses when
+//     rows and cols are multiples of 8, else 32x32 element by element. With amax_history, max|x|
 //     is folded into history[0] as kernels_fp8.cu's Fp8Quantize does: per block, the
 //     maximum of |x|'s float bits (non-negative, so their int order is the numeric order,
 //     with +inf above the finite values and NaNs above +inf), canonical NaN if any, then one
@@ -48,34 +49,48 @@ namespace {
 // threads fill an H100 several times over with grid-stride loops.
 constexpr int kCastMaxBlocks = 1024;
 
+// f32(x) * scale as the CPU forms it: in f32, never fused. A NaN passes unscaled: the
+// GPU's multiply returns the canonical (positive) NaN where the CPU's keeps the operand's
+// sign, which the NaN codes carry (0x7F / 0xFF).
+__device__ __forceinline__ float ScaleLikeTheCpu(float v, float scale) { return isnan(v) ? v : __fmul_rn(v, scale); }
+
 template <bool kE4M3>
 __device__ __forceinline__ uint8_t EncodeScaled(float v, float scale) {
-  // The scaled value is formed in f32 (never fused) and rounded once, as on the CPU.
-  const float scaled = __fmul_rn(v, scale);
+  const float scaled = ScaleLikeTheCpu(v, scale);  // rounded once, as on the CPU
   return kE4M3 ? FloatToF8E4M3Byte(scaled) : FloatToF8E5M2Byte(scaled);
 }
 
-// Plain layout over n elements: [0, 4*n4) as Vec4 loads and packed 4-code stores (code i
-// in byte i of the little-endian word), [4*n4, n) one by one.
+// Four elements scaled and encoded, code k in byte k; their |x| folded into amax_bits.
+template <typename T, bool kE4M3>
+__device__ __forceinline__ uint32_t EncodeFour(const Vec4<T>& xv, float scale, int& amax_bits) {
+  float scaled[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float v = ToAcc<T>(xv.v[k]);
+    amax_bits = max(amax_bits, AbsBits(v));
+    scaled[k] = ScaleLikeTheCpu(v, scale);
+  }
+  return FloatPairToF8Bytes<kE4M3>(scaled[0], scaled[1]) | (FloatPairToF8Bytes<kE4M3>(scaled[2], scaled[3]) << 16);
+}
+
+// Plain layout over n elements: [0, 8*n8) eight at a time (two Vec4 loads, 16 bytes of
+// bf16, and one 8-byte store of the codes, code i in byte i of the little-endian words),
+// [8*n8, n) one by one. Eight per thread halves the memory instructions of four, which
+// kept this cast well below the memory's bandwidth.
 template <typename T, bool kE4M3>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    Fp8CastKernel(int64_t n, int64_t n4, const T* x, const float* scale_ptr, uint8_t* codes, float* amax_slot) {
+    Fp8CastKernel(int64_t n, int64_t n8, const T* x, const float* scale_ptr, uint8_t* codes, float* amax_slot) {
   const float scale = *scale_ptr;
   int amax_bits = 0;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  for (int64_t i = first; i < n4; i += stride) {
-    const Vec4<T> xv = reinterpret_cast<const Vec4<T>*>(x)[i];
-    uint32_t packed = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float v = ToAcc<T>(xv.v[k]);
-      amax_bits = max(amax_bits, AbsBits(v));
-      packed |= static_cast<uint32_t>(EncodeScaled<kE4M3>(v, scale)) << (8 * k);
-    }
-    reinterpret_cast<uint32_t*>(codes)[i] = packed;
+  const Vec4<T>* x4 = reinterpret_cast<const Vec4<T>*>(x);
+  for (int64_t i = first; i < n8; i += stride) {
+    const uint32_t lo = EncodeFour<T, kE4M3>(x4[2 * i], scale, amax_bits);
+    const uint32_t hi = EncodeFour<T, kE4M3>(x4[2 * i + 1], scale, amax_bits);
+    reinterpret_cast<uint2*>(codes)[i] = make_uint2(lo, hi);
   }
-  for (int64_t i = 4 * n4 + first; i < n; i += stride) {
+  for (int64_t i = 8 * n8 + first; i < n; i += stride) {
     const float v = ToAcc<T>(x[i]);
     amax_bits = max(amax_bits, AbsBits(v));
     codes[i] = EncodeScaled<kE4M3>(v, scale);
@@ -122,6 +137,63 @@ __global__ void __launch_bounds__(kTransposeThreads)
   if (amax_slot != nullptr) RecordAmax(amax_bits, amax_slot);
 }
 
+// The transposed layout when rows and cols are multiples of 8 (every FP8 GEMM operand:
+// the GEMMs need multiples of 16) and the pointers allow 8-element accesses: 64x64 tiles,
+// each of the 256 threads loading 8 consecutive elements of a row (16 bytes of bf16) and
+// storing 8 consecutive codes of a transposed row (8 bytes), where the kernel above moves
+// 2 and 1 bytes per access. The codes go through shared memory as packed words, rows
+// padded to 17 words. The same codes and amax as the kernel above (each element is
+// encoded alone; the amax is a max).
+constexpr int kWideTile = 64;
+constexpr int kWideVec = 8;                               // elements per thread per access
+constexpr int kWideThreads = 256;
+constexpr int kWideRowsPerPass = kWideThreads / (kWideTile / kWideVec);  // 32
+constexpr int kWideWords = kWideTile / 4 + 1;             // a tile row: 16 words of codes + 1
+
+template <typename T, bool kE4M3>
+__global__ void __launch_bounds__(kWideThreads)
+    Fp8CastTransposeWideKernel(int64_t rows, int64_t cols, int64_t tiles_c, int64_t tiles, const T* x,
+                               const float* scale_ptr, uint8_t* codes, float* amax_slot) {
+  __shared__ uint32_t tile[kWideTile][kWideWords];
+  const float scale = *scale_ptr;
+  const int chunk = threadIdx.x % (kWideTile / kWideVec);  // which 8 of a row's 64
+  const int row_in_pass = threadIdx.x / (kWideTile / kWideVec);
+  int amax_bits = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = (t / tiles_c) * kWideTile, c0 = (t % tiles_c) * kWideTile;
+#pragma unroll
+    for (int pass = 0; pass < kWideTile / kWideRowsPerPass; ++pass) {
+      const int j = pass * kWideRowsPerPass + row_in_pass;
+      const int64_t r = r0 + j, c = c0 + chunk * kWideVec;
+      if (r < rows && c < cols) {  // cols is a multiple of 8: all 8 are inside
+        const Vec4<T>* src = reinterpret_cast<const Vec4<T>*>(x + r * cols + c);
+        tile[j][2 * chunk] = EncodeFour<T, kE4M3>(src[0], scale, amax_bits);
+        tile[j][2 * chunk + 1] = EncodeFour<T, kE4M3>(src[1], scale, amax_bits);
+      }
+    }
+    __syncthreads();
+    // Codes row c0 + i holds x's column c0 + i; this thread writes its elements for x's
+    // rows r0 + 8*chunk .. r0 + 8*chunk + 7: byte i of those tile rows.
+#pragma unroll
+    for (int pass = 0; pass < kWideTile / kWideRowsPerPass; ++pass) {
+      const int i = pass * kWideRowsPerPass + row_in_pass;
+      const int64_t out_row = c0 + i, out_col = r0 + chunk * kWideVec;
+      if (out_row < cols && out_col < rows) {  // rows is a multiple of 8 too
+        const int word = i / 4, shift = 8 * (i % 4);
+        uint32_t lo = 0, hi = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          lo |= ((tile[chunk * kWideVec + k][word] >> shift) & 0xffu) << (8 * k);
+          hi |= ((tile[chunk * kWideVec + 4 + k][word] >> shift) & 0xffu) << (8 * k);
+        }
+        *reinterpret_cast<uint2*>(codes + out_row * rows + out_col) = make_uint2(lo, hi);
+      }
+    }
+    __syncthreads();  // the next tile overwrites `tile`
+  }
+  if (amax_slot != nullptr) RecordAmax(amax_bits, amax_slot);
+}
+
 template <typename T>
 struct Fp8CastFactory {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
@@ -139,8 +211,8 @@ struct Fp8CastFactory {
     }
     const int64_t n = NumElements(s);
     if (!transpose) {
-      const int64_t quads = (n + 3) / 4;
-      const int64_t want = (quads + kThreadsPerBlock - 1) / kThreadsPerBlock;
+      const int64_t eights = (n + 7) / 8;
+      const int64_t want = (eights + kThreadsPerBlock - 1) / kThreadsPerBlock;
       const unsigned blocks = static_cast<unsigned>(want < 1 ? 1 : (want > kCastMaxBlocks ? kCastMaxBlocks : want));
       return MakeCudaKernel(backend, [e4m3, n, blocks](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
         if (n == 0) return absl::OkStatus();
@@ -149,12 +221,12 @@ struct Fp8CastFactory {
         uint8_t* codes = ctx.outputs[0].as<uint8_t>();
         float* amax_slot = ctx.inputs.size() > 2 && ctx.inputs[2].data ? ctx.inputs[2].as<float>() : nullptr;
         const bool aligned = reinterpret_cast<uintptr_t>(x) % sizeof(Vec4<T>) == 0 &&
-                             reinterpret_cast<uintptr_t>(codes) % sizeof(uint32_t) == 0;
-        const int64_t n4 = aligned ? n / 4 : 0;
+                             reinterpret_cast<uintptr_t>(codes) % sizeof(uint2) == 0;
+        const int64_t n8 = aligned ? n / 8 : 0;
         if (e4m3) {
-          Fp8CastKernel<T, true><<<blocks, kThreadsPerBlock, 0, stream>>>(n, n4, x, scale, codes, amax_slot);
+          Fp8CastKernel<T, true><<<blocks, kThreadsPerBlock, 0, stream>>>(n, n8, x, scale, codes, amax_slot);
         } else {
-          Fp8CastKernel<T, false><<<blocks, kThreadsPerBlock, 0, stream>>>(n, n4, x, scale, codes, amax_slot);
+          Fp8CastKernel<T, false><<<blocks, kThreadsPerBlock, 0, stream>>>(n, n8, x, scale, codes, amax_slot);
         }
         return LaunchStatus("Fp8CastKernel");
       });
@@ -162,23 +234,39 @@ struct Fp8CastFactory {
     const int64_t rows = s[0], cols = s[1];
     const int64_t tiles_c = (cols + kTile - 1) / kTile, tiles = ((rows + kTile - 1) / kTile) * tiles_c;
     const unsigned blocks = static_cast<unsigned>(tiles < 1 ? 1 : (tiles > kCastMaxBlocks ? kCastMaxBlocks : tiles));
-    return MakeCudaKernel(
-        backend, [e4m3, rows, cols, tiles_c, tiles, blocks](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
-          if (tiles == 0) return absl::OkStatus();
-          const T* x = ctx.inputs[0].as<T>();
-          const float* scale = ctx.inputs[1].as<float>();
-          uint8_t* codes = ctx.outputs[0].as<uint8_t>();
-          float* amax_slot = ctx.inputs.size() > 2 && ctx.inputs[2].data ? ctx.inputs[2].as<float>() : nullptr;
-          const dim3 threads(kTile, kTileRowsPerPass);
-          if (e4m3) {
-            Fp8CastTransposeKernel<T, true>
-                <<<blocks, threads, 0, stream>>>(rows, cols, tiles_c, tiles, x, scale, codes, amax_slot);
-          } else {
-            Fp8CastTransposeKernel<T, false>
-                <<<blocks, threads, 0, stream>>>(rows, cols, tiles_c, tiles, x, scale, codes, amax_slot);
-          }
-          return LaunchStatus("Fp8CastTransposeKernel");
-        });
+    const bool wide_shape = rows % kWideVec == 0 && cols % kWideVec == 0;
+    const int64_t wide_tiles_c = (cols + kWideTile - 1) / kWideTile;
+    const int64_t wide_tiles = ((rows + kWideTile - 1) / kWideTile) * wide_tiles_c;
+    const unsigned wide_blocks =
+        static_cast<unsigned>(wide_tiles < 1 ? 1 : (wide_tiles > kCastMaxBlocks ? kCastMaxBlocks : wide_tiles));
+    return MakeCudaKernel(backend, [=](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+      if (tiles == 0) return absl::OkStatus();
+      const T* x = ctx.inputs[0].as<T>();
+      const float* scale = ctx.inputs[1].as<float>();
+      uint8_t* codes = ctx.outputs[0].as<uint8_t>();
+      float* amax_slot = ctx.inputs.size() > 2 && ctx.inputs[2].data ? ctx.inputs[2].as<float>() : nullptr;
+      const bool wide = wide_shape && reinterpret_cast<uintptr_t>(x) % sizeof(Vec4<T>) == 0 &&
+                        reinterpret_cast<uintptr_t>(codes) % sizeof(uint2) == 0;
+      if (wide) {
+        if (e4m3) {
+          Fp8CastTransposeWideKernel<T, true><<<wide_blocks, kWideThreads, 0, stream>>>(
+              rows, cols, wide_tiles_c, wide_tiles, x, scale, codes, amax_slot);
+        } else {
+          Fp8CastTransposeWideKernel<T, false><<<wide_blocks, kWideThreads, 0, stream>>>(
+              rows, cols, wide_tiles_c, wide_tiles, x, scale, codes, amax_slot);
+        }
+        return LaunchStatus("Fp8CastTransposeWideKernel");
+      }
+      const dim3 threads(kTile, kTileRowsPerPass);
+      if (e4m3) {
+        Fp8CastTransposeKernel<T, true>
+            <<<blocks, threads, 0, stream>>>(rows, cols, tiles_c, tiles, x, scale, codes, amax_slot);
+      } else {
+        Fp8CastTransposeKernel<T, false>
+            <<<blocks, threads, 0, stream>>>(rows, cols, tiles_c, tiles, x, scale, codes, amax_slot);
+      }
+      return LaunchStatus("Fp8CastTransposeKernel");
+    });
   }
 };
 

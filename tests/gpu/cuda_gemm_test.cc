@@ -705,6 +705,52 @@ TEST(CudaBackend, CopyFromPinnedHostBufferRoundTrip) {
   gpu.Free(*p);
 }
 
+// Uploads ahead (Backend::UploadAhead / CopyFromUpload) as the engine makes them: the
+// second upload into the same staging buffer is started before the step's stream has
+// copied the first one out, so only the staging_read_ event keeps it from overwriting
+// data still to be read; each destination must get its own round's data. Then the
+// failures: CopyFromUpload before any upload on a fresh backend is an error naming the
+// call to make first.
+TEST(CudaBackend, UploadsAheadLandInOrderThroughOneStagingBuffer) {
+  MPC_GPU_OR_SKIP(gpu);
+  constexpr size_t kCount = size_t{32} << 20;  // 128 MiB: the copy out takes ~0.1 ms
+  constexpr size_t kBytes = kCount * sizeof(float);
+  std::vector<float> round_a(kCount), round_b(kCount), back(kCount);
+  for (size_t i = 0; i < kCount; ++i) {
+    round_a[i] = static_cast<float>(i % 9973) * 0.5f + 1.0f;
+    round_b[i] = -static_cast<float>(i % 7919) * 0.25f - 2.0f;
+  }
+  for (std::vector<float>* host : {&round_a, &round_b}) {
+    auto pinned = gpu.PinHostBuffer(host->data(), kBytes);
+    ASSERT_TRUE(pinned.ok() && *pinned) << pinned.status();
+  }
+  testing::DeviceBuffers buffers(gpu);
+  void* staging = buffers.Zeros(DType::kF32, kCount);
+  void* dst_a = buffers.Zeros(DType::kF32, kCount);
+  void* dst_b = buffers.Zeros(DType::kF32, kCount);
+  ASSERT_TRUE(staging && dst_a && dst_b);
+  auto up_a = gpu.UploadAhead(staging, round_a.data(), kBytes);
+  ASSERT_TRUE(up_a.ok()) << up_a.status();
+  EXPECT_TRUE(*up_a) << "the CUDA backend uploads ahead";
+  ASSERT_TRUE(gpu.CopyFromUpload(dst_a, staging, kBytes).ok());
+  auto up_b = gpu.UploadAhead(staging, round_b.data(), kBytes);
+  ASSERT_TRUE(up_b.ok() && *up_b) << up_b.status();
+  ASSERT_TRUE(gpu.CopyFromUpload(dst_b, staging, kBytes).ok());
+  ASSERT_TRUE(gpu.Synchronize().ok());
+  gpu.UnpinHostBuffer(round_a.data());
+  gpu.UnpinHostBuffer(round_b.data());
+  ASSERT_TRUE(gpu.CopyToHost(back.data(), dst_a, kBytes).ok());
+  EXPECT_EQ(std::memcmp(back.data(), round_a.data(), kBytes), 0) << "the first round was overwritten before it was read";
+  ASSERT_TRUE(gpu.CopyToHost(back.data(), dst_b, kBytes).ok());
+  EXPECT_EQ(std::memcmp(back.data(), round_b.data(), kBytes), 0);
+
+  auto fresh = CreateBackend("cuda:0");
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  const absl::Status early = (*fresh)->CopyFromUpload(dst_a, staging, 16);
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
+  EXPECT_NE(early.message().find("call UploadAhead first"), std::string::npos) << early;
+}
+
 TEST(CudaBackend, AbsurdAllocationIsAnErrorNamingCudaMalloc) {
   MPC_GPU_OR_SKIP(gpu);
   auto p = gpu.Allocate(size_t{1} << 50);  // 1 PiB

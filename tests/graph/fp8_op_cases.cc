@@ -53,19 +53,25 @@ std::vector<OpCase> Fp8CastCases() {
     bool transpose;
     bool history;
     double scale;
+    Shape shape = {24, 40};
   };
   // |x| up to 8: a scale of 100 (E4M3) or 10000 (E5M2) saturates the largest values.
+  // Shapes: multiples of 8 take CUDA's 8-element paths (one partial 64x64 tile when
+  // transposed, several at 136x200); the odd ones its element-by-element paths.
   for (const Variant& v : {Variant{"E4M3_F32", DType::kF32, true, false, true, 100.0},
                            Variant{"E4M3_F32_Transpose", DType::kF32, true, true, false, 3.0},
                            Variant{"E5M2_Bf16_Transpose", DType::kBF16, false, true, true, 10000.0},
                            Variant{"E5M2_F16", DType::kF16, false, false, false, 0.37},
-                           Variant{"E4M3_Bf16", DType::kBF16, true, false, false, 0.001}}) {
+                           Variant{"E4M3_Bf16", DType::kBF16, true, false, false, 0.001},
+                           Variant{"E4M3_Bf16_Transpose_Tiles", DType::kBF16, true, true, true, 30.0, {136, 200}},
+                           Variant{"E4M3_Bf16_Transpose_Odd", DType::kBF16, true, true, true, 30.0, {21, 37}},
+                           Variant{"E5M2_F16_Odd", DType::kF16, false, false, true, 500.0, {21, 37}}}) {
     OpCase c;
     c.name = absl::StrCat("Fp8Cast_", v.name);
     c.op = "Fp8Cast";
     c.attrs.Set("format", std::string(v.e4m3 ? "e4m3" : "e5m2"));
     if (v.transpose) c.attrs.Set("transpose", int64_t{1});
-    In x = XTyped("x", {24, 40}, v.x);
+    In x = XTyped("x", v.shape, v.x);
     x.lo = -8;
     x.hi = 8;
     In scale;

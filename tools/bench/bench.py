@@ -1687,8 +1687,10 @@ def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
                   "pipe (records that arrive in one read share their gap), median of the timed steps."
                   if ctx["timing"] == "fifo" else
                   "Step time: (wall_s(W+S) − wall_s(W)) / S from two runs' summary records (a mean).") +
-              " A step includes the host→device batch copy (pageable memory), the training program (a CUDA graph "
-              "replay after the first steps) and the loss fetch.")
+              " A step includes the batch's way to the device (batches of 1 MiB or more: pinned host buffers, the "
+              "next batch gathered and copied on a second stream while the step runs, then one device-to-device copy; "
+              "smaller ones: a copy at the step's head), the training program (a CUDA graph replay after the first "
+              "steps) and the loss fetch.")
     md.append("- PyTorch: tools/bench/torch_gpu_worker.py in its own process per row: batch copy from pageable "
               "host memory, zero_grad(set_to_none=True), forward + CrossEntropyLoss (under torch.autocast for AMP), "
               "backward (GradScaler for fp16), AdamW.step() (fused=False, foreach default), loss.item(); host wall "
