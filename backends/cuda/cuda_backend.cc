@@ -113,13 +113,13 @@ void CudaBackend::UnpinHostBuffer(void* ptr) {
 }
 
 absl::StatusOr<bool> CudaBackend::UploadAhead(void* staging, const void* src, size_t bytes) {
-  if (!upload_stream_) {
-    // Created on first use: a program fed only small batches never has them. Timing off:
-    // the events only order the streams.
-    MPC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
-    MPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
-    MPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging_read_, cudaEventDisableTiming));
-  }
+  // Created on first use: a program fed only small batches never has them. Timing off:
+  // the events only order the streams. The stream last, each only while missing: a call
+  // that failed halfway leaves nothing half-made behind for the next one (CopyFromUpload
+  // takes the stream as the sign that all three exist).
+  if (!uploaded_) MPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  if (!staging_read_) MPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging_read_, cudaEventDisableTiming));
+  if (!upload_stream_) MPC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
   // The staging buffer may still be read by the last CopyFromUpload (a never-recorded
   // event is complete, so the first upload does not wait).
   MPC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(upload_stream_, staging_read_, 0));
