@@ -229,20 +229,15 @@ __global__ void CastKernel(int64_t n, const Storage<From>* x, Storage<To>* y) {
   }
 }
 
-// Four elements as one aligned access.
-template <typename T>
-struct alignas(4 * sizeof(T)) FourOf {
-  T v[4];
-};
-
 // The first 4 * n4 elements four at a time: one element per thread left a gradient's
 // bf16 -> f32 Cast at a third of an H200's memory bandwidth (246 us for 64M elements).
-// The same CastOne per element, so the same bits.
+// The same CastOne per element, so the same bits. Four elements move as one aligned
+// access (elementwise_families.h's Pack).
 template <DType From, DType To>
-__global__ void CastFourKernel(int64_t n4, const FourOf<Storage<From>>* x, FourOf<Storage<To>>* y) {
+__global__ void CastFourKernel(int64_t n4, const Pack<Storage<From>, 4>* x, Pack<Storage<To>, 4>* y) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n4; i += int64_t{gridDim.x} * blockDim.x) {
-    const FourOf<Storage<From>> in = x[i];
-    FourOf<Storage<To>> out;
+    const Pack<Storage<From>, 4> in = x[i];
+    Pack<Storage<To>, 4> out;
 #pragma unroll
     for (int k = 0; k < 4; ++k) out.v[k] = CastOne<From, To>(in.v[k]);
     y[i] = out;
@@ -257,12 +252,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CastBetween(int64_t n, Backend& backend)
     if (n <= 0) return absl::OkStatus();
     const Storage<From>* x = ctx.inputs[0].as<Storage<From>>();
     Storage<To>* y = ctx.outputs[0].as<Storage<To>>();
-    const bool aligned = reinterpret_cast<uintptr_t>(x) % sizeof(FourOf<Storage<From>>) == 0 &&
-                         reinterpret_cast<uintptr_t>(y) % sizeof(FourOf<Storage<To>>) == 0;
+    const bool aligned = reinterpret_cast<uintptr_t>(x) % sizeof(Pack<Storage<From>, 4>) == 0 &&
+                         reinterpret_cast<uintptr_t>(y) % sizeof(Pack<Storage<To>, 4>) == 0;
     const int64_t n4 = aligned ? n / 4 : 0;
     if (n4 > 0) {
       CastFourKernel<From, To><<<BlocksFor(n4), kThreadsPerBlock, 0, stream>>>(
-          n4, reinterpret_cast<const FourOf<Storage<From>>*>(x), reinterpret_cast<FourOf<Storage<To>>*>(y));
+          n4, reinterpret_cast<const Pack<Storage<From>, 4>*>(x), reinterpret_cast<Pack<Storage<To>, 4>*>(y));
     }
     if (n > 4 * n4) {
       CastKernel<From, To><<<BlocksFor(n - 4 * n4), kThreadsPerBlock, 0, stream>>>(n - 4 * n4, x + 4 * n4, y + 4 * n4);
