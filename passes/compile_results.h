@@ -39,6 +39,12 @@ struct FuseSoftmaxResult {
   std::vector<Fusion> fused;
 };
 
+// Writer: triangular-operands. Reader: the report.
+struct TriangularOperandsResult {
+  int zero_above = 0;  // MatMuls whose A as read is zero above its diagonal (P·V, dS·K)
+  int zero_below = 0;  // ... and below it (P^T·dO, dS^T·Q)
+};
+
 // Writer: fold-batch-transposes. Reader: the report.
 struct FoldBatchTransposesResult {
   int operand_transposes = 0;  // Transposes now read in place by the MatMuls after them
@@ -231,6 +237,7 @@ struct CompileResults {
   FuseGeluResult fuse_gelu;
   FuseSoftmaxResult fuse_softmax;
   FoldBatchTransposesResult fold_batch_transposes;
+  TriangularOperandsResult triangular_operands;
   FuseLayerNormEdgesResult fuse_layer_norm_edges;
   AutocastResult autocast;
   PadDimsResult pad_dims;

@@ -25,6 +25,7 @@
 #include "passes/set_mode.h"
 #include "passes/simplify.h"
 #include "passes/tf32.h"
+#include "passes/triangular_operands.h"
 
 namespace mpc {
 
@@ -88,6 +89,9 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // every pass that writes or rewrites a MatMul (fold-output-casts and tf32 copy or edit
   // their attributes), where the backend's MatMuls take permuted views.
   p.Add(std::make_unique<FoldBatchTransposesPass>(caps, &r->fold_batch_transposes));
+  // Causal attention's triangular MatMul operands: on the final MatMuls and their views
+  // (fold-batch-transposes decides whether an operand is read transposed).
+  p.Add(std::make_unique<TriangularOperandsPass>(&r->triangular_operands));
   // LayerNormalization's narrowing Cast, and LayerNormGrad's residual gradient sum, bias
   // gradient and Cast, folded in: on the final graph (autocast's Casts and autodiff's sums
   // are all there), where the backend's kernels take them.
@@ -127,6 +131,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   p.Add(std::make_unique<FuseEpiloguesPass>());
   p.Add(std::make_unique<Tf32Pass>(o.autocast.precision == Precision::kTF32, &r->tf32));
   p.Add(std::make_unique<FoldBatchTransposesPass>(caps, &r->fold_batch_transposes));
+  p.Add(std::make_unique<TriangularOperandsPass>(&r->triangular_operands));
   p.Add(std::make_unique<FuseLayerNormEdgesPass>(caps, &r->fuse_layer_norm_edges));
   p.Add(std::make_unique<MemoryPlanPass>(&r->memory_plan));
   return p;

@@ -104,6 +104,8 @@ std::string CompileReportJson(const Program& p) {
       "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"fused_softmax\":[", absl::StrJoin(softmax, ","), "],",
       absl::StrFormat("\"folded_batch_transposes\":{\"operands\":%d,\"results\":%d},",
                       r.fold_batch_transposes.operand_transposes, r.fold_batch_transposes.result_transposes),
+      absl::StrFormat("\"triangular_operands\":{\"zero_above\":%d,\"zero_below\":%d},",
+                      r.triangular_operands.zero_above, r.triangular_operands.zero_below),
       absl::StrFormat("\"fused_layer_norm_edges\":{\"narrowed_outputs\":%d,\"accumulated_grads\":%d,"
                       "\"summed_columns\":%d,\"narrowed_grads\":%d},",
                       r.fuse_layer_norm_edges.narrowed_outputs, r.fuse_layer_norm_edges.accumulated_grads,
@@ -149,6 +151,12 @@ std::string CompileSummaryText(const Program& p) {
                           "fold-batch-transposes: %d Transposes read in place by the MatMuls after them, %d written in "
                           "place by the MatMul before them\n",
                           t.operand_transposes, t.result_transposes);
+  }
+  if (const TriangularOperandsResult& t = r.triangular_operands; t.zero_above + t.zero_below > 0) {
+    absl::StrAppendFormat(&out,
+                          "triangular-operands: %d MatMuls read an A zero above its diagonal (causal attention's "
+                          "P, dS), %d read one zero below it (P^T, dS^T); the zeros' products are skipped\n",
+                          t.zero_above, t.zero_below);
   }
   if (const FuseLayerNormEdgesResult& e = r.fuse_layer_norm_edges;
       e.narrowed_outputs + e.accumulated_grads + e.summed_columns + e.narrowed_grads > 0) {

@@ -60,23 +60,40 @@ class DnnlGemm {
 // stored [..., K, M] / B stored [..., N, K]; oneDNN reads them through strides.
 // kStrided: an mpc_perm_* attribute is set (graph/matmul_layout.h); oneDNN reads and
 // writes every view through the layout's strides, batch axes kept apart.
+// a_zeros: the node's mpc_a_zeros (passes/triangular_operands.h), A as read zero above
+// or below its diagonal; a kBatched or kStrided DnnlMatMul then skips those products.
 struct MatMulPlan {
   enum class Mode { kFold, kBatched, kLoop, kStrided } mode = Mode::kLoop;
+  enum class Zeros { kNone, kAboveDiagonal, kBelowDiagonal } a_zeros = Zeros::kNone;
   int64_t batch = 1, m = 0, k = 0, n = 0;
   bool ta = false, tb = false;
   MatMulLayout layout;  // kStrided only
 };
 MatMulPlan PlanMatMul(const Node& node);
 
-// One oneDNN matmul for a kFold/kBatched plan with A/B in `operand` and Y in `out`.
+// One oneDNN matmul for a kFold/kBatched/kStrided plan with A/B in `operand` and Y in
+// `out`. When the plan says f32 A (square as read) is zero above its diagonal (a causal
+// attention's probabilities P, and their gradient) or below it (P read transposed), the
+// product runs as bands of kTriangleBandRows rows of A and Y, each contracting only over
+// the columns where its rows of A can be nonzero: about (1 + 1/bands) / 2 of the work.
+// The skipped products are zeros times B's rows, so the result is the full product's up
+// to the order of the sums (and a NaN or inf in a skipped row of B no longer reaches the
+// rows of Y that would have multiplied it by zero).
 class DnnlMatMul {
  public:
+  static constexpr int64_t kTriangleBandRows = 64;
   static absl::StatusOr<std::unique_ptr<DnnlMatMul>> Create(const MatMulPlan& plan, DType operand, DType out);
   void Run(const void* a, const void* b, void* y);
+  int bands() const { return static_cast<int>(parts_.size()); }
 
  private:
-  dnnl::matmul primitive_;
-  dnnl::memory a_, b_, y_;
+  // One primitive over a band of rows: its views start these many bytes into A, B and Y.
+  struct Part {
+    dnnl::matmul primitive;
+    dnnl::memory a, b, y;
+    size_t a_offset = 0, b_offset = 0, y_offset = 0;
+  };
+  std::vector<Part> parts_;
 };
 
 // MatMul with numpy batch broadcasting, by loops: each batch index maps to a (possibly
