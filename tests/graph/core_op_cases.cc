@@ -756,7 +756,9 @@ std::vector<OpCase> BackwardOpCases() {
        std::vector<std::tuple<const char*, Shape, Shape>>{{"RowsToRow", {4, 5}, {5}},
                                                           {"ToColumn", {2, 3, 4}, {3, 1}},
                                                           {"ToScalar", {3, 4}, {}},
-                                                          {"Rank3To1N", {2, 3, 4}, {1, 4}}}) {
+                                                          {"Rank3To1N", {2, 3, 4}, {1, 4}},
+                                                          // 900 rows: the row-chunked path (256 a chunk, the last short)
+                                                          {"ManyRowsToRow", {3, 300, 20}, {20}}}) {
     OpCase c;
     c.name = absl::StrCat("ReduceSumTo_", name);
     c.op = "ReduceSumTo";
