@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "base/status_macros.h"
 #include "graph/matmul_layout.h"
+#include "graph/op_registry.h"
 
 namespace mpc {
 namespace {
@@ -33,12 +34,15 @@ bool IsCausalMask(const Value* keep) {
   return true;
 }
 
-// Whether node `n`'s output 0 is zero above the diagonal, given which values are.
+// Whether node `n`'s output 0 is zero above the diagonal, given which values are. Beyond
+// the softmax and its gradient, an elementwise op the registry says keeps 0 at 0 (casts,
+// dropout, ReLU: PaddingRule::kZeroPreservingUnary, the rule pad-dims relies on) keeps it.
 bool WritesZerosAbove(const Node& n, const absl::flat_hash_set<const Value*>& zero_above) {
   if (n.op == "MaskedSoftmax") return n.inputs.size() > 1 && IsCausalMask(n.inputs[1]);
   if (n.op == "MaskedSoftmaxGrad") return zero_above.contains(n.inputs[1]);
-  if (n.op == "Cast") return zero_above.contains(n.inputs[0]);
-  return false;
+  const OpDef* def = OpRegistry::Global().Find(n.op);
+  return def != nullptr && def->padding == PaddingRule::kZeroPreservingUnary && !n.inputs.empty() &&
+         zero_above.contains(n.inputs[0]) && n.outputs[0]->shape == n.inputs[0]->shape;
 }
 
 }  // namespace

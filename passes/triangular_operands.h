@@ -7,7 +7,7 @@
 // that keeps the diagonal and nothing above it are zero above the diagonal, exactly (the
 // kernel writes 0 where the mask is false; the kept diagonal means no row is all masked,
 // which would be NaN). Their gradient MaskedSoftmaxGrad(dP, P) = scale * P * (dP - ...)
-// is zero wherever P is, and a Cast keeps a zero zero. Four MatMuls a layer read such a
+// is zero wherever P is, and an op the registry marks as keeping 0 at 0 (a Cast) keeps it. Four MatMuls a layer read such a
 // matrix as A: P·V and dS·K (as stored: zero above), P^T·dO and dS^T·Q (read transposed:
 // zero below). That is a third of char_gpt's attention work that multiplies zeros; the
 // score products Q·K^T and dO·V^T are full and stay as they are.

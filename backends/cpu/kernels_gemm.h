@@ -84,7 +84,6 @@ class DnnlMatMul {
   static constexpr int64_t kTriangleBandRows = 64;
   static absl::StatusOr<std::unique_ptr<DnnlMatMul>> Create(const MatMulPlan& plan, DType operand, DType out);
   void Run(const void* a, const void* b, void* y);
-  int bands() const { return static_cast<int>(parts_.size()); }
 
  private:
   // One primitive over a band of rows: its views start these many bytes into A, B and Y.
