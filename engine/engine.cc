@@ -286,6 +286,7 @@ absl::Status Engine::ExportOnnx(const std::string& path, Weights weights) {
   // model's own state (batch-norm running statistics) swapped in.
   ImportOptions import;
   import.batch_size = m.spec.batch_size();
+  import.input_rows = m.input_rows;
   MPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, m.model_bytes.empty()
                                                          ? ImportOnnxFile(m.model_path, import)
                                                          : ImportOnnxBytes(m.model_bytes, import, m.model_path));

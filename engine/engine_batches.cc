@@ -81,8 +81,7 @@ absl::Status CheckBatch(const Engine::Impl& m, const Program& program, const Bat
   if (m.spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
     label_shape.insert(label_shape.end(), m.label_row.begin(), m.label_row.end());
   } else {
-    const Value* logits = train.graph->FindValue(train.logits_output);
-    label_shape.insert(label_shape.end(), logits->shape.begin() + 1, logits->shape.end());
+    label_shape.insert(label_shape.end(), train.logits_shape.begin() + 1, train.logits_shape.end());
   }
   expected.push_back({train.labels_input, "labels", labels->dtype, label_shape});
   std::vector<std::string> names;
@@ -112,8 +111,7 @@ absl::Status CheckBatch(const Engine::Impl& m, const Program& program, const Bat
     if (e.role == "labels") {
       if (m.spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
         // An id outside the classes would index past the logits.
-        const Value* logits = train.graph->FindValue(train.logits_output);
-        const int64_t classes = logits->shape.back();
+        const int64_t classes = train.classes;
         for (int64_t i = 0; i < t.num_elements(); ++i) {
           const int64_t label = t.data<int64_t>()[i];
           if (label < 0 || label >= classes) {

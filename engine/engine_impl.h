@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@ struct Engine::Impl {
   bool has_train_data = true;  // false: a spec without train_data, fed only by Step(batch)
   bool has_eval_data = false;
   Shape label_row;  // one example's labels without the batch axis (ProgramOptions::label_row)
+  std::map<std::string, Shape> input_rows;  // one example's shape per model input (ProgramOptions::input_rows)
   std::unique_ptr<BatchIterator> batches;
   Tensor feature_batch, label_batch;
   std::vector<Tensor> more_input_batches;  // one per train_data.more_inputs

@@ -184,6 +184,13 @@ absl::Status Engine::Impl::CompilePrograms() {
     popts.label_row = RowShape(train_data.labels);
   }
   label_row = popts.label_row;
+  // The data's shapes bind the model's symbolic dimensions past the batch axis (a sequence
+  // length exported with dynamic_axes).
+  if (has_train_data) {
+    input_rows[spec.features_input()] = RowShape(train_data.features);
+    for (const NamedArray& more : train_data.more_inputs) input_rows[more.input] = RowShape(more.values);
+  }
+  popts.input_rows = input_rows;
   popts.training = true;
   MPC_ASSIGN_OR_RETURN(train_program, CompileProgram(spec, backend->capabilities(), popts));
   popts.batch_size = eval_batch_size;
@@ -443,7 +450,8 @@ absl::Status Engine::Impl::CheckDataMatchesModel(const Dataset& data, const Prog
   }
   MPC_RETURN_IF_ERROR(CheckGatherIndices(*features, data.features, absl::StrCat("the ", what, " features")));
   MPC_RETURN_IF_ERROR(CheckMoreInputs(data, program, what));
-  const Value* logits = program.graph->FindValue(program.logits_output);
+  const Shape& logits_shape = program.logits_shape;
+  const std::string& logits_name = program.logits_output;
   if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY) {
     if (data.labels.dtype() != DType::kI64 || data.labels.shape().empty()) {
       return absl::InvalidArgumentError(absl::StrCat("the ", what, " labels are ", DTypeName(data.labels.dtype()),
@@ -451,22 +459,22 @@ absl::Status Engine::Impl::CheckDataMatchesModel(const Dataset& data, const Prog
                                                      "; softmax cross-entropy needs integer class indices [N] "
                                                      "(or [N, T] for one class per position)"));
     }
-    const int64_t classes = logits->shape.back();
+    const int64_t classes = program.classes;
     if (spec.eval().top_k() > classes) {
       return absl::InvalidArgumentError(absl::StrCat("spec field eval.top_k: ", spec.eval().top_k(),
                                                      " is more than the model's ", classes, " classes (output '",
-                                                     logits->name, "'); use 1..", classes, " or 0 for off"));
+                                                     logits_name, "'); use 1..", classes, " or 0 for off"));
     }
     for (int64_t i = 0; i < data.labels.num_elements(); ++i) {
       const int64_t label = data.labels.data<int64_t>()[i];
       if (label < 0 || label >= classes) {
         return absl::InvalidArgumentError(absl::StrCat("the ", what, " label at example ", i, " is ", label,
                                                        ", outside the model's ", classes, " classes (output '",
-                                                       logits->name, "' ", ShapeToString(logits->shape), ")"));
+                                                       logits_name, "' ", ShapeToString(logits_shape), ")"));
       }
     }
   } else {
-    const Shape logit_row(logits->shape.begin() + 1, logits->shape.end());
+    const Shape logit_row(logits_shape.begin() + 1, logits_shape.end());
     if (data.labels.dtype() != DType::kF32 || NumElements(RowShape(data.labels)) != NumElements(logit_row)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the ", what, " targets are ", DTypeName(data.labels.dtype()), ShapeToString(data.labels.shape()), "; ",

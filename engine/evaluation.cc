@@ -50,9 +50,22 @@ void EvalScorer::AddClassification(const Tensor& logits, int64_t width, int64_t 
   true_positives_[arg] += arg == label;
 }
 
-void EvalScorer::Add(const Tensor& logits, int64_t batch, int64_t valid, const Tensor& labels, int64_t first) {
+void EvalScorer::Add(const Tensor& given, int64_t batch, int64_t valid, const Tensor& labels, int64_t first) {
   const int64_t positions = options_.positions;
-  const int64_t width = logits.num_elements() / (batch * positions);
+  const int64_t width = given.num_elements() / (batch * positions);
+  Tensor moved;
+  if (options_.classes_first) {  // [batch, classes, positions] -> [batch, positions, classes]
+    moved = Tensor(DType::kF32, {batch, positions, width});
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t c = 0; c < width; ++c) {
+        for (int64_t p = 0; p < positions; ++p) {
+          moved.data<float>()[(n * positions + p) * width + c] =
+              static_cast<float>(given.GetAsDouble((n * width + c) * positions + p));
+        }
+      }
+    }
+  }
+  const Tensor& logits = options_.classes_first ? moved : given;
   for (int64_t i = 0; i < valid * positions; ++i) {
     if (options_.loss == Loss::kSoftmaxCrossEntropy) {
       AddClassification(logits, width, i, labels.data<int64_t>()[first * positions + i]);
@@ -136,6 +149,9 @@ EvalScorer::Options Engine::Impl::ScorerOptions(const Shape& label_row) const {
   so.label_smoothing = spec.loss().label_smoothing();
   so.top_k = spec.eval().top_k();
   so.language_model = classify && !label_row.empty();
+  const Shape& ls = train_program.logits_shape;
+  so.classes_first = classify && !label_row.empty() && ls.size() == label_row.size() + 2 &&
+                     Shape(ls.begin() + 2, ls.end()) == label_row;
   return so;
 }
 

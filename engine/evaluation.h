@@ -26,6 +26,9 @@ class EvalScorer {
     double label_smoothing = 0;
     int top_k = 0;                // top-k accuracy when > 1
     bool language_model = false;  // one class per position: report the perplexity
+    // The logits put their classes on axis 1 ([batch, classes, H, W], a segmentation head)
+    // instead of last: Add moves them last before scoring.
+    bool classes_first = false;
   };
 
   explicit EvalScorer(Options options) : options_(options) {}

@@ -5,7 +5,6 @@
 // rename or recast values do not change what the caller sees.
 #include "engine/inference.h"
 
-#include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -287,11 +286,7 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::FromBytes(co
         absl::StrCat(source_name, ": not a serialized ONNX model (", bytes.size(),
                      " bytes that do not parse as a binary ModelProto with a graph); pass the bytes of a .onnx file"));
   }
-  try {
-    onnx::checker::check_model(model);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ": the ONNX checker rejects the model: ", e.what()));
-  }
+  MPC_RETURN_IF_ERROR(CheckOnnxModel(model, source_name));
   return FromModel(model, options, source_name);
 }
 

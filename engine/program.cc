@@ -58,6 +58,8 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   program.batch_size = options.batch_size;
   ImportOptions import;
   import.batch_size = options.batch_size;
+  import.initializer_roles = &program.initializer_roles;
+  import.input_rows = options.input_rows;
   const std::string model_name = !options.model_bytes.empty()  ? std::string("(model bytes)")
                                  : !options.model_path.empty() ? options.model_path
                                                                : std::string("(no model)");
@@ -75,6 +77,13 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   MPC_ASSIGN_OR_RETURN(Value * logits, PickLogits(g, spec, model_name));
   program.features_input = features->name;
   program.logits_output = logits->name;
+  program.logits_shape = logits->shape;  // the passes may rewrite the training graph's logits value
+  // The class axis: last, or 1 when the labels are per position and the logits put their
+  // classes first ([batch, classes, H, W] against [batch, H, W], attach-loss's layouts).
+  const Shape& ls = logits->shape;
+  const bool classes_on_axis_1 = !options.label_row.empty() && ls.size() == options.label_row.size() + 2 &&
+                                 Shape(ls.begin() + 2, ls.end()) == options.label_row;
+  program.classes = ls.empty() ? 0 : classes_on_axis_1 ? ls[1] : ls.back();
   if (features->shape.empty() || features->shape[0] != options.batch_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model input '", features->name, "' has shape ", ShapeToString(features->shape),

@@ -4,11 +4,13 @@
 // (engine/compile_options.h). `mpc compile` and the engine share this path.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "graph/onnx_import.h"
 #include "passes/pipelines.h"
 #include "proto/train_spec.pb.h"
 
@@ -23,10 +25,13 @@ struct Program {
   std::vector<std::string> model_inputs;  // every input of the imported model, features_input among them
   std::string labels_input;               // training programs only
   std::string logits_output;              // the model output the loss reads
+  Shape logits_shape;                     // its shape in the model (batch bound)
+  int64_t classes = 0;                    // the size of its class axis
   std::string loss_output;                // training programs only
   int64_t batch_size = 0;
   int64_t forward_nodes = 0;    // nodes of the imported model
   int64_t parameter_count = 0;  // trainable elements
+  std::vector<InitializerRole> initializer_roles;  // what the import made of each initializer
 };
 
 struct ProgramOptions {
@@ -39,6 +44,9 @@ struct ProgramOptions {
   // example; [T, ...] for one class per position (sequence models), whose labels are
   // flattened to [batch*T*...] to match logits of shape [batch*T*..., classes].
   Shape label_row;
+  // One example's shape per model input, binding symbolic dimensions past axis 0
+  // (ImportOptions::input_rows).
+  std::map<std::string, Shape> input_rows;
   bool training = true;
   // A data-parallel job (training programs): its size and this process's rank. batch_size
   // is then this rank's share of the spec's batch.

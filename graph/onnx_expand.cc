@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "graph/graph_builder.h"
+#include "graph/onnx_expand_layers.h"
 
 namespace mpc {
 namespace {
@@ -55,22 +56,40 @@ absl::StatusOr<Value*> Pad(GraphBuilder& b, Value* x, const std::vector<Value*>&
     return absl::UnimplementedError(
         absl::StrCat(where, ": mode '", mode, "' is not supported (only 'constant'); re-export with zero padding"));
   }
-  if (inputs.size() > 3 && inputs[3] != nullptr) {
-    return absl::UnimplementedError(absl::StrCat(where, ": the 'axes' input (opset 18) is not supported"));
-  }
-  const Value* pads = inputs.size() > 1 ? inputs[1] : nullptr;
   const int rank = static_cast<int>(x->shape.size());
-  if (!pads || pads->kind != ValueKind::kConstant || NumElements(pads->shape) != 2 * rank) {
+  // Opset 18's axes input names the padded axes (pads then has two entries per named axis);
+  // without it every axis is padded.
+  std::vector<int> axes;
+  const Value* axes_input = inputs.size() > 3 ? inputs[3] : nullptr;
+  if (axes_input) {
+    if (axes_input->kind != ValueKind::kConstant) {
+      return absl::UnimplementedError(absl::StrCat(where, ": 'axes' must be a constant (an initializer)"));
+    }
+    for (int64_t i = 0; i < axes_input->data.num_elements(); ++i) {
+      int64_t a = static_cast<int64_t>(axes_input->data.GetAsDouble(i));
+      if (a < -rank || a >= rank) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": axis ", a, " is out of range for rank ", rank));
+      }
+      axes.push_back(static_cast<int>(a < 0 ? a + rank : a));
+    }
+  } else {
+    for (int a = 0; a < rank; ++a) axes.push_back(a);
+  }
+  const int count = static_cast<int>(axes.size());
+  const Value* pads = inputs.size() > 1 ? inputs[1] : nullptr;
+  if (!pads || pads->kind != ValueKind::kConstant || NumElements(pads->shape) != 2 * count) {
     return absl::UnimplementedError(
-        absl::StrCat(where, ": 'pads' must be a constant of ", 2 * rank, " integers (begin and end of each axis)"));
+        absl::StrCat(where, ": 'pads' must be a constant of ", 2 * count, " integers (begin and end of each ",
+                     axes_input ? "named axis" : "axis", ")"));
   }
   MPC_ASSIGN_OR_RETURN(const Value* fill, ConstantScalar(inputs, 2, "the constant value", where));
   const double value = fill ? fill->data.GetAsDouble(0) : 0.0;
   Graph& g = *b.graph();
   Value* y = x;
-  for (int axis = 0; axis < rank; ++axis) {
-    const int64_t before = static_cast<int64_t>(pads->data.GetAsDouble(axis));
-    const int64_t after = static_cast<int64_t>(pads->data.GetAsDouble(axis + rank));
+  for (int k = 0; k < count; ++k) {
+    const int axis = axes[k];
+    const int64_t before = static_cast<int64_t>(pads->data.GetAsDouble(k));
+    const int64_t after = static_cast<int64_t>(pads->data.GetAsDouble(k + count));
     if (before < 0 || after < 0) {
       return absl::UnimplementedError(absl::StrCat(where, ": negative pads (cropping) are not supported"));
     }
@@ -99,7 +118,9 @@ absl::StatusOr<Value*> Pad(GraphBuilder& b, Value* x, const std::vector<Value*>&
 }  // namespace
 
 const std::vector<std::string>& OnnxExpansionOps() {
-  static const auto* ops = new std::vector<std::string>{"Clip", "HardSigmoid", "HardSwish", "Pad"};
+  static const auto* ops = new std::vector<std::string>{
+      "Attention", "CastLike", "Clip", "GroupNormalization", "HardSigmoid", "HardSwish", "InstanceNormalization",
+      "IsNaN", "Pad", "RMSNormalization", "Resize", "RotaryEmbedding"};
   return *ops;
 }
 
@@ -113,6 +134,21 @@ absl::StatusOr<std::vector<Value*>> ExpandOnnxNode(Graph& graph, const std::stri
   const std::string where = absl::StrCat("node '", name, "' (", op, ")");
   if (inputs.empty() || inputs[0] == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, ": no input"));
   Value* x = inputs[0];
+  if (op == "CastLike") {  // Cast to the dtype of input 1, which only lends its type
+    if (inputs.size() < 2 || inputs[1] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": CastLike needs the input whose dtype it takes"));
+    }
+    if (x->kind == ValueKind::kConstant && !x->data.empty()) {  // shape arithmetic: folded now
+      return std::vector<Value*>{graph.AddConstant(graph.UniqueName(name), x->data.CastTo(inputs[1]->dtype))};
+    }
+    AttrMap cast;
+    cast.Set("to", static_cast<int64_t>(DTypeToOnnx(inputs[1]->dtype)));
+    if (attrs.Has("saturate")) cast.Set("saturate", attrs.GetInt("saturate", 1));
+    GraphBuilder b(&graph, name + "/");
+    Value* y = b.Op("Cast", {x}, std::move(cast));
+    MPC_RETURN_IF_ERROR(b.status());
+    return std::vector<Value*>{y};
+  }
   if (!IsFloating(x->dtype)) {
     return absl::UnimplementedError(absl::StrCat(where, ": input '", x->name, "' is ", DTypeName(x->dtype),
                                                  "; mpc supports this op on float tensors"));
@@ -129,6 +165,18 @@ absl::StatusOr<std::vector<Value*>> ExpandOnnxNode(Graph& graph, const std::stri
     y = b.Mul(x, HardSigmoid(b, x, 1.0 / 6.0, 0.5));
   } else if (op == "Pad") {
     MPC_ASSIGN_OR_RETURN(y, Pad(b, x, inputs, attrs, where));
+  } else if (op == "IsNaN") {  // NaN is the one value not equal to itself
+    y = b.Op("Not", {b.Op("Equal", {x, x})});
+  } else if (op == "RMSNormalization") {
+    MPC_ASSIGN_OR_RETURN(y, ExpandRmsNormalization(b, inputs, attrs, where));
+  } else if (op == "GroupNormalization" || op == "InstanceNormalization") {
+    MPC_ASSIGN_OR_RETURN(y, ExpandGroupNormalization(b, inputs, attrs, op == "InstanceNormalization", where));
+  } else if (op == "RotaryEmbedding") {
+    MPC_ASSIGN_OR_RETURN(y, ExpandRotaryEmbedding(b, inputs, attrs, where));
+  } else if (op == "Resize") {
+    MPC_ASSIGN_OR_RETURN(y, ExpandResize(b, inputs, attrs, where));
+  } else if (op == "Attention") {
+    MPC_ASSIGN_OR_RETURN(y, ExpandAttention(b, inputs, attrs, where));
   } else {
     return absl::InternalError(absl::StrCat(where, ": no expansion"));
   }

@@ -150,7 +150,12 @@ absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph, const ExportOpt
       --written;
     }
     for (size_t i = 0; i < written; ++i) n->add_output(node->outputs[i]->name);
-    for (const auto& [name, value] : node->attrs.all()) SetAttribute(name, value, n->add_attribute());
+    for (const auto& [name, value] : node->attrs.all()) {
+      // The importer's reading of exporter metadata (an embedding's padding index) is not an
+      // attribute ONNX's Gather has; a file written with it would fail ONNX's checker.
+      if (name == "mpc_padding_idx") continue;
+      SetAttribute(name, value, n->add_attribute());
+    }
     // ONNX has no control edges; keep the ordering constraint visible to readers.
     if (!node->control_deps.empty()) {
       std::vector<std::string> deps;

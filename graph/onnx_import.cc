@@ -9,10 +9,13 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <onnx/checker.h>
-#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <regex>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -20,12 +23,19 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
+#include "graph/graph_builder.h"
 #include "graph/onnx_expand.h"
 #include "graph/onnx_external_data.h"
+#include "graph/onnx_fold_constants.h"
+#include "graph/onnx_folded_parameters.h"
+#include "graph/onnx_initializer_roles.h"
+#include "graph/onnx_metadata.h"
+#include "graph/onnx_opsets.h"
 #include "graph/op_registry.h"
 #include "graph/ops_tensor.h"
 
@@ -35,9 +45,10 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "mpc assumes a little-e
 namespace mpc {
 namespace {
 
-constexpr int64_t kMinOpset = 13;
-constexpr int64_t kMaxOpset = 17;
 constexpr int64_t kMpcOpsetVersion = 1;
+// What the ONNX library mpc links (Debian's 1.12) can check.
+constexpr int64_t kOnnxCheckerMaxOpset = 17;
+constexpr int64_t kOnnxCheckerMaxIrVersion = 8;
 
 bool IsOnnxDomain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
 
@@ -70,30 +81,6 @@ bool LooksLikeText(const std::string& data) {
     if (c == 0x7f) return false;
   }
   return true;
-}
-
-// Inputs that ONNX passes as tensors but that configure the op rather than carry
-// learnable data (target shapes, dropout ratio, loss class weights, a float Range's start,
-// limit and delta). A float initializer
-// used only in such slots becomes a constant, never a trainable parameter, so that shape
-// inference can read it and the optimizer leaves it alone.
-struct ConfigSlot {
-  const char* op;
-  int index;
-};
-constexpr ConfigSlot kConfigInputSlots[] = {
-    {"Reshape", 1}, {"Dropout", 1}, {"Dropout", 2}, {"SoftmaxCrossEntropyLoss", 2},
-    {"Expand", 1},  {"Tile", 1},    {"Squeeze", 1}, {"Unsqueeze", 1},
-    {"Slice", 1},   {"Slice", 2},   {"Slice", 3},   {"Slice", 4},
-    {"Clip", 1},    {"Clip", 2},    {"Pad", 1},     {"Pad", 2},
-    {"Range", 0},   {"Range", 1},   {"Range", 2},
-};
-
-bool IsConfigSlot(const std::string& op, int index) {
-  for (const ConfigSlot& slot : kConfigInputSlots) {
-    if (op == slot.op && index == slot.index) return true;
-  }
-  return false;
 }
 
 // Copies `count` typed values into the tensor buffer, narrowing each element to `Dst`
@@ -218,25 +205,10 @@ std::string DimsToString(const onnx::TensorShapeProto& shape) {
   return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
 }
 
-// The first op of `g` whose definition at `opset` is not the one at kMaxOpset (its
-// schema's since_version differs), or "" when every op means the same at both: such a
-// model is read exactly as if it declared kMaxOpset. ONNX's node tests (and older
-// exports) declare the opset an op last changed in, e.g. Conv at 11 or Xor at 7.
-std::string FirstOpChangedSince(const onnx::GraphProto& g, int64_t opset) {
-  for (const auto& node : g.node()) {
-    if (!IsOnnxDomain(node.domain())) continue;
-    const auto* then = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset));
-    const auto* now = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(kMaxOpset));
-    if (then == nullptr || now == nullptr || then->since_version() != now->since_version()) {
-      return absl::StrCat(node.op_type(), then ? absl::StrCat(" (opset ", then->since_version(), " definition)") : "");
-    }
-  }
-  return "";
-}
-
 // Checks the declared operator sets and returns the default-domain opset the model is
 // read with. Imports of other domains are checked where a node uses them: an unused
-// import is harmless.
+// import is harmless. Each default-domain op must be a definition mpc reads at that opset
+// (graph/onnx_opsets.h); every op that is not is named in one error.
 absl::StatusOr<int64_t> CheckOpsets(const onnx::ModelProto& model, const std::string& source) {
   int64_t opset = -1;
   for (const auto& import : model.opset_import()) {
@@ -249,26 +221,34 @@ absl::StatusOr<int64_t> CheckOpsets(const onnx::ModelProto& model, const std::st
                                                      ". Re-export the program with this version of mpc"));
     }
   }
-  if (opset < 0) {
+  if (opset < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         source,
         ": the model declares no operator set for the default ONNX domain (opset_import); "
-        "mpc needs opset ",
-        kMinOpset, " to ", kMaxOpset, ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset));
+        "mpc reads opsets ",
+        kMinOnnxOpset, " to ", kMaxOnnxOpset, ". Re-export it with opset_version between ", kMinOnnxOpset, " and ",
+        kMaxOnnxOpset));
   }
-  std::string changed;
-  if (opset < kMinOpset && opset > 0) {
-    changed = FirstOpChangedSince(model.graph(), opset);
-    if (changed.empty()) return kMaxOpset;  // every op means what it means at kMaxOpset
+  if (opset > kMaxOnnxOpset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the model uses ONNX opset ", opset, "; mpc reads opsets up to ", kMaxOnnxOpset,
+        ". Re-export it with opset_version between ", kMinOnnxOpset, " and ", kMaxOnnxOpset,
+        " (torch.onnx.export(..., opset_version=", kMaxOnnxOpset, ")) or convert it with "
+        "onnx.version_converter.convert_version(model, ", kMaxOnnxOpset, ")"));
   }
-  if (opset < kMinOpset || opset > kMaxOpset) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": the model uses ONNX opset ", opset,
-                     changed.empty() ? std::string() : absl::StrCat(" and op ", changed, " has changed since"),
-                     "; mpc supports opsets ", kMinOpset, " to ", kMaxOpset,
-                     ". Re-export it with opset_version between ", kMinOpset, " and ", kMaxOpset,
-                     " (e.g. torch.onnx.export(..., opset_version=17)) or convert it with "
-                     "onnx.version_converter.convert_version(model, 17)"));
+  std::vector<std::string> unread;
+  absl::flat_hash_set<std::string> seen;
+  for (const auto& node : model.graph().node()) {
+    if (!IsOnnxDomain(node.domain()) || !seen.insert(node.op_type()).second) continue;
+    const std::string message = UnreadDefinitionMessage(node.op_type(), opset);
+    if (!message.empty()) unread.push_back(message);
+  }
+  if (!unread.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the model uses ONNX opset ", opset, " and ", unread.size() == 1 ? "an op" : "ops",
+        " whose definition there mpc does not read: ", absl::StrJoin(unread, "; "),
+        ". Re-export it with opset_version between ", kMinOnnxOpset, " and ", kMaxOnnxOpset,
+        " or convert it with onnx.version_converter.convert_version(model, ", kMaxOnnxOpset, ")"));
   }
   return opset;
 }
@@ -303,41 +283,131 @@ class Importer {
     return absl::OkStatus();
   }
 
+  // `base` when no value has that name yet, else the graph's next unique variant of it.
+  std::string FreshName(const std::string& base) {
+    return values_.contains(base) || graph_->FindValue(base) ? graph_->UniqueName(base) : base;
+  }
+
+  void Report(InitializerRole role) {
+    if (options_.initializer_roles) options_.initializer_roles->push_back(std::move(role));
+  }
+
+  // Every initializer as a parameter, state or constant, as graph/onnx_initializer_roles.h
+  // decides, plus the private copies it unties from shared ones.
   absl::Status ImportInitializers(const onnx::GraphProto& g) {
-    // A float initializer is trainable unless every use is a configuration input.
-    absl::flat_hash_set<std::string> data_uses, config_uses, state_uses;
-    for (const auto& node : g.node()) {
-      for (int i = 0; i < node.input_size(); ++i) {
-        // BatchNormalization's input_mean/input_var: persistent running statistics, not trainable.
-        const bool state_slot = node.op_type() == "BatchNormalization" && i >= 3;
-        (IsConfigSlot(node.op_type(), i) ? config_uses : state_slot ? state_uses : data_uses).insert(node.input(i));
-      }
-    }
-    for (const std::string& name : state_uses) {
-      if (!data_uses.contains(name) && !config_uses.contains(name)) bn_stats_only_.insert(name);
-    }
+    std::map<std::string, Tensor> tensors;
+    std::map<std::string, InitializerFacts> facts;
     for (const auto& init : g.initializer()) {
       const std::string what = absl::StrCat("initializer '", init.name(), "'");
       if (init.name().empty()) return Error("an initializer has no name");
       auto tensor = TensorFromProto(init, what, options_.external_data_dir);
       if (!tensor.ok()) return WithPrefix(tensor.status(), absl::StrCat(source_, ": "));
-      const bool trainable =
-          IsFloating(tensor->dtype()) && !(config_uses.contains(init.name()) && !data_uses.contains(init.name()));
-      Value* v = nullptr;
-      if (init.doc_string() == kOnnxStateMarker ||  // written by mpc's exporter
-          (IsFloating(tensor->dtype()) && state_uses.contains(init.name()) && !data_uses.contains(init.name()))) {
-        v = graph_->AddState(init.name(), *std::move(tensor));
-      } else if (trainable && init.doc_string() != kOnnxConstantMarker) {
-        v = graph_->AddParameter(init.name(), *std::move(tensor));
-      } else {
-        v = graph_->AddConstant(init.name(), *std::move(tensor));
+      InitializerFacts& f = facts[init.name()];
+      f.floating = IsFloating(tensor->dtype());
+      f.elements = tensor->num_elements();
+      for (int64_t i = 0; f.floating && f.finite && i < f.elements; ++i) f.finite = std::isfinite(tensor->GetAsDouble(i));
+      if (!tensors.emplace(init.name(), *std::move(tensor)).second) {
+        return Error(absl::StrCat(what, " is defined twice; ONNX value names must be unique"));
       }
-      MPC_RETURN_IF_ERROR(Define(init.name(), v, what));
+    }
+    plan_ = PlanInitializers(g, facts, kOnnxStateMarker, kOnnxConstantMarker);
+    auto add = [&](const std::string& name, const Tensor& value, const InitializerPlan::Decision& decision) {
+      switch (decision.kind) {
+        case InitializerKind::kState:
+          return graph_->AddState(name, value);
+        case InitializerKind::kParameter:
+          return graph_->AddParameter(name, value);
+        case InitializerKind::kConstant:
+          break;
+      }
+      return graph_->AddConstant(name, value);
+    };
+    std::vector<const onnx::TensorProto*> folded;  // defined after the parameters they may derive from
+    for (const auto& init : g.initializer()) {
+      const InitializerPlan::Decision& decision = plan_.decisions.at(init.name());
+      if (decision.folded) {
+        folded.push_back(&init);
+        continue;
+      }
+      Value* v = add(init.name(), tensors.at(init.name()), decision);
+      Report({init.name(), InitializerKindName(decision.kind), decision.reason});
+      MPC_RETURN_IF_ERROR(Define(init.name(), v, absl::StrCat("initializer '", init.name(), "'")));
+    }
+    for (const onnx::TensorProto* init : folded) {
+      MPC_RETURN_IF_ERROR(DeriveFoldedParameter(init->name(), tensors.at(init->name()), plan_.decisions.at(init->name())));
+    }
+    for (const InitializerPlan::Copy& copy : plan_.copies) {
+      if (values_.contains(copy.name)) {
+        return Error(absl::StrCat("initializer '", copy.source, "' is shared where it cannot be (",
+                                  copy.decision.reason, "), and the name '", copy.name,
+                                  "' for its private copy is taken; rename that value"));
+      }
+      Value* v = add(copy.name, tensors.at(copy.source), copy.decision);
+      Report({copy.name, InitializerKindName(copy.decision.kind), copy.decision.reason});
+      MPC_RETURN_IF_ERROR(Define(copy.name, v, absl::StrCat("untied copy of '", copy.source, "'")));
+    }
+    for (const auto& node : g.node()) {
+      for (int i = 0; i < node.input_size(); ++i) {
+        if (node.op_type() == "BatchNormalization" && i >= 3) bn_state_inputs_.insert(node.input(i));
+      }
     }
     return absl::OkStatus();
   }
 
+  // A constant the exporter folded from parameters (graph/onnx_folded_parameters.h): Reshape
+  // or Transpose of a parameter the model has, Expand of a new collapsed parameter, or, when
+  // its values say nothing, a parameter of its own.
+  absl::Status DeriveFoldedParameter(const std::string& name, const Tensor& value,
+                                     const InitializerPlan::Decision& decision) {
+    std::vector<std::pair<std::string, const Tensor*>> parameters;
+    for (Value* p : graph_->ValuesOfKind(ValueKind::kParameter)) parameters.emplace_back(p->name, &p->data);
+    const FoldedDerivation d = mpc::DeriveFoldedParameter(value, parameters);
+    const std::string where = absl::StrCat("initializer '", name, "'");
+    if (d.kind == FoldedDerivation::Kind::kNone) {
+      Value* v = graph_->AddParameter(name, value);
+      Report({name, "trained", decision.reason});
+      return Define(name, v, where);
+    }
+    Value* source = nullptr;
+    if (d.kind == FoldedDerivation::Kind::kExpand) {
+      // Named after the parameter it came from where the fold names one the model no longer has.
+      std::string base_name = absl::StrCat(name, ".base");
+      for (const std::string& from : decision.folded_from) {
+        if (!values_.contains(from) && from.find("val_") != 0 && from.find('.') != std::string::npos) {
+          base_name = from;
+          break;
+        }
+      }
+      base_name = FreshName(base_name);
+      source = graph_->AddParameter(base_name, d.base);
+      Report({base_name, "trained", d.reason});
+      MPC_RETURN_IF_ERROR(Define(base_name, source, where));
+    } else {
+      source = values_.at(d.source);
+    }
+    Report({name, "derived", d.reason});
+    std::vector<Value*> inputs{source};
+    AttrMap attrs;
+    std::string op = "Reshape";
+    if (d.kind == FoldedDerivation::Kind::kTranspose) {
+      op = "Transpose";
+      attrs.Set("perm", std::vector<int64_t>{1, 0});
+    } else {
+      if (d.kind == FoldedDerivation::Kind::kExpand) op = "Expand";
+      const Shape& shape = value.shape();
+      inputs.push_back(graph_->AddConstant(graph_->UniqueName(name + "/shape"),
+                                           Tensor::FromVector<int64_t>({static_cast<int64_t>(shape.size())},
+                                                                       std::vector<int64_t>(shape.begin(), shape.end()))));
+    }
+    auto node = graph_->AddNode(op, std::move(inputs), std::move(attrs), graph_->UniqueName(name + "/derive"), {name});
+    if (!node.ok()) return WithPrefix(node.status(), absl::StrCat(source_, ": ", where, ": "));
+    return Define(name, (*node)->outputs[0], where);
+  }
+
   absl::Status ImportInputs(const onnx::GraphProto& g) {
+    // input_rows[""] is the data of a model's only input (a spec that does not name it).
+    int real_inputs = 0;
+    for (const auto& input : g.input()) real_inputs += !values_.contains(input.name());
     for (const auto& input : g.input()) {
       // Old exporters (IR < 4) list initializers as inputs too; those are weights.
       if (values_.contains(input.name())) continue;
@@ -359,20 +429,40 @@ class Importer {
         if (dim.has_dim_value() && dim.dim_value() < 0) {
           return Error(absl::StrCat(what, " has a negative size ", dim.dim_value(), " at axis ", axis));
         }
+        auto row = options_.input_rows.find(input.name());
+        if (row == options_.input_rows.end() && real_inputs == 1) row = options_.input_rows.find("");
+        const auto named = dim.dim_param().empty() ? bound_dims_.end() : bound_dims_.find(dim.dim_param());
         if (dim.has_dim_value()) {
           shape.push_back(dim.dim_value());
+        } else if (named != bound_dims_.end()) {  // a symbol an earlier input bound
+          shape.push_back(named->second);
+        } else if (axis > 0 && row != options_.input_rows.end() &&
+                   static_cast<int>(row->second.size()) == tt.shape().dim_size() - 1) {
+          const int64_t size = row->second[axis - 1];  // the data's extent binds the symbol
+          if (!dim.dim_param().empty()) {
+            const auto [it, added] = bound_dims_.emplace(dim.dim_param(), size);
+            if (!added && it->second != size) {
+              return Error(absl::StrCat(what, " has dimension '", dim.dim_param(), "' at axis ", axis, " = ", size,
+                                        " in its data, but another input bound '", dim.dim_param(), "' to ",
+                                        it->second, "; the inputs' data must agree"));
+            }
+          }
+          shape.push_back(size);
         } else if (axis == 0) {
           if (options_.batch_size < 1) {
             return Error(absl::StrCat(what, " has a dynamic batch axis 0 and the batch size is ", options_.batch_size,
                                       "; set a batch size of at least 1"));
           }
           shape.push_back(options_.batch_size);
+          if (!dim.dim_param().empty()) bound_dims_.emplace(dim.dim_param(), options_.batch_size);
         } else {
           return Error(absl::StrCat(
               what, " has a dynamic dimension", dim.dim_param().empty() ? "" : absl::StrCat(" '", dim.dim_param(), "'"),
               " at axis ", axis, " (shape ", DimsToString(tt.shape()),
-              "); mpc binds only axis 0 to the batch size and needs every other dimension static. "
-              "Re-export with a fixed size for that axis (remove it from dynamic_axes)"));
+              "); mpc binds axis 0 to the batch size and every other symbolic dimension to the data's "
+              "extent on that axis (mpc-train reads it from the training data), and no data shape was given "
+              "for this input. Train it with data for '", input.name(), "', or re-export with a fixed size "
+              "for that axis (remove it from dynamic_axes / dynamic_shapes)"));
         }
       }
       // Every later size computation multiplies these extents; refuse corrupt ones here.
@@ -482,6 +572,7 @@ class Importer {
   // One node: its op checked against the registry, its inputs resolved, its attributes
   // converted, then either folded into a constant (static shape arithmetic) or added.
   absl::Status ImportNode(const onnx::NodeProto& node, int index) {
+    node_index_ = index;
     const std::string name = NodeName(node, index);
     const std::string& op = node.op_type();
     const std::string where = absl::StrCat("node '", name, "' (", op, ")");
@@ -490,22 +581,32 @@ class Importer {
       return Error(absl::StrCat(where, " is in operator domain '", node.domain(),
                                 "', which mpc does not support; mpc runs ops of the default "
                                 "ONNX domain (opsets ",
-                                kMinOpset, "-", kMaxOpset, ") and its own 'mpc' domain"));
+                                kMinOnnxOpset, "-", kMaxOnnxOpset, ") and its own 'mpc' domain"));
     }
     if (op == "Constant" && !mpc_domain) return ImportConstant(node, where);
     // torch.onnx.export merges equal initializers: a fresh BatchNorm's running statistics can
     // arrive as Identity(weight or bias). They become state of their own with that initial value.
     if (op == "Identity" && node.input_size() == 1 && node.output_size() == 1 &&
-        bn_stats_only_.contains(node.output(0)) && values_.contains(node.input(0))) {
+        bn_state_inputs_.contains(node.output(0)) && values_.contains(node.input(0))) {
       const Value* src = values_.at(node.input(0));
       if (!src->producer && src->kind != ValueKind::kInput && IsFloating(src->dtype)) {
         return Define(node.output(0), graph_->AddState(node.output(0), src->data), where);
       }
     }
     if (!mpc_domain && HasOnnxExpansion(op)) return ImportExpanded(node, name, where);
+    if (!mpc_domain && IsFoldOnlyOp(op)) return ImportFoldOnly(node, name, where);
+    if (!mpc_domain && op == "SplitToSequence") return ImportSplitToSequence(node, where);
+    if (!mpc_domain && op == "SequenceAt") return ImportSequenceAt(node, name, where);
     MPC_RETURN_IF_ERROR(CheckOpSupported(name, op, mpc_domain, where));
     MPC_ASSIGN_OR_RETURN(std::vector<Value*> inputs, ResolveInputs(node, where));
     MPC_ASSIGN_OR_RETURN(AttrMap attrs, ConvertAttributes(node, where));
+    if (!mpc_domain) MPC_RETURN_IF_ERROR(UndoInferenceRewrites(node, where, inputs));
+    if (!mpc_domain && op == "Gather") ReadEmbeddingPaddingIndex(node, attrs);
+    // graph/onnx_opsets.cc: pooling read at opset 19 and later drops a ceil_mode window
+    // that would start in the end padding (graph/ops_conv_util.h).
+    if (!mpc_domain && (op == "MaxPool" || op == "AveragePool") && opset_ >= kPoolingDropsPaddedWindowOpset) {
+      attrs.Set("mpc_ceil_drops_padded_window", int64_t{1});
+    }
     // graph/ops_tensor_fold.cc: static shape arithmetic (Shape -> Gather -> Unsqueeze ->
     // Concat -> Reshape) becomes constants, which the ops needing constant inputs read.
     if (!mpc_domain && node.output_size() == 1 && !node.output(0).empty()) {
@@ -519,8 +620,244 @@ class Importer {
       if (!folded.empty()) {
         return Define(node.output(0), graph_->AddConstant(node.output(0), std::move(folded[0])), where);
       }
+      std::optional<Tensor> computed = FoldConstantInputs(op, inputs, attrs);
+      if (computed) return Define(node.output(0), graph_->AddConstant(node.output(0), *std::move(computed)), where);
     }
     return AddImportedNode(node, name, std::move(inputs), std::move(attrs), where);
+  }
+
+  // onnxscript's optimizer (torch.onnx.export's default optimize=True) rewrites a graph for
+  // inference and tags each rewritten node with the rule (pkg.onnxscript.rewriter.rule_name).
+  // Two of its rules change what training computes:
+  //   FuseBatchNormInto{Conv,ConvTranspose,Gemm} folds a BatchNorm into the weights with its
+  //     running statistics: the batch-statistics normalisation training needs is gone and
+  //     cannot be recovered, so the model is refused with the fix;
+  //   RemoveOptionalBiasFrom{Conv,Gemm} drops a bias that is all zeros, as freshly
+  //     initialised ones are: it is restored as a zero parameter, which PyTorch trains.
+  absl::Status UndoInferenceRewrites(const onnx::NodeProto& node, const std::string& where,
+                                     std::vector<Value*>& inputs) {
+    const OnnxMetadata md = MetadataOf(node);
+    const auto rule = md.find(kOnnxscriptRuleNameKey);
+    if (rule == md.end()) return absl::OkStatus();
+    if (absl::StrContains(rule->second, "FuseBatchNormInto")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source_, ": ", where, " was made by the exporter's optimizer rule '", rule->second,
+          "', which folds a BatchNorm into the layer's weights with its running statistics (an inference "
+          "rewrite): the batch-statistics normalisation the module trains with is not in this file. Re-export "
+          "it for training with torch.onnx.export(model, args, optimize=False)"));
+    }
+    const bool conv = node.op_type() == "Conv", gemm = node.op_type() == "Gemm";
+    if (!absl::StrContains(rule->second, "RemoveOptionalBiasFrom") || !(conv || gemm)) return absl::OkStatus();
+    if (inputs.size() > 2 && inputs[2] != nullptr) return absl::OkStatus();
+    if (inputs.size() < 2 || !inputs[0] || !inputs[1] || inputs[1]->shape.size() < 2) return absl::OkStatus();
+    const Value* w = inputs[1];
+    const int64_t out = conv ? w->shape[0] : (node_attr_trans_b(node) ? w->shape[0] : w->shape[1]);
+    // Named after the bias placeholder its FX node names (%p_fc_bias -> fc_bias) that no
+    // initializer carries any more.
+    std::string bias_name = absl::StrCat(NodeName(node, node_index_), ".bias");
+    const auto fx = md.find(kTorchFxNodeKey);
+    if (fx != md.end()) {
+      static const std::regex kBias("%(p_[A-Za-z0-9_]*bias)\\b");
+      for (std::sregex_iterator it(fx->second.begin(), fx->second.end(), kBias), end; it != end; ++it) {
+        if (!plan_.present_placeholders.count((*it)[1].str())) {
+          bias_name = (*it)[1].str().substr(2);
+          break;
+        }
+      }
+    }
+    bias_name = FreshName(bias_name);
+    Value* bias = graph_->AddParameter(bias_name, Tensor(w->dtype, {out}));
+    Report({bias_name, "trained",
+            absl::StrCat("a zero bias the exporter's optimizer removed ('", rule->second, "'), restored")});
+    MPC_RETURN_IF_ERROR(Define(bias_name, bias, absl::StrCat("restored bias of ", where)));
+    inputs.resize(3, nullptr);
+    inputs[2] = bias;
+    return absl::OkStatus();
+  }
+
+  // nn.Embedding(padding_idx=p) exports as a plain Gather; the dynamo exporter's FX
+  // metadata still shows aten.embedding's third argument. mpc's Gather gradient then leaves
+  // row p untouched (attribute mpc_padding_idx), as PyTorch does.
+  static void ReadEmbeddingPaddingIndex(const onnx::NodeProto& node, AttrMap& attrs) {
+    const OnnxMetadata md = MetadataOf(node);
+    const auto fx = md.find(kTorchFxNodeKey);
+    if (fx == md.end()) return;
+    static const std::regex kEmbedding(R"(aten\.embedding\.default\]\(args = \(%\w+, %\w+, (-?\d+))");
+    std::smatch match;
+    if (!std::regex_search(fx->second, match, kEmbedding)) return;
+    const int64_t padding = std::stoll(match[1].str());
+    if (padding >= 0) attrs.Set("mpc_padding_idx", padding);
+  }
+
+  static bool node_attr_trans_b(const onnx::NodeProto& node) {
+    for (const auto& a : node.attribute()) {
+      if (a.name() == "transB") return a.i() != 0;
+    }
+    return false;
+  }
+
+  // GatherND of data the model computes or trains (Swin's relative-position bias table) at
+  // constant indices: a Gather of the data viewed as [D0*...*Dk-1, rest] at the flattened
+  // indices, which autodiff differentiates. nullptr when the indices are not constant.
+  absl::StatusOr<Value*> GatherNdAsGather(const std::vector<Value*>& inputs, const AttrMap& attrs,
+                                          const std::string& name, const std::string& where) {
+    if (inputs.size() != 2 || !inputs[0] || !inputs[1] || attrs.GetInt("batch_dims", 0) != 0) return nullptr;
+    const Value* indices = inputs[1];
+    if (indices->kind != ValueKind::kConstant || indices->shape.empty()) return nullptr;
+    Value* data = inputs[0];
+    const int64_t k = indices->shape.back();
+    const int64_t rank = static_cast<int64_t>(data->shape.size());
+    if (k < 1 || k > rank) return Error(absl::StrCat(where, ": index tuples of ", k, " for data of rank ", rank));
+    int64_t rows = 1;
+    Shape viewed{1};
+    for (int64_t d = 0; d < k; ++d) rows *= data->shape[d];
+    viewed[0] = rows;
+    for (int64_t d = k; d < rank; ++d) viewed.push_back(data->shape[d]);
+    const Shape out_rows(indices->shape.begin(), indices->shape.end() - 1);
+    Tensor flat(DType::kI64, out_rows);
+    for (int64_t t = 0; t < flat.num_elements(); ++t) {
+      int64_t at = 0;
+      for (int64_t d = 0; d < k; ++d) {
+        int64_t i = static_cast<int64_t>(indices->data.GetAsDouble(t * k + d));
+        if (i < 0) i += data->shape[d];
+        if (i < 0 || i >= data->shape[d]) return Error(absl::StrCat(where, ": index ", i, " out of range"));
+        at = at * data->shape[d] + i;
+      }
+      flat.data<int64_t>()[t] = at;
+    }
+    GraphBuilder b(graph_.get(), name + "/");
+    Value* rows_view = b.Reshape(data, viewed);
+    Value* gathered = b.Op("Gather", {rows_view, graph_->AddConstant(graph_->UniqueName(name + "/rows"), flat)});
+    MPC_RETURN_IF_ERROR(b.status());
+    return gathered;
+  }
+
+  // torch.split in an un-optimized dynamo export: SplitToSequence, then SequenceAt with a
+  // constant position for each part. mpc has no sequence values; it records the split and
+  // imports each SequenceAt as the Slice (and, with keepdims 0, Squeeze) of that part.
+  struct SplitSequence {
+    Value* input = nullptr;
+    int64_t axis = 0;
+    std::vector<int64_t> starts, sizes;
+    bool squeeze = false;
+  };
+
+  absl::Status ImportSplitToSequence(const onnx::NodeProto& node, const std::string& where) {
+    MPC_ASSIGN_OR_RETURN(std::vector<Value*> inputs, ResolveInputs(node, where));
+    MPC_ASSIGN_OR_RETURN(AttrMap attrs, ConvertAttributes(node, where));
+    if (inputs.empty() || !inputs[0] || node.output_size() != 1) {
+      return Error(absl::StrCat(where, ": SplitToSequence needs an input and one output"));
+    }
+    SplitSequence seq;
+    seq.input = inputs[0];
+    const int64_t rank = static_cast<int64_t>(seq.input->shape.size());
+    seq.axis = attrs.GetInt("axis", 0);
+    if (seq.axis < 0) seq.axis += rank;
+    if (seq.axis < 0 || seq.axis >= rank) return Error(absl::StrCat(where, ": axis out of range"));
+    const int64_t extent = seq.input->shape[seq.axis];
+    const Value* split = inputs.size() > 1 ? inputs[1] : nullptr;
+    if (split && split->kind != ValueKind::kConstant) {
+      return absl::UnimplementedError(absl::StrCat(source_, ": ", where, ": the split sizes must be constant"));
+    }
+    if (!split) {
+      seq.sizes.assign(extent, 1);
+      seq.squeeze = attrs.GetInt("keepdims", 1) == 0;
+    } else if (split->data.num_elements() == 1 && split->shape.empty()) {
+      const int64_t size = static_cast<int64_t>(split->data.GetAsDouble(0));
+      if (size < 1) return Error(absl::StrCat(where, ": split size ", size, " must be positive"));
+      for (int64_t at = 0; at < extent; at += size) seq.sizes.push_back(std::min(size, extent - at));
+    } else {
+      for (int64_t i = 0; i < split->data.num_elements(); ++i) {
+        seq.sizes.push_back(static_cast<int64_t>(split->data.GetAsDouble(i)));
+      }
+    }
+    int64_t at = 0;
+    for (int64_t size : seq.sizes) seq.starts.push_back(at), at += size;
+    if (at != extent) {
+      return Error(absl::StrCat(where, ": the split sizes add up to ", at, ", not the axis extent ", extent));
+    }
+    sequences_[node.output(0)] = seq;
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportSequenceAt(const onnx::NodeProto& node, const std::string& name, const std::string& where) {
+    if (node.input_size() != 2 || node.output_size() != 1) {
+      return Error(absl::StrCat(where, ": SequenceAt takes a sequence and a position"));
+    }
+    const auto seq = sequences_.find(node.input(0));
+    if (seq == sequences_.end()) {
+      return absl::UnimplementedError(absl::StrCat(source_, ": ", where, ": input '", node.input(0),
+                                                   "' is not a SplitToSequence output; mpc reads sequences only "
+                                                   "as the parts of a split"));
+    }
+    const auto position = values_.find(node.input(1));
+    if (position == values_.end() || position->second->kind != ValueKind::kConstant) {
+      return absl::UnimplementedError(absl::StrCat(source_, ": ", where, ": the position must be a constant"));
+    }
+    const SplitSequence& s = seq->second;
+    int64_t k = static_cast<int64_t>(position->second->data.GetAsDouble(0));
+    const int64_t parts = static_cast<int64_t>(s.sizes.size());
+    if (k < 0) k += parts;
+    if (k < 0 || k >= parts) return Error(absl::StrCat(where, ": position out of range for ", parts, " parts"));
+    GraphBuilder b(graph_.get(), name + "/");
+    auto ints = [&](std::vector<int64_t> v) {
+      return graph_->AddConstant(graph_->UniqueName(name + "/i"),
+                                 Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v));
+    };
+    Value* part = b.Op("Slice", {s.input, ints({s.starts[k]}), ints({s.starts[k] + s.sizes[k]}), ints({s.axis})});
+    if (s.squeeze) part = b.Op("Squeeze", {part, ints({s.axis})});
+    MPC_RETURN_IF_ERROR(b.status());
+    if (!graph_->FindValue(node.output(0))) MPC_RETURN_IF_ERROR(graph_->RenameValue(part, node.output(0)));
+    return Define(node.output(0), part, where);
+  }
+
+  // A node whose every input is a constant (no parameter, no graph input), computed now
+  // (graph/onnx_fold_constants.h), or nullopt.
+  std::optional<Tensor> FoldConstantInputs(const std::string& op, const std::vector<Value*>& inputs,
+                                           const AttrMap& attrs) const {
+    std::vector<const Tensor*> data;
+    for (const Value* v : inputs) {
+      if (v == nullptr) {
+        data.push_back(nullptr);
+        continue;
+      }
+      if (v->kind != ValueKind::kConstant || (v->data.empty() && NumElements(v->shape) > 0)) return std::nullopt;
+      data.push_back(&v->data);
+    }
+    while (!data.empty() && data.back() == nullptr) data.pop_back();
+    return FoldConstantMath(op, data, attrs);
+  }
+
+  // An op mpc reads only on constant inputs: computed into a constant, or an error naming
+  // the input that is not constant.
+  absl::Status ImportFoldOnly(const onnx::NodeProto& node, const std::string& name, const std::string& where) {
+    MPC_ASSIGN_OR_RETURN(std::vector<Value*> inputs, ResolveInputs(node, where));
+    MPC_ASSIGN_OR_RETURN(AttrMap attrs, ConvertAttributes(node, where));
+    if (node.output_size() != 1 || node.output(0).empty()) {
+      return Error(absl::StrCat(where, " must have exactly one output"));
+    }
+    std::optional<Tensor> computed = FoldConstantInputs(node.op_type(), inputs, attrs);
+    if (computed) return Define(node.output(0), graph_->AddConstant(node.output(0), *std::move(computed)), where);
+    if (node.op_type() == "GatherND") {
+      MPC_ASSIGN_OR_RETURN(Value * gathered, GatherNdAsGather(inputs, attrs, name, where));
+      if (gathered) {
+        if (!graph_->FindValue(node.output(0))) MPC_RETURN_IF_ERROR(graph_->RenameValue(gathered, node.output(0)));
+        return Define(node.output(0), gathered, where);
+      }
+    }
+    std::string computed_input;
+    for (const Value* v : inputs) {
+      if (v && v->kind != ValueKind::kConstant) {
+        computed_input = v->name;
+        break;
+      }
+    }
+    return absl::UnimplementedError(absl::StrCat(
+        source_, ": ", where, ": mpc reads ", node.op_type(),
+        " only on constant inputs (buffers it computes once, at import), and ",
+        computed_input.empty() ? std::string("these dtypes or sizes are not computed there")
+                               : absl::StrCat("input '", computed_input, "' is computed by the model or trained"),
+        "; mpc has no ", node.op_type(), " kernel. Ops it runs: ", SupportedOps()));
   }
 
   // An op imported as a small graph of mpc's ops (graph/onnx_expand.h); its output keeps
@@ -530,7 +867,14 @@ class Importer {
     MPC_ASSIGN_OR_RETURN(AttrMap attrs, ConvertAttributes(node, where));
     auto outputs = ExpandOnnxNode(*graph_, node.op_type(), name, inputs, attrs);
     if (!outputs.ok()) return WithPrefix(outputs.status(), absl::StrCat(source_, " (opset ", opset_, "): "));
-    if (node.output_size() != 1) return Error(absl::StrCat(where, " must have exactly one output"));
+    for (int i = 1; i < node.output_size(); ++i) {
+      if (!node.output(i).empty()) {
+        return absl::UnimplementedError(absl::StrCat(source_, ": ", where, ": optional output ", i, " '",
+                                                     node.output(i), "' is not supported; mpc imports ",
+                                                     node.op_type(), " with its first output only"));
+      }
+    }
+    if (node.output_size() < 1) return Error(absl::StrCat(where, " must have an output"));
     Value* out = (*outputs)[0];
     if (!node.output(0).empty() && !graph_->FindValue(node.output(0))) {
       MPC_RETURN_IF_ERROR(graph_->RenameValue(out, node.output(0)));
@@ -555,6 +899,8 @@ class Importer {
       if (node.op_type() == "Constant" && !mpc_domain) continue;  // imported as a value
       if (OpRegistry::Global().Find(node.op_type()) != nullptr) continue;
       if (!mpc_domain && HasOnnxExpansion(node.op_type())) continue;  // graph/onnx_expand.h
+      if (!mpc_domain && IsFoldOnlyOp(node.op_type())) continue;      // graph/onnx_fold_constants.h
+      if (!mpc_domain && (node.op_type() == "SplitToSequence" || node.op_type() == "SequenceAt")) continue;
       Use& use = missing[node.op_type()];
       if (use.count++ == 0) {
         use.first_node = NodeName(node, i);
@@ -601,7 +947,8 @@ class Importer {
         inputs.push_back(nullptr);
         continue;
       }
-      auto it = values_.find(in);
+      const auto redirect = plan_.redirects.find({node_index_, i});
+      auto it = values_.find(redirect == plan_.redirects.end() ? in : redirect->second);
       if (it == values_.end()) {
         return Error(absl::StrCat(where, ": input ", i, " '", in,
                                   "' is not a graph input, an initializer or the output of an "
@@ -715,7 +1062,11 @@ class Importer {
   int64_t opset_ = 0;
   absl::flat_hash_map<std::string, Value*> values_;  // ONNX value name -> Value
   absl::flat_hash_set<std::string> node_names_;
-  absl::flat_hash_set<std::string> bn_stats_only_;  // used only as BatchNormalization input_mean/var
+  absl::flat_hash_map<std::string, SplitSequence> sequences_;  // SplitToSequence outputs
+  absl::flat_hash_map<std::string, int64_t> bound_dims_;  // dim_param -> size bound from an input's data
+  absl::flat_hash_set<std::string> bn_state_inputs_;  // read as some BatchNormalization's input_mean/var
+  InitializerPlan plan_;
+  int node_index_ = -1;  // the node being imported (plan_.redirects is keyed by it)
 };
 
 // The tensors of the main graph that can hold external data: initializers and the
@@ -798,8 +1149,14 @@ absl::StatusOr<onnx::ModelProto> ParseModel(const std::string& data, const std::
   }
   // Our own opset check first: its message says how to fix the model, while the
   // checker's messages for an unsupported opset are about individual ops.
-  MPC_RETURN_IF_ERROR(CheckOpsets(model, path).status());
+  MPC_ASSIGN_OR_RETURN(const int64_t opset, CheckOpsets(model, path));
   MPC_ASSIGN_OR_RETURN(bool external, CheckExternalData(model, path, model_dir));
+  // Debian's ONNX 1.12 checker knows opsets up to 17 and IR versions up to 8: a newer
+  // model (every torch.onnx.export since PyTorch 2.8) is one it would refuse for its
+  // version alone, or check against older schemas. Such models are checked by the import
+  // itself (topological order, unique names, shapes and dtypes by mpc's own inference, each
+  // op's definition by graph/onnx_opsets.h).
+  if (opset > kOnnxCheckerMaxOpset || model.ir_version() > kOnnxCheckerMaxIrVersion) return model;
   try {
     if (external) {
       // ONNX 1.12's checker looks for each data file relative to the working directory
@@ -828,6 +1185,17 @@ absl::StatusOr<onnx::ModelProto> ParseModel(const std::string& data, const std::
 }
 
 }  // namespace
+
+absl::Status CheckOnnxModel(const onnx::ModelProto& model, const std::string& source_name) {
+  MPC_ASSIGN_OR_RETURN(const int64_t opset, CheckOpsets(model, source_name));
+  if (opset > kOnnxCheckerMaxOpset || model.ir_version() > kOnnxCheckerMaxIrVersion) return absl::OkStatus();
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": the ONNX checker rejects the model: ", e.what()));
+  }
+  return absl::OkStatus();
+}
 
 std::string ModelDirectory(const std::string& model_path) {
   const std::string dir = std::filesystem::path(model_path).parent_path().string();

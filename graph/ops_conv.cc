@@ -172,7 +172,7 @@ Types InferConvGradWeight(const Node& n) {
 AttrMap WindowAttrs(const Node& n) {
   AttrMap a;
   for (const char* name : {"strides", "pads", "dilations", "group", "auto_pad", "kernel_shape", "ceil_mode",
-                           "count_include_pad", "storage_order", "mpc_channels_last"}) {
+                           "count_include_pad", "storage_order", "mpc_channels_last", "mpc_ceil_drops_padded_window"}) {
     auto it = n.attrs.all().find(name);
     if (it != n.attrs.all().end()) a.Set(name, it->second);
   }

@@ -90,6 +90,11 @@ absl::StatusOr<Window> ResolveWindow(const Node& n, const std::vector<int64_t>& 
         // declared shapes): a last window starting in the end padding is kept, and sees
         // no input. PyTorch itself drops it; see ops_conv_util.h.
         w.out[i] = CeilDiv(span, s) + 1;
+        // Opset 19 and later (the importer marks such nodes): ONNX, like PyTorch, drops a
+        // last window that would start in the end padding.
+        if (n.attrs.GetInt("mpc_ceil_drops_padded_window", 0) != 0 && (w.out[i] - 1) * s >= in[i] + w.pad_begin[i]) {
+          --w.out[i];
+        }
       } else {
         w.out[i] = span / s + 1;
       }

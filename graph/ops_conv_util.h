@@ -5,7 +5,9 @@
 // as ONNX 1.12's shape inference (and so the output shapes torch.onnx.export declares)
 // computes it. PyTorch itself drops a last window that starts at or past the end of the
 // input (inside the end padding); ONNX keeps it, and such a window sees no input: the
-// pooling kernels give 0 there (MaxPool and AveragePool) and route no gradient.
+// pooling kernels give 0 there (MaxPool and AveragePool) and route no gradient. ONNX's
+// opset 19+ definitions drop it as PyTorch does: the importer marks those nodes
+// (mpc_ceil_drops_padded_window), and the window arithmetic then drops it too.
 // Also the channels-last form (attribute mpc_channels_last, set by passes/channels_last.h)
 // of Conv, its gradient ops and BatchNormalization: the channel axis last instead of 1.
 #pragma once

@@ -112,6 +112,13 @@ Grads GradTranspose(GraphBuilder& b, const Node& n, const std::vector<Value*>& d
 Types InferCast(const Node& n) {
   if (!n.attrs.Has("to")) return absl::InvalidArgumentError("Cast needs the attribute 'to'");
   MPC_ASSIGN_OR_RETURN(DType to, DTypeFromOnnx(static_cast<int32_t>(n.attrs.GetInt("to", 0))));
+  // Opset 19's saturate: 1 (the default) clamps out-of-range values to the float8 format's
+  // largest, as mpc's casts do; 0 (overflow to inf/NaN) is not what they compute.
+  if ((to == DType::kF8E4M3 || to == DType::kF8E5M2) && n.attrs.GetInt("saturate", 1) == 0) {
+    return absl::UnimplementedError(absl::StrCat("Cast node '", n.name,
+                                                 "': saturate = 0 to a float8 type is not supported; mpc's float8 "
+                                                 "casts saturate (saturate = 1, the default)"));
+  }
   return std::vector<TensorType>{{to, n.inputs[0]->shape}};
 }
 

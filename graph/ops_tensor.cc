@@ -203,7 +203,20 @@ Grads GradGather(GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) 
   AttrMap attrs;
   attrs.Set("axis", axis < 0 ? axis + static_cast<int64_t>(shape.size()) : axis);
   attrs.Set("shape", shape);
-  return std::vector<Value*>{b.Op("GatherGrad", {dy[0], n.inputs[1]}, std::move(attrs)), nullptr};
+  Value* grad = b.Op("GatherGrad", {dy[0], n.inputs[1]}, std::move(attrs));
+  // An embedding with a padding index (nn.Embedding(padding_idx=p), which an ONNX Gather
+  // cannot say and the importer reads from the exporter's FX metadata): its row p gets no
+  // gradient, as in PyTorch.
+  const int64_t padding = n.attrs.GetInt("mpc_padding_idx", -1);
+  if (padding >= 0 && padding < shape[0] && grad) {
+    Shape rows(shape.size(), 1);
+    rows[0] = shape[0];
+    Tensor keep(DType::kF64, rows);
+    for (int64_t r = 0; r < shape[0]; ++r) keep.data<double>()[r] = r == padding ? 0.0 : 1.0;
+    Graph& g = *b.graph();
+    grad = b.Mul(grad, g.AddConstant(g.UniqueName(n.name + "/padding_row"), keep.CastTo(grad->dtype)));
+  }
+  return std::vector<Value*>{grad, nullptr};
 }
 
 // GatherGrad(dY, indices) attrs axis, shape: zeros of `shape` with dY's slices added

@@ -88,6 +88,23 @@ absl::StatusOr<bool> AttachLossPass::Run(Graph& g) {
     Value* flat_labels = labels;
     if (!label_row.empty()) {
       const int64_t rows = NumElements(label_shape);
+      // Logits with the labels' shape and a class axis ([batch, positions, classes], as a
+      // language model returns them; PyTorch users flatten them in the loss call) are
+      // flattened here to [batch*positions, classes]: the same bytes, a view.
+      Shape per_position = label_shape;
+      if (logits->shape.size() == label_shape.size() + 1) per_position.push_back(logits->shape.back());
+      if (logits->shape == per_position) {
+        logits = b.Reshape(logits, {rows, logits->shape.back()});
+      } else if (logits->shape.size() == label_shape.size() + 1 && logits->shape[0] == label_shape[0] &&
+                 Shape(logits->shape.begin() + 2, logits->shape.end()) == label_row) {
+        // Classes on axis 1 ([batch, classes, H, W], a segmentation head, as PyTorch's
+        // CrossEntropyLoss takes them): moved last, then flattened.
+        const int64_t classes = logits->shape[1];
+        std::vector<int64_t> perm{0};
+        for (int64_t d = 2; d < static_cast<int64_t>(logits->shape.size()); ++d) perm.push_back(d);
+        perm.push_back(1);
+        logits = b.Reshape(b.Transpose(logits, perm), {rows, classes});
+      }
       if (logits->shape.size() != 2 || logits->shape[0] != rows) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the labels have one class per position (", ShapeToString(label_shape), " per batch) but output '",

@@ -96,9 +96,15 @@ std::string CompileReportJson(const Program& p) {
           : absl::StrCat("\"training\":{\"frozen\":[", absl::StrJoin(frozen, ","), "],\"updates\":[",
                          absl::StrJoin(updates, ","), "],\"accumulate_steps\":", r.grad_accumulation.steps,
                          ",\"ema\":[", absl::StrJoin(averaged, ","), "],\"data_parallel\":", DataParallelJson(r), "},");
+  // How the importer classified every initializer (graph/onnx_initializer_roles.h).
+  std::vector<std::string> initializers;
+  for (const InitializerRole& role : p.initializer_roles) {
+    initializers.push_back(absl::StrFormat("{\"name\":\"%s\",\"kind\":\"%s\",\"reason\":\"%s\"}",
+                                           JsonEscape(role.name), role.kind, JsonEscape(role.reason)));
+  }
   const MemoryPlan& m = r.memory_plan.plan;
   return absl::StrCat(
-      "{", training, "\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
+      "{", training, "\"initializers\":[", absl::StrJoin(initializers, ","), "],", "\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", r.autocast.casts_inserted,
                       DTypeName(r.autocast.compute_dtype)),
       "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"fused_softmax\":[", absl::StrJoin(softmax, ","), "],",
@@ -222,6 +228,14 @@ std::string CompileSummaryText(const Program& p) {
     for (const auto& [op, count] : by_op) counts.push_back(absl::StrCat(count, " ", op));
     absl::StrAppendFormat(&out, "tf32: %d f32 GEMMs/convolutions run in TF32%s\n", r.tf32.marked.size(),
                           counts.empty() ? "" : absl::StrCat(" (", absl::StrJoin(counts, ", "), ")"));
+  }
+  // Every initializer, grouped by what the import made of it and why.
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> roles;
+  for (const InitializerRole& role : p.initializer_roles) roles[{role.kind, role.reason}].push_back(role.name);
+  for (const auto& [kind_reason, names] : roles) {
+    absl::StrAppendFormat(&out, "import: %d %s (%s): %s\n", names.size(),
+                          kind_reason.first == "trained" ? "trained" : absl::StrCat("not trained, ", kind_reason.first),
+                          kind_reason.second, absl::StrJoin(names, ", "));
   }
   if (!r.autodiff.frozen.empty()) {
     absl::StrAppendFormat(&out, "autodiff: %d parameters frozen (no gradient, no update): %s\n",

@@ -90,6 +90,16 @@ int Compile() {
   }
   options.world_size = options.training ? ranks : 1;
   options.batch_size = spec->batch_size() / options.world_size;
+  // The training data's shapes, as mpc-train reads them: one class per position for a
+  // sequence model's labels, and the extents that bind the model's symbolic dimensions.
+  if (spec->has_train_data()) {
+    auto data = mpc::LoadDataSource(spec->train_data(), spec_dir, "train_data");
+    if (!data.ok()) return Fail(std::string(data.status().message()));
+    auto row = [](const mpc::Tensor& t) { return mpc::Shape(t.shape().begin() + 1, t.shape().end()); };
+    if (spec->loss().type() == mpc::LossSpec::SOFTMAX_CROSS_ENTROPY) options.label_row = row(data->labels);
+    options.input_rows[spec->features_input()] = row(data->features);
+    for (const mpc::NamedArray& more : data->more_inputs) options.input_rows[more.input] = row(more.values);
+  }
   options.pipeline.dump_after = absl::GetFlag(FLAGS_dump_after);
   options.pipeline.dump_dir = absl::GetFlag(FLAGS_dump_dir);
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_disable_passes), ',', absl::SkipEmpty())) {

@@ -23,7 +23,9 @@
 // Any FAIL fails the test. The table of all cases and the counts per status are printed
 // and written to <build>/onnx_node_conformance.txt.
 //
-// MPC_ONNX_NODE_TESTS=DIR overrides the case directory (DIR/test_*/model.onnx).
+// MPC_ONNX_NODE_TESTS=DIR overrides the case directory (DIR/test_*/model.onnx). The cases at
+// opsets 18-23 (onnx 1.23) are committed in tests/conformance/onnx_node_18_23 and run too,
+// named opset18_23/test_*.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -74,14 +76,27 @@ std::string CaseDir() {
   return env && *env ? std::string(env) : std::string(MPC_ONNX_NODE_TEST_DIR);
 }
 
+// The cases at opsets 18-23, from onnx 1.23 (Debian's 1.12 stops at 17), are committed:
+// tools/onnx_node_tests/gen_onnx_node_tests_18_23.py. Their names carry this prefix.
+constexpr char kNewOpsetPrefix[] = "opset18_23/";
+
+std::string NewOpsetCaseDir() { return std::string(MPC_SOURCE_DIR) + "/tests/conformance/onnx_node_18_23"; }
+
+fs::path CasePath(const std::string& name) {
+  if (absl::StartsWith(name, kNewOpsetPrefix)) return fs::path(NewOpsetCaseDir()) / name.substr(strlen(kNewOpsetPrefix));
+  return fs::path(CaseDir()) / name;
+}
+
 std::vector<std::string> DiscoverCases() {
   std::vector<std::string> cases;
   std::error_code ec;
-  const std::string dir = CaseDir();
-  if (dir.empty() || !fs::is_directory(dir, ec)) return cases;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_directory() && fs::exists(entry.path() / "model.onnx")) {
-      cases.push_back(entry.path().filename().string());
+  for (const auto& [dir, prefix] : {std::pair<std::string, std::string>{CaseDir(), ""},
+                                    std::pair<std::string, std::string>{NewOpsetCaseDir(), kNewOpsetPrefix}}) {
+    if (dir.empty() || !fs::is_directory(dir, ec)) continue;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (entry.is_directory() && fs::exists(entry.path() / "model.onnx")) {
+        cases.push_back(prefix + entry.path().filename().string());
+      }
     }
   }
   std::sort(cases.begin(), cases.end());
@@ -179,8 +194,34 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadTensors(const fs
 
 // ---- Comparison ---------------------------------------------------------------------
 
+// Cases whose reference is less precise than the comparison below, by name, with why; for
+// them only ONNX's own element-wise tolerance applies, and 16-bit outputs may differ by two
+// ulps. Each was looked at: mpc's result is the more exact one.
+struct LooserCase {
+  const char* name;
+  const char* why;
+};
+constexpr LooserCase kLooserCases[] = {
+    // The expected output is written with four decimals (0.2841 for 2.5564 / 9).
+    {"opset18_23/test_averagepool_2d_ceil_last_window_starts_on_pad", "expected values rounded to 4 decimals"},
+    // ONNX's reference rounds Q*sqrt(scale), K*sqrt(scale), the scores and the probabilities
+    // to the 16-bit dtype; mpc computes 16-bit attention in f32 and rounds once.
+    {"opset18_23/test_attention_4d_causal_bf16", "16-bit intermediates rounded by the reference"},
+    {"opset18_23/test_attention_4d_attn_mask_causal_bf16", "16-bit intermediates rounded by the reference"},
+    {"opset18_23/test_attention_3d_causal_bf16", "16-bit intermediates rounded by the reference"},
+    {"opset18_23/test_attention_4d_causal_fp16", "16-bit intermediates rounded by the reference"},
+};
+
+bool IsLooserCase(const std::string& name) {
+  for (const LooserCase& c : kLooserCases) {
+    if (name == c.name) return true;
+  }
+  return false;
+}
+
 // Empty when `got` matches `want`; otherwise why not (the largest error and where).
-std::string Mismatch(const Tensor& got, const Tensor& want) {
+// `looser`: see kLooserCases.
+std::string Mismatch(const Tensor& got, const Tensor& want, bool looser = false) {
   if (got.dtype() != want.dtype()) {
     return absl::StrCat("dtype ", DTypeName(got.dtype()), ", expected ", DTypeName(want.dtype()));
   }
@@ -201,7 +242,8 @@ std::string Mismatch(const Tensor& got, const Tensor& want) {
   }
   // bf16 results may differ from the reference by one bf16 ulp (2^-7 relative, above ONNX's
   // 1e-3): ONNX 1.12's FLOAT_to_BFLOAT16 reference truncates, mpc rounds to nearest even.
-  const double rtol = want.dtype() == DType::kBF16 ? kRtolBf16 : kRtol;
+  const bool sixteen_bit = want.dtype() == DType::kBF16 || want.dtype() == DType::kF16;
+  const double rtol = (want.dtype() == DType::kBF16 ? kRtolBf16 : kRtol) * (looser && sixteen_bit ? 2 : 1);
   double max_err = 0, diff2 = 0, ref2 = 0;
   int64_t worst = -1, bad = 0, first_bad = -1;
   for (int64_t i = 0; i < n; ++i) {
@@ -228,7 +270,7 @@ std::string Mismatch(const Tensor& got, const Tensor& want) {
     bad += !ok;
   }
   const double norm_rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-  const bool norm_checked = want.dtype() == DType::kF32 || want.dtype() == DType::kF64;
+  const bool norm_checked = !looser && (want.dtype() == DType::kF32 || want.dtype() == DType::kF64);
   if (bad == 0 && (!norm_checked || norm_rel < kNormRel)) return "";
   std::string why = absl::StrFormat(
       "max |error| %.3g at element %d (got %.9g, expected %.9g); "
@@ -341,7 +383,7 @@ constexpr ConfigSlot kConfigSlots[] = {
     {"Slice", 2},           {"Slice", 3},  {"Slice", 4},  {"Split", 1},   {"ReduceSum", 1}, {"Dropout", 1},
     {"Dropout", 2},         {"Clip", 1},   {"Clip", 2},   {"Pad", 1},     {"Pad", 2},       {"Pad", 3},
     {"ConstantOfShape", 0}, {"Range", 0},  {"Range", 1},  {"Range", 2},   {"OneHot", 1},    {"TopK", 1},
-    {"CumSum", 1},          {"Resize", 1}, {"Resize", 2}, {"Resize", 3},
+    {"CumSum", 1},          {"Resize", 1}, {"Resize", 2}, {"Resize", 3},  {"ReduceMean", 1}, {"Trilu", 1},
 };
 
 bool IsConfigSlot(const std::string& op, int index) {
@@ -373,7 +415,7 @@ CaseResult RunCase(const std::string& name) {
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     return r;
   };
-  const fs::path dir = fs::path(CaseDir()) / name;
+  const fs::path dir = CasePath(name);
   onnx::ModelProto model;
   {
     std::ifstream in(dir / "model.onnx", std::ios::binary);
@@ -394,13 +436,14 @@ CaseResult RunCase(const std::string& name) {
   if (!unregistered.empty()) {
     return done("SKIP", absl::StrCat("not claimed: op ", absl::StrJoin(unregistered, ", "), " not registered"));
   }
-  // The importer decides about the opset: an opset below 13 is read as 17 when every op
-  // in the model has kept its definition since (Conv at 11, Xor at 7); otherwise its
-  // rejection, which names the op that changed, makes the case UNSUPPORTED.
+  // The importer decides about the opset, op by op (graph/onnx_opsets.h): a case whose op
+  // means, at the case's opset, a definition mpc does not read (Softmax-11, an opset below
+  // the table's first row) is rejected with a message naming it, which makes it UNSUPPORTED.
   // Import + compile happen on the first Run; their Unimplemented errors are UNSUPPORTED.
   auto classify = [&](const absl::Status& st, const std::string& stage) {
     const bool unsupported =
-        st.code() == absl::StatusCode::kUnimplemented || absl::StrContains(st.message(), "; mpc supports opsets ");
+        st.code() == absl::StatusCode::kUnimplemented || absl::StrContains(st.message(), "whose definition there mpc does not read") ||
+        absl::StrContains(st.message(), "; mpc reads opsets up to");
     return done(unsupported ? "UNSUPPORTED" : "FAIL",
                 absl::StrCat(stage, ": ", absl::StatusCodeToString(st.code()), ": ", st.message()));
   };
@@ -479,7 +522,7 @@ CaseResult RunCase(const std::string& name) {
       return done("FAIL", absl::StrCat(outputs->size(), " outputs, expected ", expected->size()));
     }
     for (size_t k = 0; k < expected->size(); ++k) {
-      const std::string why = Mismatch((*outputs)[k].value, (*expected)[k].second);
+      const std::string why = Mismatch((*outputs)[k].value, (*expected)[k].second, IsLooserCase(name));
       if (!why.empty()) {
         return done("FAIL", absl::StrCat("data set ", s, " output ", k, " '", (*outputs)[k].name, "': ", why));
       }
@@ -519,6 +562,13 @@ class ReportEnvironment : public ::testing::Environment {
     std::string summary = absl::StrFormat(
         "ONNX node tests: %d cases: PASS %d, FAIL %d, UNSUPPORTED %d, SKIP (not claimed) %d; %.1f s in cases\n",
         results.size(), counts["PASS"], counts["FAIL"], counts["UNSUPPORTED"], counts["SKIP"], total_ms / 1000);
+    std::map<std::string, int> newer;  // the opset 18-23 cases alone
+    int newer_total = 0;
+    for (const CaseResult& r : results) {
+      if (absl::StartsWith(r.name, kNewOpsetPrefix)) ++newer[r.status], ++newer_total;
+    }
+    summary += absl::StrFormat("  of which opsets 18-23 (onnx 1.23): %d cases: PASS %d, FAIL %d, UNSUPPORTED %d, SKIP %d\n",
+                               newer_total, newer["PASS"], newer["FAIL"], newer["UNSUPPORTED"], newer["SKIP"]);
     std::printf("%s%s", table.str().c_str(), summary.c_str());
     const std::string report = MPC_CONFORMANCE_REPORT;
     if (!report.empty()) {

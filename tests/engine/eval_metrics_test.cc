@@ -186,5 +186,37 @@ TEST(EvalMetricsTest, BinaryCrossEntropyMatchesTheReference) {
   EXPECT_LT(m.perplexity, 0);
 }
 
+// Segmentation logits [batch, classes, H, W]: the same metrics as the same values laid out
+// classes-last, [batch, H, W, classes].
+TEST(EvalMetricsTest, ClassesOnAxisOneScoreAsClassesLast) {
+  const int64_t batch = 2, classes = 3, positions = 4;  // H x W = 2 x 2
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  Tensor first(DType::kF32, {batch, classes, 2, 2}), last(DType::kF32, {batch, 2, 2, classes});
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t c = 0; c < classes; ++c) {
+      for (int64_t p = 0; p < positions; ++p) {
+        const float v = normal(rng);
+        first.data<float>()[(n * classes + c) * positions + p] = v;
+        last.data<float>()[(n * positions + p) * classes + c] = v;
+      }
+    }
+  }
+  Tensor labels(DType::kI64, {batch, 2, 2});
+  for (int64_t i = 0; i < labels.num_elements(); ++i) labels.data<int64_t>()[i] = i % classes;
+  EvalScorer::Options o;
+  o.positions = positions;
+  o.language_model = true;
+  EvalScorer plain(o);
+  plain.Add(last, batch, batch, labels, 0);
+  o.classes_first = true;
+  EvalScorer moved(o);
+  moved.Add(first, batch, batch, labels, 0);
+  const EvalMetrics a = plain.Metrics(batch), b = moved.Metrics(batch);
+  EXPECT_DOUBLE_EQ(a.loss, b.loss);
+  EXPECT_DOUBLE_EQ(a.accuracy, b.accuracy);
+  EXPECT_GT(a.loss, 0);
+}
+
 }  // namespace
 }  // namespace mpc

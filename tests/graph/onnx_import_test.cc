@@ -15,6 +15,7 @@
 #include <random>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "base/file_util.h"
 #include "graph/onnx_export.h"
@@ -316,19 +317,88 @@ TEST(OnnxImport, EveryUnsupportedOpIsListedInOneError) {
 }
 
 TEST(OnnxImport, OldOpsetRejectedWithFix) {
+  // At opset 11 Gemm means its opset-11 definition, older than any mpc reads.
   auto g = ImportOnnxModel(MakeMlp(MlpWeights(), 11), Batch(1), "old.onnx");
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(HasText(g.status().message(), "old.onnx"));
   EXPECT_TRUE(HasText(g.status().message(), "opset 11"));
-  EXPECT_TRUE(HasText(g.status().message(), "opset_version between 13 and 17"));
+  EXPECT_TRUE(HasText(g.status().message(), "Gemm at opset 11 means a definition older than opset 13"));
+  EXPECT_TRUE(HasText(g.status().message(), "opset_version between 13 and 23"));
 
-  // The same check runs when reading a file, before the ONNX checker.
+  // The same check runs when reading a file, before the ONNX checker; opsets past 23 are
+  // refused whole.
   const std::string dir = testing::MakeTempDir("onnx_old_opset");
-  const std::string path = WriteFile(dir, "old.onnx", MakeMlp(MlpWeights(), 18).SerializeAsString());
+  const std::string path = WriteFile(dir, "new.onnx", MakeMlp(MlpWeights(), 24).SerializeAsString());
   auto f = ImportOnnxFile(path, Batch(1));
   ASSERT_FALSE(f.ok());
-  EXPECT_TRUE(HasText(f.status().message(), "opset 18"));
+  EXPECT_TRUE(HasText(f.status().message(), "opset 24; mpc reads opsets up to 23"));
+}
+
+// Opsets 18-23 are read op by op: the same MLP at every opset, from files (so past Debian's
+// ONNX 1.12 checker, which knows opsets up to 17 and IR version 8), with the IR version
+// current exporters write.
+TEST(OnnxImport, OpsetsThirteenToTwentyThreeAreRead) {
+  const std::string dir = testing::MakeTempDir("onnx_new_opsets");
+  for (int64_t opset = 13; opset <= 23; ++opset) {
+    onnx::ModelProto m = MakeMlp(MlpWeights(), opset);
+    m.set_ir_version(opset >= 21 ? 10 : 8);
+    const std::string path = WriteFile(dir, absl::StrCat("mlp", opset, ".onnx"), m.SerializeAsString());
+    auto g = ImportOnnxFile(path, Batch(3));
+    ASSERT_TRUE(g.ok()) << "opset " << opset << ": " << g.status();
+    EXPECT_EQ((*g)->outputs()[0]->shape, (Shape{3, 4}));
+  }
+}
+
+// Gelu is an ONNX op from opset 20: read there, refused where it does not exist yet.
+TEST(OnnxImport, GeluIsReadFromOpsetTwenty) {
+  auto model = [](int64_t opset) {
+    onnx::ModelProto m = EmptyModel(opset);
+    onnx::GraphProto* g = m.mutable_graph();
+    AddTensorInfo(g->mutable_input(), "x", kOnnxFloat, {-1, 8});
+    auto* gelu = AddNode(g, "Gelu", "gelu", {"x"}, {"y"});
+    auto* a = gelu->add_attribute();
+    a->set_name("approximate");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s("tanh");
+    AddTensorInfo(g->mutable_output(), "y", kOnnxFloat, {-1, 8});
+    return m;
+  };
+  auto at20 = ImportOnnxModel(model(20), Batch(2), "gelu20.onnx");
+  ASSERT_TRUE(at20.ok()) << at20.status();
+  EXPECT_EQ((*at20)->outputs()[0]->producer->op, "Gelu");
+  auto at18 = ImportOnnxModel(model(18), Batch(2), "gelu18.onnx");
+  ASSERT_FALSE(at18.ok());
+  EXPECT_TRUE(HasText(at18.status().message(), "Gelu does not exist at opset 18; ONNX introduced it at opset 20"));
+}
+
+// Opset 18's forms: ReduceMean's axes as an input, Pad's axes input, and CastLike.
+TEST(OnnxImport, OpsetEighteenInputForms) {
+  onnx::ModelProto m = EmptyModel(18);
+  onnx::GraphProto* g = m.mutable_graph();
+  AddTensorInfo(g->mutable_input(), "x", kOnnxFloat, {-1, 4, 6});
+  auto* axes = g->add_initializer();
+  axes->set_name("axes");
+  axes->set_data_type(kOnnxInt64);
+  axes->add_dims(1);
+  axes->add_int64_data(-1);
+  auto* pads = g->add_initializer();
+  pads->set_name("pads");
+  pads->set_data_type(kOnnxInt64);
+  pads->add_dims(2);
+  pads->add_int64_data(1);
+  pads->add_int64_data(2);
+  AddNode(g, "Pad", "pad", {"x", "pads", "", "axes"}, {"padded"});  // the last axis: 6 -> 9
+  AddIntAttr(AddNode(g, "ReduceMean", "mean", {"padded", "axes"}, {"m"}), "keepdims", 1);
+  AddNode(g, "CastLike", "like", {"m", "x"}, {"y"});
+  AddTensorInfo(g->mutable_output(), "y", kOnnxFloat, {-1, 4, 1});
+  auto graph = ImportOnnxModel(m, Batch(2), "opset18.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const Value* padded = (*graph)->FindValue("padded");
+  ASSERT_NE(padded, nullptr);
+  EXPECT_EQ(padded->shape, (Shape{2, 4, 9}));
+  EXPECT_EQ((*graph)->outputs()[0]->shape, (Shape{2, 4, 1}));
+  EXPECT_TRUE((*graph)->ValuesOfKind(ValueKind::kParameter).empty());
 }
 
 TEST(OnnxImport, ForeignDomainRejected) {
@@ -357,6 +427,45 @@ TEST(OnnxImport, DynamicNonBatchDimRejected) {
   EXPECT_TRUE(HasText(g.status().message(), "'x'"));
   EXPECT_TRUE(HasText(g.status().message(), "axis 1"));
   EXPECT_TRUE(HasText(g.status().message(), "features"));
+}
+
+// A sequence exported with dynamic_axes: the data's extent binds the symbol, the Shape ->
+// Gather -> Concat -> Reshape arithmetic on it folds, and a second input naming the same
+// symbol gets the same size.
+TEST(OnnxImport, SymbolicDimsBindFromTheDataShape) {
+  onnx::ModelProto m = EmptyModel(18);
+  onnx::GraphProto* g = m.mutable_graph();
+  AddTensorInfo(g->mutable_input(), "x", kOnnxFloat, {-1, -2, 4});  // [N, S, 4]
+  AddTensorInfo(g->mutable_input(), "bias", kOnnxFloat, {-2, 4});   // [S, 4]: S from x
+  auto* idx = g->add_initializer();
+  idx->set_name("one");
+  idx->set_data_type(kOnnxInt64);
+  idx->add_dims(1);
+  idx->add_int64_data(1);
+  auto* minus = g->add_initializer();
+  minus->set_name("minus_one");
+  minus->set_data_type(kOnnxInt64);
+  minus->add_dims(1);
+  minus->add_int64_data(-1);
+  AddNode(g, "Add", "add", {"x", "bias"}, {"h"});
+  AddNode(g, "Shape", "shape", {"h"}, {"s"});
+  AddIntAttr(AddNode(g, "Gather", "seq", {"s", "one"}, {"seq_len"}), "axis", 0);
+  AddIntAttr(AddNode(g, "Concat", "target", {"minus_one", "seq_len"}, {"target_shape"}), "axis", 0);
+  AddNode(g, "Reshape", "flat", {"h", "target_shape"}, {"y"});
+  AddTensorInfo(g->mutable_output(), "y", kOnnxFloat, {-1, -2});
+  ImportOptions options = Batch(2);
+  options.input_rows["x"] = Shape{5, 4};
+  auto graph = ImportOnnxModel(m, options, "dynamic_seq.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ((*graph)->FindValue("x")->shape, (Shape{2, 5, 4}));
+  EXPECT_EQ((*graph)->FindValue("bias")->shape, (Shape{5, 4}));
+  EXPECT_EQ((*graph)->outputs()[0]->shape, (Shape{8, 5}));
+  EXPECT_EQ((*graph)->FindValue("target_shape")->kind, ValueKind::kConstant);
+
+  // Without data for it the symbol cannot be bound, and the error says how to give it.
+  auto unbound = ImportOnnxModel(m, Batch(2), "dynamic_seq.onnx");
+  ASSERT_FALSE(unbound.ok());
+  EXPECT_TRUE(HasText(unbound.status().message(), "no data shape was given for this input"));
 }
 
 TEST(OnnxImport, UnsetLeadingDimIsBatch) {

@@ -469,6 +469,31 @@ TEST(AttachLossTest, PerPositionLabelsAreFlattenedToTheLogitsRows) {
   EXPECT_NE(bad.status().message().find("flatten the model's logits"), std::string::npos) << bad.status();
 }
 
+// Logits as a language model or a segmentation head returns them, [batch, T, classes] or
+// [batch, classes, H, W], are flattened (classes moved last first) to the labels' rows, as
+// PyTorch users flatten them in the loss call.
+TEST(AttachLossTest, SequenceAndSegmentationLogitsAreFlattenedHere) {
+  for (const bool classes_first : {false, true}) {
+    Graph g;
+    GraphBuilder b(&g);
+    Value* x = g.AddInput("x", DType::kF32, classes_first ? Shape{2, 5, 3, 4} : Shape{2, 3, 5});
+    g.SetOutputs({b.Op("Relu", {x})});
+    ASSERT_TRUE(g.RenameValue(g.outputs()[0], "logits").ok());
+    AttachLossOptions o;
+    o.logits = "logits";
+    o.batch_size = 2;
+    o.label_row = classes_first ? Shape{3, 4} : Shape{3};
+    LossResult r;
+    auto changed = AttachLossPass(o, &r).Run(g);
+    ASSERT_TRUE(changed.ok()) << changed.status();
+    const Value* scores = r.loss->producer->inputs[0];
+    EXPECT_EQ(scores->shape, (Shape{classes_first ? 24 : 6, 5}));
+    EXPECT_EQ(scores->producer->op, "Reshape");
+    EXPECT_EQ(r.loss->producer->inputs[1]->shape, (Shape{classes_first ? 24 : 6}));
+    if (classes_first) EXPECT_EQ(scores->producer->inputs[0]->producer->op, "Transpose");
+  }
+}
+
 // set-mode and select-outputs: the mode attribute on every Dropout, whatever the model
 // said, and only the named outputs kept.
 TEST(SetModeTest, ModeAttributeOnDropoutAndOnlyTheSelectedOutputsRemain) {

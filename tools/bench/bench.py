@@ -908,7 +908,7 @@ GPU_MODELS = {
         warmup=5, steps=40, data_batches=2, generate=True, fp8_include_first_last=True,
         describe="transformer-style MLP block: Linear 4096-16384, ReLU, Linear 16384-4096 on 8192 tokens per step "
                  "(e.g. batch 4 x sequence 2048), softmax cross-entropy over the 4096 outputs as the loss, "
-                 "AdamW(lr 1e-3, wd 0), random data. ReLU, not GELU: mpc imports opsets 13-17, where "
+                 "AdamW(lr 1e-3, wd 0), random data. ReLU, not GELU: exported at opset 17 (PyTorch 1.13), where "
                  "GELU exists only as an Erf decomposition (five elementwise passes over the 8192x16384 "
                  "activation). Under --precision fp8 both GEMMs are eligible (spec `fp8 { include_first_last: "
                  "true }`)"),

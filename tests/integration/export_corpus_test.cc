@@ -1,0 +1,154 @@
+// The corpus of real architectures exported by PyTorch 2.15 (tests/golden/corpus, made by
+// tools/export_corpus/make_corpus.py with transformers, timm and torchvision configs, random
+// weights): every model x exporter x run trains 20 steps from the committed files and is
+// held to PyTorch's own losses (docs/onnx-import.md has the table):
+//   f32 (AdamW and SGD): every step within relative 1e-4 of PyTorch's;
+//   bf16 autocast:       ||mpc - torch|| / ||torch|| over the 20 losses < 1e-2.
+// An export mpc cannot train as written must be refused with the error that says why
+// (Refused below); one that trains but not yet to PyTorch's numbers is held to the bounds
+// measured for it (Diverging below, each with the reason); any other failure fails.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/mpc.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace mpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CorpusRun {
+  std::string model;     // the corpus folder: mlp, gpt2, ...
+  std::string exporter;  // ts18 (TorchScript, opset 18), dynamo (torch.onnx.export defaults), dynamo23
+  std::string run;       // f32_adamw, f32_sgd, bf16_adamw
+};
+
+void PrintTo(const CorpusRun& c, std::ostream* os) { *os << c.model << "/" << c.exporter << "_" << c.run; }
+
+// Exports that do not hold the model PyTorch trains, refused with the reason, and what the
+// error must say.
+const std::map<std::string, std::string>& Refused() {
+  static const auto* refused = new std::map<std::string, std::string>{
+      // onnxscript's optimizer folded BatchNorm into the convolutions (FuseBatchNormIntoConv).
+      {"cnn_bn/dynamo", "FuseBatchNormIntoConv"},
+      {"efficientnet/dynamo", "FuseBatchNormIntoConv"},
+      // T5's shift_right writes the decoder's first token with ScatterND on the input ids;
+      // mpc computes ScatterND only on constants (no kernel).
+      {"t5/ts18", "mpc reads ScatterND only on constant inputs"},
+  };
+  return *refused;
+}
+
+// Exports that train but not yet to PyTorch's numbers: the worst f32 step and the bf16
+// trajectory measured, as bounds that catch a regression (and an improvement, which should
+// move the export out of this table), and why (docs/onnx-import.md).
+struct Divergence {
+  double f32_worst_step;
+  double bf16_norm;
+  const char* why;
+};
+const std::map<std::string, Divergence>& Diverging() {
+  static const auto* diverging = new std::map<std::string, Divergence>{
+      // TorchScript writes nn.Embedding(padding_idx=0) as a plain Gather: mpc trains the
+      // padding row, PyTorch does not (the dynamo exports say it; they match to 1.2e-7).
+      {"bert_mlm/ts18", {5e-4, 1e-2, "the TorchScript export loses the embedding's padding_idx"}},
+      // onnxscript folded the layer-scale gammas (reshaped to [1, C, 1, 1]) and ViT's
+      // cls_token (expanded over the batch) into constants whose sources the file no longer
+      // names as parameters: mpc leaves them untrained. optimize=False exports match to 1e-7.
+      {"convnext/dynamo", {2e-4, 1e-2, "layer-scale gammas folded into constants of unknown kind"}},
+      // Ill-conditioned in bf16 (batch norm over 4 examples, dilated depthwise convolutions):
+      // PyTorch's own bf16 and f32 runs differ by 2.6e-2 here; f32 matches to 1.2e-6.
+      {"efficientnet/ts18", {1e-4, 2e-2, "bf16 ill-conditioned: PyTorch's bf16 and f32 differ by 2.6e-2"}},
+      {"efficientnet/noopt", {1e-4, 2e-2, "bf16 ill-conditioned: PyTorch's bf16 and f32 differ by 2.6e-2"}},
+      {"vit/dynamo", {1.5e-2, 2e-2, "cls_token folded into a per-example constant of unknown kind"}},
+      {"vit/dynamo23", {1.5e-2, 2e-2, "cls_token folded into a per-example constant of unknown kind"}},
+  };
+  return *diverging;
+}
+
+std::string CorpusDir() { return testing::SourcePath("tests/golden/corpus"); }
+
+std::vector<CorpusRun> DiscoverRuns() {
+  std::vector<CorpusRun> runs;
+  std::error_code ec;
+  for (const auto& model : fs::directory_iterator(CorpusDir(), ec)) {
+    if (!model.is_directory()) continue;
+    for (const auto& file : fs::directory_iterator(model.path(), ec)) {
+      const std::string name = file.path().filename().string();
+      if (file.path().extension() != ".spec") continue;
+      const std::string stem = file.path().stem().string();  // <exporter>_<run>
+      const size_t cut = stem.find('_');
+      if (cut == std::string::npos) continue;
+      runs.push_back({model.path().filename().string(), stem.substr(0, cut), stem.substr(cut + 1)});
+    }
+  }
+  std::sort(runs.begin(), runs.end(), [](const CorpusRun& a, const CorpusRun& b) {
+    return std::tie(a.model, a.exporter, a.run) < std::tie(b.model, b.exporter, b.run);
+  });
+  return runs;
+}
+
+class ExportCorpusTest : public ::testing::TestWithParam<CorpusRun> {};
+
+TEST_P(ExportCorpusTest, TwentyStepsMatchPyTorch) {
+  const CorpusRun& c = GetParam();
+  const std::string dir = absl::StrCat(CorpusDir(), "/", c.model);
+  const std::string key = absl::StrCat(c.model, "/", c.exporter);
+  EngineOptions options;
+  options.spec_path = absl::StrCat(dir, "/", c.exporter, "_", c.run, ".spec");
+  options.device = "cpu";
+  auto engine = Engine::Create(options);
+  const auto refused = Refused().find(key);
+  if (refused != Refused().end()) {
+    ASSERT_FALSE(engine.ok()) << key << " is expected to be refused (" << refused->second << ") but compiled";
+    EXPECT_TRUE(absl::StrContains(engine.status().message(), refused->second)) << engine.status();
+    std::printf("%s %s: refused as expected: %s\n", key.c_str(), c.run.c_str(),
+                std::string(engine.status().message()).c_str());
+    return;
+  }
+  ASSERT_TRUE(engine.ok()) << key << " " << c.run << ": " << engine.status();
+  const std::vector<double> expected = testing::ReadLosses(absl::StrCat(dir, "/", c.run, "_losses.txt"));
+  ASSERT_EQ(expected.size(), 20u);
+  double diff2 = 0, ref2 = 0, worst = 0;
+  const bool f32 = absl::StartsWith(c.run, "f32");
+  const auto diverging = Diverging().find(key);
+  const bool known = diverging != Diverging().end();
+  const double f32_bound = known ? diverging->second.f32_worst_step : 1e-4;
+  const double bf16_bound = known ? diverging->second.bf16_norm : 1e-2;
+  if (known) std::printf("%s: a known divergence: %s\n", key.c_str(), diverging->second.why);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    auto step = (*engine)->Step();
+    ASSERT_TRUE(step.ok()) << key << " " << c.run << " step " << i + 1 << ": " << step.status();
+    const double rel = std::abs(step->loss - expected[i]) / std::abs(expected[i]);
+    worst = std::max(worst, rel);
+    diff2 += (step->loss - expected[i]) * (step->loss - expected[i]);
+    ref2 += expected[i] * expected[i];
+    if (f32) EXPECT_LT(rel, f32_bound) << key << " " << c.run << " step " << i + 1 << ": mpc " << step->loss
+                                       << " torch " << expected[i];
+  }
+  const double norm_rel = std::sqrt(diff2 / ref2);
+  std::printf("corpus %s %s: worst step rel %.2e, ||mpc-torch||/||torch|| %.2e\n", key.c_str(), c.run.c_str(), worst,
+              norm_rel);
+  if (!f32) EXPECT_LT(norm_rel, bf16_bound) << key << " bf16 trajectory";
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, ExportCorpusTest, ::testing::ValuesIn(DiscoverRuns()),
+                         [](const ::testing::TestParamInfo<CorpusRun>& info) {
+                           return absl::StrCat(info.param.model, "_", info.param.exporter, "_", info.param.run);
+                         });
+
+TEST(ExportCorpus, CorpusIsThere) { EXPECT_GE(DiscoverRuns().size(), 60u) << "no corpus specs under " << CorpusDir(); }
+
+}  // namespace
+}  // namespace mpc
