@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -152,20 +154,21 @@ absl::Status NumericsObserver::Check(const Node& node, const KernelContext& ctx,
       return absl::OkStatus();
     }
     const Summary bad = Summarize(host);
+    // The float inputs' statistics, fetched once: they decide whether this is a fault and
+    // are what the error shows.
+    std::vector<std::optional<Summary>> input_stats(node.inputs.size());
+    bool input_carries_infinity = false;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const Value* in = node.inputs[i];
+      if (!in || !IsFloating(in->dtype)) continue;
+      MPC_ASSIGN_OR_RETURN(Tensor x, ToHost(ctx.inputs[i], backend));
+      input_stats[i] = Summarize(x);
+      input_carries_infinity = input_carries_infinity || input_stats[i]->pos_inf + input_stats[i]->neg_inf > 0;
+    }
     // Infinities a model carries by design (an additive -inf attention mask in a constant
     // or buffer) flow on through the ops that read them: an infinity is a fault only when
     // every input was finite. A NaN always is.
-    if (bad.nan == 0) {
-      bool input_carries_infinity = false;
-      for (size_t i = 0; i < node.inputs.size() && !input_carries_infinity; ++i) {
-        const Value* in = node.inputs[i];
-        if (!in || !IsFloating(in->dtype)) continue;
-        MPC_ASSIGN_OR_RETURN(Tensor x, ToHost(ctx.inputs[i], backend));
-        const Summary s = Summarize(x);
-        input_carries_infinity = s.pos_inf + s.neg_inf > 0;
-      }
-      if (input_carries_infinity) continue;
-    }
+    if (bad.nan == 0 && input_carries_infinity) continue;
     // The inputs with their statistics; of a node with many (a fused update), those that
     // hold non-finite values and the first few.
     std::vector<std::string> inputs;
@@ -175,9 +178,8 @@ absl::Status NumericsObserver::Check(const Node& node, const KernelContext& ctx,
       if (!in) continue;
       std::string line = Describe(*in);
       bool finite = true;
-      if (IsFloating(in->dtype)) {
-        MPC_ASSIGN_OR_RETURN(Tensor x, ToHost(ctx.inputs[i], backend));
-        const Summary s = Summarize(x);
+      if (input_stats[i]) {
+        const Summary& s = *input_stats[i];
         finite = s.nan + s.pos_inf + s.neg_inf == 0;
         absl::StrAppend(&line, ": ", Stats(s));
       }

@@ -276,12 +276,9 @@ absl::StatusOr<Value*> ExpandRotaryEmbedding(GraphBuilder& b, const std::vector<
   if (rot < 2 || rot > head || rot % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": rotary_embedding_dim ", rot, " for head size ", head));
   }
-  Graph& g = *b.graph();
-  auto ints = [&](std::vector<int64_t> v) {
-    return g.AddConstant(g.UniqueName(where + "/i"), Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v));
-  };
   auto slice_last = [&](Value* t, int64_t start, int64_t end, int64_t step) {
-    return b.Op("Slice", {t, ints({start}), ints({end}), ints({3}), ints({step})});
+    return b.Op("Slice", {t, b.ShapeConstant({start}), b.ShapeConstant({end}), b.ShapeConstant({3}),
+                          b.ShapeConstant({step})});
   };
   // The caches, gathered at the positions, as [B, S, 1, rot/2].
   Value* cos = inputs[1];

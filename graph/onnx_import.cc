@@ -13,12 +13,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <optional>
-#include <regex>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <map>
+#include <optional>
+#include <regex>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -304,8 +304,7 @@ class Importer {
       if (!tensor.ok()) return WithPrefix(tensor.status(), absl::StrCat(source_, ": "));
       InitializerFacts& f = facts[init.name()];
       f.floating = IsFloating(tensor->dtype());
-      f.elements = tensor->num_elements();
-      for (int64_t i = 0; f.floating && f.finite && i < f.elements; ++i) f.finite = std::isfinite(tensor->GetAsDouble(i));
+      f.finite = !f.floating || tensor->NonFiniteCount() == 0;
       if (!tensors.emplace(init.name(), *std::move(tensor)).second) {
         return Error(absl::StrCat(what, " is defined twice; ONNX value names must be unique"));
       }
@@ -423,14 +422,14 @@ class Importer {
                                   " has no shape; mpc needs the rank and static sizes of "
                                   "every input. Re-export with an example input of the real shape"));
       }
+      auto row = options_.input_rows.find(input.name());
+      if (row == options_.input_rows.end() && real_inputs == 1) row = options_.input_rows.find("");
       Shape shape;
       for (int axis = 0; axis < tt.shape().dim_size(); ++axis) {
         const auto& dim = tt.shape().dim(axis);
         if (dim.has_dim_value() && dim.dim_value() < 0) {
           return Error(absl::StrCat(what, " has a negative size ", dim.dim_value(), " at axis ", axis));
         }
-        auto row = options_.input_rows.find(input.name());
-        if (row == options_.input_rows.end() && real_inputs == 1) row = options_.input_rows.find("");
         const auto named = dim.dim_param().empty() ? bound_dims_.end() : bound_dims_.find(dim.dim_param());
         if (dim.has_dim_value()) {
           shape.push_back(dim.dim_value());
@@ -651,7 +650,7 @@ class Importer {
     if (inputs.size() > 2 && inputs[2] != nullptr) return absl::OkStatus();
     if (inputs.size() < 2 || !inputs[0] || !inputs[1] || inputs[1]->shape.size() < 2) return absl::OkStatus();
     const Value* w = inputs[1];
-    const int64_t out = conv ? w->shape[0] : (node_attr_trans_b(node) ? w->shape[0] : w->shape[1]);
+    const int64_t out = conv ? w->shape[0] : (TransB(node) ? w->shape[0] : w->shape[1]);
     // Named after the bias placeholder its FX node names (%p_fc_bias -> fc_bias) that no
     // initializer carries any more.
     std::string bias_name = absl::StrCat(NodeName(node, node_index_), ".bias");
@@ -689,7 +688,7 @@ class Importer {
     if (padding >= 0) attrs.Set("mpc_padding_idx", padding);
   }
 
-  static bool node_attr_trans_b(const onnx::NodeProto& node) {
+  static bool TransB(const onnx::NodeProto& node) {
     for (const auto& a : node.attribute()) {
       if (a.name() == "transB") return a.i() != 0;
     }
@@ -800,12 +799,9 @@ class Importer {
     if (k < 0) k += parts;
     if (k < 0 || k >= parts) return Error(absl::StrCat(where, ": position out of range for ", parts, " parts"));
     GraphBuilder b(graph_.get(), name + "/");
-    auto ints = [&](std::vector<int64_t> v) {
-      return graph_->AddConstant(graph_->UniqueName(name + "/i"),
-                                 Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v));
-    };
-    Value* part = b.Op("Slice", {s.input, ints({s.starts[k]}), ints({s.starts[k] + s.sizes[k]}), ints({s.axis})});
-    if (s.squeeze) part = b.Op("Squeeze", {part, ints({s.axis})});
+    Value* part = b.Op("Slice", {s.input, b.ShapeConstant({s.starts[k]}), b.ShapeConstant({s.starts[k] + s.sizes[k]}),
+                                 b.ShapeConstant({s.axis})});
+    if (s.squeeze) part = b.Op("Squeeze", {part, b.ShapeConstant({s.axis})});
     MPC_RETURN_IF_ERROR(b.status());
     if (!graph_->FindValue(node.output(0))) MPC_RETURN_IF_ERROR(graph_->RenameValue(part, node.output(0)));
     return Define(node.output(0), part, where);

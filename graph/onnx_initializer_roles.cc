@@ -74,6 +74,13 @@ std::vector<std::string> FoldedFrom(const std::string& repr) {
   return names;
 }
 
+// The placeholder torch.export names a parameter by in its FX graph: a.b.c -> %p_a_b_c.
+std::string ParameterPlaceholder(const std::string& fqn) {
+  std::string placeholder = absl::StrCat("p_", fqn);
+  std::replace(placeholder.begin(), placeholder.end(), '.', '_');
+  return placeholder;
+}
+
 class Planner {
  public:
   Planner(const onnx::GraphProto& g, const std::map<std::string, InitializerFacts>& facts,
@@ -117,9 +124,7 @@ class Planner {
     }
     for (const auto& [name, sources] : folded_from_) {
       for (const std::string& source : sources) {
-        std::string placeholder = absl::StrCat("p_", source);
-        std::replace(placeholder.begin(), placeholder.end(), '.', '_');
-        folded_placeholders_.insert(placeholder);
+        folded_placeholders_.insert(ParameterPlaceholder(source));
       }
     }
   }
@@ -162,8 +167,7 @@ class Planner {
       }
       // A source the model no longer has: a parameter when some node's FX node still names
       // its placeholder (torch.export names a parameter a.b.c %p_a_b_c), or by its name.
-      std::string placeholder = absl::StrCat("p_", source);
-      std::replace(placeholder.begin(), placeholder.end(), '.', '_');
+      const std::string placeholder = ParameterPlaceholder(source);
       if (named_placeholders_.contains(placeholder) && !present_placeholders_.contains(placeholder)) {
         *because = absl::StrCat("folded from parameter %", placeholder);
         return true;

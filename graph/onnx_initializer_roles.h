@@ -76,17 +76,16 @@ struct InitializerPlan {
   std::set<std::string> present_placeholders;
 };
 
-// `is_finite(name)` answers whether an initializer's values are all finite (the caller has
-// decoded the data); `is_floating(name)` whether its dtype is a float type.
+// What the caller, which decoded each initializer's data, knows of it: whether its dtype is
+// a float type and whether its values are all finite.
 struct InitializerFacts {
   bool floating = false;
   bool finite = true;
-  int64_t elements = 0;
 };
 InitializerPlan PlanInitializers(const onnx::GraphProto& graph, const std::map<std::string, InitializerFacts>& facts,
                                  const std::string& state_marker, const std::string& constant_marker);
 
-// One line per initializer for reports: "name: trained (reason)" / "name: not trained (reason)".
+// The kind as reports name it: "trained", "state" or "constant".
 std::string InitializerKindName(InitializerKind kind);
 
 }  // namespace mpc

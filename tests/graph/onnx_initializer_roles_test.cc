@@ -78,6 +78,14 @@ const InitializerRole* RoleOf(const std::vector<InitializerRole>& roles, const s
   return nullptr;
 }
 
+// Import options for a batch of 2 that collect the initializers' roles into `roles`.
+ImportOptions WithRoles(std::vector<InitializerRole>* roles) {
+  ImportOptions options;
+  options.batch_size = 2;
+  options.initializer_roles = roles;
+  return options;
+}
+
 Tensor Filled(Shape shape, float value) {
   Tensor t(DType::kF32, shape);
   for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = value;
@@ -106,9 +114,7 @@ TEST(InitializerRoles, GraphSignatureDecidesAndNonFiniteIsNeverTrained) {
   auto* out = g->add_output();
   out->set_name("y");
   std::vector<InitializerRole> roles;
-  ImportOptions options;
-  options.batch_size = 2;
-  options.initializer_roles = &roles;
+  const ImportOptions options = WithRoles(&roles);
   auto graph = ImportOnnxModel(m, options, "dynamo.onnx");
   ASSERT_TRUE(graph.ok()) << graph.status();
   ASSERT_EQ((*graph)->ValuesOfKind(ValueKind::kParameter).size(), 1u);
@@ -136,9 +142,7 @@ TEST(InitializerRoles, WithoutSignatureFiniteFloatsAreTrainedMasksAreNot) {
   AddNode(g, "Add", {"h", "mask"}, "y");
   g->add_output()->set_name("y");
   std::vector<InitializerRole> roles;
-  ImportOptions options;
-  options.batch_size = 2;
-  options.initializer_roles = &roles;
+  const ImportOptions options = WithRoles(&roles);
   auto graph = ImportOnnxModel(m, options, "ts.onnx");
   ASSERT_TRUE(graph.ok()) << graph.status();
   EXPECT_EQ(RoleOf(roles, "b")->kind, "trained");
@@ -159,9 +163,7 @@ TEST(InitializerRoles, ParametersTheExporterMergedAreUntied) {
   AddNode(g, "Mul", {"h", "norm1.weight"}, "y", "%mul_1 : = call_function[target=aten.mul](args = (%mul, %p_norm2_weight))");
   g->add_output()->set_name("y");
   std::vector<InitializerRole> roles;
-  ImportOptions options;
-  options.batch_size = 2;
-  options.initializer_roles = &roles;
+  const ImportOptions options = WithRoles(&roles);
   auto graph = ImportOnnxModel(m, options, "merged.onnx");
   ASSERT_TRUE(graph.ok()) << graph.status();
   const auto params = (*graph)->ValuesOfKind(ValueKind::kParameter);
@@ -188,9 +190,7 @@ TEST(InitializerRoles, RunningStatisticSharedWithWeightGetsItsOwnState) {
   AddNode(g, "BatchNormalization", {"x", "ones", "zeros", "zeros", "ones"}, "y");
   g->add_output()->set_name("y");
   std::vector<InitializerRole> roles;
-  ImportOptions options;
-  options.batch_size = 2;
-  options.initializer_roles = &roles;
+  const ImportOptions options = WithRoles(&roles);
   auto graph = ImportOnnxModel(m, options, "bn.onnx");
   ASSERT_TRUE(graph.ok()) << graph.status();
   const Node* bn = (*graph)->outputs()[0]->producer;
@@ -230,9 +230,7 @@ TEST(InitializerRoles, FoldedCopiesOfParametersAreDerivedFromThem) {
   AddNode(g, "MatMul", {"h", "val_9"}, "y", "%linear : = call_function[target=aten.linear](args = (%h, %p_emb_weight))");
   g->add_output()->set_name("y");
   std::vector<InitializerRole> roles;
-  ImportOptions options;
-  options.batch_size = 2;
-  options.initializer_roles = &roles;
+  const ImportOptions options = WithRoles(&roles);
   auto graph = ImportOnnxModel(m, options, "folded.onnx");
   ASSERT_TRUE(graph.ok()) << graph.status();
   const Value* projection = (*graph)->FindValue("val_9");
@@ -270,9 +268,7 @@ TEST(InitializerRoles, RemovedZeroBiasIsRestoredAndFoldedBatchNormRefused) {
   AddMetadata(gemm, 9, kOnnxscriptRuleNameKey, "RemoveOptionalBiasFromGemm");
   g->add_output()->set_name("y");
   std::vector<InitializerRole> roles;
-  ImportOptions options;
-  options.batch_size = 2;
-  options.initializer_roles = &roles;
+  const ImportOptions options = WithRoles(&roles);
   auto graph = ImportOnnxModel(m, options, "bias.onnx");
   ASSERT_TRUE(graph.ok()) << graph.status();
   const Node* fc = (*graph)->outputs()[0]->producer;
@@ -306,9 +302,7 @@ TEST(InitializerRoles, CosOfBuffersIsComputedAtImportAndOfActivationsRefused) {
   AddNode(g, "Mul", {"x", "table"}, "y");
   g->add_output()->set_name("y");
   std::vector<InitializerRole> roles;
-  ImportOptions options;
-  options.batch_size = 2;
-  options.initializer_roles = &roles;
+  const ImportOptions options = WithRoles(&roles);
   auto graph = ImportOnnxModel(m, options, "rotary.onnx");
   ASSERT_TRUE(graph.ok()) << graph.status();
   const Value* table = (*graph)->FindValue("table");

@@ -148,6 +148,25 @@ INSTANTIATE_TEST_SUITE_P(Corpus, ExportCorpusTest, ::testing::ValuesIn(DiscoverR
                            return absl::StrCat(info.param.model, "_", info.param.exporter, "_", info.param.run);
                          });
 
+// --check-numerics on a model whose additive causal mask (0 / -inf, a constant of the
+// export) reaches an Add: the infinities the mask carries are not a fault, so the run goes
+// on, and its losses are still PyTorch's (before, the first step stopped at that Add).
+TEST(ExportCorpus, CheckNumericsLetsTheMasksInfinitiesThrough) {
+  const std::string dir = absl::StrCat(CorpusDir(), "/encoder_layer_mask");
+  EngineOptions options;
+  options.spec_path = dir + "/dynamo_f32_adamw.spec";
+  options.device = "cpu";
+  options.check_numerics = true;
+  auto engine = Engine::Create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<double> expected = testing::ReadLosses(dir + "/f32_adamw_losses.txt");
+  for (size_t i = 0; i < expected.size(); ++i) {
+    auto step = (*engine)->Step();
+    ASSERT_TRUE(step.ok()) << "step " << i + 1 << ": " << step.status();
+    EXPECT_LT(std::abs(step->loss - expected[i]) / std::abs(expected[i]), 1e-4) << "step " << i + 1;
+  }
+}
+
 TEST(ExportCorpus, CorpusIsThere) { EXPECT_GE(DiscoverRuns().size(), 60u) << "no corpus specs under " << CorpusDir(); }
 
 }  // namespace
