@@ -382,47 +382,51 @@ TEST_F(CheckpointIntegrityTest, KilledAndResumedRunEqualsUninterruptedRun) {
   if (startup_ms < 0) startup_ms = straight_ms;
 
   // A fifth of the kills land in start-up (before that run writes any checkpoint); the
-  // rest after it, each letting the run go on for a random share of what is left, sized
-  // so that the remaining kills cover about a third of the remaining steps. Measured from the
-  // steps the checkpoints reached, so a machine that is faster or slower than during the
-  // uninterrupted run still sees every kill hit steps and checkpoint writes.
+  // rest once the run has gone a random number of steps past where it resumed, at most an
+  // even share of the steps left over the kills still to come, then a random fraction of a
+  // step later so that some land inside a checkpoint write. Paced by the steps each run
+  // reaches, not by a time estimate: under CI's load the uninterrupted run's timing says
+  // little about the killed runs' (a run that finished before its kill failed this test).
   const int kills = 25, steps = 300;
-  // The fastest rate seen so far: the uninterrupted run's, then each killed run's own.
-  double ms_per_step = std::max(0.05, static_cast<double>(straight_ms - startup_ms) / steps);
+  const double ms_per_step = std::max(0.05, static_cast<double>(straight_ms - startup_ms) / steps);
   std::mt19937 rng(20261125);
   auto reached_step = [&] {
     const std::string latest = ReadFile(dir_ + "/ckpt_killed/latest");
     int64_t step = 0;
     return ParseStepDirName(std::string(absl::StripAsciiWhitespace(latest)), &step) ? step : int64_t{0};
   };
-  auto delay_ms = [&](int attempt) {
-    if (attempt % 5 == 0) return std::uniform_int_distribution<int>(20, std::max(21, startup_ms))(rng);
-    // At most half of what is left over the kills still to come (a quarter on average), so
-    // even the last one leaves steps to do on a machine that gets four times as fast.
-    const double left = static_cast<double>(steps - reached_step()) * ms_per_step;
-    const double most = left * 0.5 / (kills - attempt + 1);
-    return startup_ms + std::uniform_int_distribution<int>(0, std::max(1, static_cast<int>(most)))(rng);
-  };
   int killed = 0;
   for (int attempt = 0; attempt < kills; ++attempt) {
+    const int64_t before = reached_step();
+    const bool in_startup = attempt % 5 == 0;
+    const int startup_delay_ms = std::uniform_int_distribution<int>(20, std::max(21, startup_ms))(rng);
+    const int64_t share = std::max<int64_t>(1, (steps - before) / (kills - attempt + 1));
+    const int64_t target = before + std::uniform_int_distribution<int64_t>(1, share)(rng);
+    const int within_step_us = std::uniform_int_distribution<int>(0, static_cast<int>(ms_per_step * 1000))(rng);
+    const auto launched = std::chrono::steady_clock::now();
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       ::execl("/bin/sh", "sh", "-c", ("exec " + command("killed", "--resume_if_present")).c_str(), nullptr);
       ::_exit(127);
     }
-    const int64_t before = reached_step();
-    const int delay = delay_ms(attempt);
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-    ::kill(pid, SIGKILL);
     int status = 0;
-    ::waitpid(pid, &status, 0);
+    bool exited = false;
+    while (!(exited = ::waitpid(pid, &status, WNOHANG) == pid)) {
+      const auto since_launch = std::chrono::steady_clock::now() - launched;
+      const bool due = in_startup ? (since_launch >= std::chrono::milliseconds(startup_delay_ms) ||
+                                     reached_step() > before)
+                                  : reached_step() >= target;
+      if (due) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (!exited) {
+      if (!in_startup) std::this_thread::sleep_for(std::chrono::microseconds(within_step_us));
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
     if (WIFSIGNALED(status)) {
       ++killed;
-      const int64_t progress = reached_step() - before;
-      if (progress > 0 && delay > startup_ms) {
-        ms_per_step = std::max(0.05, std::min(ms_per_step, static_cast<double>(delay - startup_ms) / progress));
-      }
     } else {
       ASSERT_EQ(WEXITSTATUS(status), 0) << ReadFile(dir_ + "/killed.log");
     }
