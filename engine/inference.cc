@@ -23,6 +23,7 @@
 #include "engine/program.h"
 #include "engine/spec.h"
 #include "graph/onnx_import.h"
+#include "graph/onnx_inline_functions.h"
 
 namespace mpc {
 
@@ -286,6 +287,7 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::FromBytes(co
         absl::StrCat(source_name, ": not a serialized ONNX model (", bytes.size(),
                      " bytes that do not parse as a binary ModelProto with a graph); pass the bytes of a .onnx file"));
   }
+  MPC_RETURN_IF_ERROR(InlineLocalFunctions(model, source_name));
   MPC_RETURN_IF_ERROR(CheckOnnxModel(model, source_name));
   return FromModel(model, options, source_name);
 }

@@ -120,7 +120,7 @@ absl::StatusOr<Value*> Pad(GraphBuilder& b, Value* x, const std::vector<Value*>&
 const std::vector<std::string>& OnnxExpansionOps() {
   static const auto* ops = new std::vector<std::string>{
       "Attention", "CastLike", "Clip", "GroupNormalization", "HardSigmoid", "HardSwish", "InstanceNormalization",
-      "IsNaN", "Pad", "RMSNormalization", "Resize", "RotaryEmbedding"};
+      "IsNaN", "LeakyRelu", "Pad", "RMSNormalization", "Resize", "RotaryEmbedding"};
   return *ops;
 }
 
@@ -163,6 +163,9 @@ absl::StatusOr<std::vector<Value*>> ExpandOnnxNode(Graph& graph, const std::stri
     y = HardSigmoid(b, x, attrs.GetFloat("alpha", 0.2f), attrs.GetFloat("beta", 0.5f));
   } else if (op == "HardSwish") {
     y = b.Mul(x, HardSigmoid(b, x, 1.0 / 6.0, 0.5));
+  } else if (op == "LeakyRelu") {  // x > 0 picks x, so the gradient at 0 is alpha's, as in PyTorch
+    Value* zero = b.ScalarConstant(0.0, x->dtype);
+    y = b.Op("Where", {b.Op("Greater", {x, zero}), x, b.Mul(x, b.ScalarConstant(attrs.GetFloat("alpha", 0.01f), x->dtype))});
   } else if (op == "Pad") {
     MPC_ASSIGN_OR_RETURN(y, Pad(b, x, inputs, attrs, where));
   } else if (op == "IsNaN") {  // NaN is the one value not equal to itself

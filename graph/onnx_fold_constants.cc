@@ -339,14 +339,16 @@ std::optional<Tensor> FoldConstantMath(const std::string& op, const std::vector<
   }
   if ((op == "Max" || op == "Min") && inputs.size() == 1) return x;  // variadic: one input is itself
   if (op == "Mod" && IsIntData(x) && inputs.size() == 2) return IntegerMod(inputs, attrs);
-  if (IsIntData(x) && (op == "Max" || op == "Min" || op == "Abs")) {  // shape and index arithmetic
+  // Shape and index arithmetic (T5's relative-position buckets: -min(i - j, 0)).
+  if (IsIntData(x) && (op == "Max" || op == "Min" || op == "Abs" || op == "Neg")) {
     std::vector<Tensor> wide;
     for (const Tensor* t : inputs) wide.push_back(t->CastTo(DType::kI64));
     std::vector<const Tensor*> ptrs;
     for (const Tensor& t : wide) ptrs.push_back(&t);
-    if (ptrs.size() != (op == "Abs" ? 1u : 2u)) return std::nullopt;
+    const bool unary = op == "Abs" || op == "Neg";
+    if (ptrs.size() != (unary ? 1u : 2u)) return std::nullopt;
     auto out = Elementwise<int64_t>(ptrs, [&op](int64_t a, int64_t b) {
-      return op == "Abs" ? (a < 0 ? -a : a) : op == "Max" ? std::max(a, b) : std::min(a, b);
+      return op == "Abs" ? (a < 0 ? -a : a) : op == "Neg" ? -a : op == "Max" ? std::max(a, b) : std::min(a, b);
     });
     if (out && x.dtype() != DType::kI64) return out->CastTo(x.dtype());
     return out;

@@ -8,7 +8,8 @@
 // Folded here: the elementwise ops Neg Abs Sqrt Reciprocal Exp Log Sin Cos Tanh Sigmoid Erf
 // Floor Ceil Relu, Add Sub Mul Div Pow Max Min Mod (numpy broadcasting), Trilu, Transpose,
 // ScatterND, GatherElements, GatherND, CumSum and MatMul, on f32/f64 (Trilu, Transpose,
-// ScatterND, GatherElements and GatherND on any dtype, Mod and CumSum on integers too).
+// ScatterND, GatherElements and GatherND on any dtype; Mod, CumSum, Neg, Abs, Max and Min
+// on integers too).
 // Shape arithmetic on integers and data movement stay graph/ops_tensor.h's FoldStatic.
 //
 // Some ops mpc reads only this way (FoldOnlyOps: Sin, Cos, Trilu, Mod, Abs, Floor, Ceil, Max,

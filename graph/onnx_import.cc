@@ -33,6 +33,7 @@
 #include "graph/onnx_external_data.h"
 #include "graph/onnx_fold_constants.h"
 #include "graph/onnx_folded_parameters.h"
+#include "graph/onnx_inline_functions.h"
 #include "graph/onnx_initializer_roles.h"
 #include "graph/onnx_metadata.h"
 #include "graph/onnx_opsets.h"
@@ -494,7 +495,7 @@ class Importer {
     }
     if (!a.ref_attr_name().empty()) {
       return Error(absl::StrCat(where, ": attribute '", a.name(), "' refers to a function attribute ('",
-                                a.ref_attr_name(), "'); mpc does not support ONNX functions"));
+                                a.ref_attr_name(), "'), which only a node inside a function body may; the model is malformed"));
     }
     switch (type) {
       case onnx::AttributeProto::INT:
@@ -695,6 +696,21 @@ class Importer {
     return false;
   }
 
+  // Row t of GatherND's / ScatterND's constant index tuples ([..., k]) as the row of the
+  // data viewed as [D0*...*Dk-1, rest] it addresses (negative indices count from the end).
+  absl::StatusOr<int64_t> IndexTupleRow(const Value& indices, int64_t t, const Shape& data_shape,
+                                        const std::string& where) const {
+    const int64_t k = indices.shape.back();
+    int64_t at = 0;
+    for (int64_t d = 0; d < k; ++d) {
+      int64_t i = static_cast<int64_t>(indices.data.GetAsDouble(t * k + d));
+      if (i < 0) i += data_shape[d];
+      if (i < 0 || i >= data_shape[d]) return Error(absl::StrCat(where, ": index ", i, " out of range"));
+      at = at * data_shape[d] + i;
+    }
+    return at;
+  }
+
   // GatherND of data the model computes or trains (Swin's relative-position bias table) at
   // constant indices: a Gather of the data viewed as [D0*...*Dk-1, rest] at the flattened
   // indices, which autodiff differentiates. nullptr when the indices are not constant.
@@ -715,20 +731,64 @@ class Importer {
     const Shape out_rows(indices->shape.begin(), indices->shape.end() - 1);
     Tensor flat(DType::kI64, out_rows);
     for (int64_t t = 0; t < flat.num_elements(); ++t) {
-      int64_t at = 0;
-      for (int64_t d = 0; d < k; ++d) {
-        int64_t i = static_cast<int64_t>(indices->data.GetAsDouble(t * k + d));
-        if (i < 0) i += data->shape[d];
-        if (i < 0 || i >= data->shape[d]) return Error(absl::StrCat(where, ": index ", i, " out of range"));
-        at = at * data->shape[d] + i;
-      }
-      flat.data<int64_t>()[t] = at;
+      MPC_ASSIGN_OR_RETURN(flat.data<int64_t>()[t], IndexTupleRow(*indices, t, data->shape, where));
     }
     GraphBuilder b(graph_.get(), name + "/");
     Value* rows_view = b.Reshape(data, viewed);
     Value* gathered = b.Op("Gather", {rows_view, graph_->AddConstant(graph_->UniqueName(name + "/rows"), flat)});
     MPC_RETURN_IF_ERROR(b.status());
     return gathered;
+  }
+
+  // ScatterND into data the model computes (T5's shift_right writes the input ids, moved one
+  // position right, into a tensor of zeros) at constant indices: each row of the data
+  // viewed as [D0*...*Dk-1, rest] is either the update the indices send there (the last one,
+  // as ONNX's reference applies them in order) or the data's own, so the result is
+  // Where(written, Gather(updates viewed as [T, rest], source row), data), which autodiff
+  // differentiates. nullptr when the indices are not constant or a reduction is asked for.
+  absl::StatusOr<Value*> ScatterNdAsWhere(const std::vector<Value*>& inputs, const AttrMap& attrs,
+                                          const std::string& name, const std::string& where) {
+    if (inputs.size() != 3 || !inputs[0] || !inputs[1] || !inputs[2]) return nullptr;
+    if (attrs.GetString("reduction", "none") != "none") return nullptr;
+    const Value* indices = inputs[1];
+    if (indices->kind != ValueKind::kConstant || indices->shape.empty()) return nullptr;
+    Value* data = inputs[0];
+    Value* updates = inputs[2];
+    const int64_t k = indices->shape.back();
+    const int64_t rank = static_cast<int64_t>(data->shape.size());
+    if (k < 1 || k > rank) return Error(absl::StrCat(where, ": index tuples of ", k, " for data of rank ", rank));
+    Shape rest(data->shape.begin() + k, data->shape.end());
+    Shape expected_updates(indices->shape.begin(), indices->shape.end() - 1);
+    expected_updates.insert(expected_updates.end(), rest.begin(), rest.end());
+    if (updates->shape != expected_updates || updates->dtype != data->dtype) {
+      return Error(absl::StrCat(where, ": updates '", updates->name, "' are ", DTypeName(updates->dtype), " ",
+                                ShapeToString(updates->shape), "; the data and indices call for ",
+                                DTypeName(data->dtype), " ", ShapeToString(expected_updates)));
+    }
+    int64_t rows = 1;
+    for (int64_t d = 0; d < k; ++d) rows *= data->shape[d];
+    const int64_t tuples = indices->data.num_elements() / k;
+    Tensor source(DType::kI64, {rows});
+    Tensor written(DType::kBool, {rows});
+    std::fill_n(source.data<int64_t>(), rows, int64_t{0});
+    std::fill_n(written.data<uint8_t>(), rows, uint8_t{0});
+    for (int64_t t = 0; t < tuples; ++t) {
+      MPC_ASSIGN_OR_RETURN(const int64_t at, IndexTupleRow(*indices, t, data->shape, where));
+      source.data<int64_t>()[at] = t;
+      written.data<uint8_t>()[at] = 1;
+    }
+    Shape row_view{rows}, update_view{tuples}, mask_shape{rows};
+    row_view.insert(row_view.end(), rest.begin(), rest.end());
+    update_view.insert(update_view.end(), rest.begin(), rest.end());
+    mask_shape.insert(mask_shape.end(), rest.size(), 1);
+    GraphBuilder b(graph_.get(), name + "/");
+    Value* sent = b.Op("Gather", {b.Reshape(updates, update_view),
+                                  graph_->AddConstant(graph_->UniqueName(name + "/source_rows"), source)});
+    Value* mask = graph_->AddConstant(graph_->UniqueName(name + "/written_rows"), written.Reshaped(mask_shape));
+    Value* merged = b.Op("Where", {mask, sent, b.Reshape(data, row_view)});
+    Value* out = b.Reshape(merged, data->shape);
+    MPC_RETURN_IF_ERROR(b.status());
+    return out;
   }
 
   // torch.split in an un-optimized dynamo export: SplitToSequence, then SequenceAt with a
@@ -834,11 +894,15 @@ class Importer {
     }
     std::optional<Tensor> computed = FoldConstantInputs(node.op_type(), inputs, attrs);
     if (computed) return Define(node.output(0), graph_->AddConstant(node.output(0), *std::move(computed)), where);
-    if (node.op_type() == "GatherND") {
-      MPC_ASSIGN_OR_RETURN(Value * gathered, GatherNdAsGather(inputs, attrs, name, where));
-      if (gathered) {
-        if (!graph_->FindValue(node.output(0))) MPC_RETURN_IF_ERROR(graph_->RenameValue(gathered, node.output(0)));
-        return Define(node.output(0), gathered, where);
+    if (node.op_type() == "GatherND" || node.op_type() == "ScatterND") {
+      MPC_ASSIGN_OR_RETURN(Value * computed_at_run_time, node.op_type() == "GatherND"
+                                                             ? GatherNdAsGather(inputs, attrs, name, where)
+                                                             : ScatterNdAsWhere(inputs, attrs, name, where));
+      if (computed_at_run_time) {
+        if (!graph_->FindValue(node.output(0))) {
+          MPC_RETURN_IF_ERROR(graph_->RenameValue(computed_at_run_time, node.output(0)));
+        }
+        return Define(node.output(0), computed_at_run_time, where);
       }
     }
     std::string computed_input;
@@ -1143,6 +1207,9 @@ absl::StatusOr<onnx::ModelProto> ParseModel(const std::string& data, const std::
   if (!model.has_graph()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the ONNX model has no graph"));
   }
+  // Calls of the model's own functions become their bodies, so that every check below
+  // (and the import) sees ONNX operators only.
+  MPC_RETURN_IF_ERROR(InlineLocalFunctions(model, path));
   // Our own opset check first: its message says how to fix the model, while the
   // checker's messages for an unsupported opset are about individual ops.
   MPC_ASSIGN_OR_RETURN(const int64_t opset, CheckOpsets(model, path));
@@ -1209,7 +1276,13 @@ absl::StatusOr<onnx::ModelProto> ParseOnnxModelBytes(const std::string& data, co
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxModel(const onnx::ModelProto& model, const ImportOptions& options,
                                                        const std::string& source_name) {
-  return Importer(model, options, source_name.empty() ? "<model>" : source_name).Run();
+  const std::string source = source_name.empty() ? "<model>" : source_name;
+  if (CallsLocalFunctions(model)) {  // a model built in memory; files are inlined when parsed
+    onnx::ModelProto inlined = model;
+    MPC_RETURN_IF_ERROR(InlineLocalFunctions(inlined, source));
+    return Importer(inlined, options, source).Run();
+  }
+  return Importer(model, options, source).Run();
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportOnnxFile(const std::string& path, const ImportOptions& options) {

@@ -44,6 +44,8 @@ const std::vector<OnnxDefinition>& Rows() {
       {"HardSigmoid", 22, kRead, "types; expanded as 6"},
       {"HardSwish", 14, kRead, "expanded: x * HardSigmoid(x, 1/6, 1/2)"},
       {"HardSwish", 22, kRead, "types; expanded as 14"},
+      {"LeakyRelu", 6, kRead, "expanded: Where(x > 0, x, alpha*x) (PyTorch's gradient: alpha at 0)"},
+      {"LeakyRelu", 16, kRead, "types (bfloat16); expanded as 6"},
       // Comparison and logic: mpc ops of the same name (bool outputs).
       {"Equal", 13, kRead, "Equal"},
       {"Equal", 19, kRead, "types (string, which mpc refuses as a dtype); Equal"},

@@ -228,6 +228,94 @@ TEST(InferenceSessionTest, FeedErrorsNameTheInputAndTheExpectedType) {
   EXPECT_NE(garbage.status().message().find("garbage.bin"), std::string::npos) << garbage.status();
 }
 
+// ScatterND at constant indices into data the model is fed (T5's shift_right in a
+// TorchScript export): f32 rows [4,3] with index 3 written twice (the last update wins, as
+// ONNX applies them in order) and i64 elements [2,5] at (0,0) and (1,4); the f32 scatter
+// sits in a local function, so the call is inlined first.
+TEST(InferenceSessionTest, ScatterNdAtConstantIndicesRunsOnComputedData) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  for (const auto& [domain, version] : std::vector<std::pair<std::string, int64_t>>{{"", 18}, {"local", 1}}) {
+    auto* opset = m.add_opset_import();
+    opset->set_domain(domain);
+    opset->set_version(version);
+  }
+  auto* g = m.mutable_graph();
+  g->set_name("scatter");
+  auto add_info = [](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
+                     int type, std::vector<int64_t> dims) {
+    auto* tt = list->Add()->mutable_type()->mutable_tensor_type();
+    list->rbegin()->set_name(name);
+    tt->set_elem_type(type);
+    for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  auto add_indices = [&](const std::string& name, std::vector<int64_t> dims, std::vector<int64_t> values) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int64_t v : values) t->add_int64_data(v);
+  };
+  add_info(g->mutable_input(), "x", onnx::TensorProto::FLOAT, {4, 3});
+  add_info(g->mutable_input(), "u", onnx::TensorProto::FLOAT, {3, 3});
+  add_info(g->mutable_input(), "ids", onnx::TensorProto::INT64, {2, 5});
+  add_info(g->mutable_input(), "v", onnx::TensorProto::INT64, {2});
+  add_indices("rows", {3, 1}, {3, 1, 3});
+  add_indices("cells", {2, 2}, {0, 0, 1, 4});
+  onnx::FunctionProto* f = m.add_functions();
+  f->set_domain("local");
+  f->set_name("ScatterRows");
+  f->add_input("D");
+  f->add_input("I");
+  f->add_input("U");
+  f->add_output("Y");
+  auto* f_opset = f->add_opset_import();
+  f_opset->set_domain("");
+  f_opset->set_version(18);
+  auto* body = f->add_node();
+  body->set_op_type("ScatterND");
+  for (const char* in : {"D", "I", "U"}) body->add_input(in);
+  body->add_output("Y");
+  auto* call = g->add_node();
+  call->set_op_type("ScatterRows");
+  call->set_domain("local");
+  call->set_name("scatter_rows");
+  for (const char* in : {"x", "rows", "u"}) call->add_input(in);
+  call->add_output("y");
+  auto* cells = g->add_node();
+  cells->set_op_type("ScatterND");
+  cells->set_name("scatter_cells");
+  for (const char* in : {"ids", "cells", "v"}) cells->add_input(in);
+  cells->add_output("shifted");
+  add_info(g->mutable_output(), "y", onnx::TensorProto::FLOAT, {4, 3});
+  add_info(g->mutable_output(), "shifted", onnx::TensorProto::INT64, {2, 5});
+
+  auto session = InferenceSession::FromBytes(m.SerializeAsString(), {}, "scatter.onnx");
+  ASSERT_TRUE(session.ok()) << session.status();
+  const Tensor x = testing::RandomTensor(DType::kF32, {4, 3}, 21);
+  const Tensor u = testing::RandomTensor(DType::kF32, {3, 3}, 22);
+  Tensor ids(DType::kI64, {2, 5}), v(DType::kI64, {2});
+  for (int64_t i = 0; i < 10; ++i) ids.data<int64_t>()[i] = 100 + i;
+  v.data<int64_t>()[0] = -7;
+  v.data<int64_t>()[1] = 9;
+  auto out = (*session)->Run({{"x", x}, {"u", u}, {"ids", ids}, {"v", v}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 2u);
+  const Tensor& y = (*out)[0].value;
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t c = 0; c < 3; ++c) {
+      const float want = r == 1 ? u.data<float>()[1 * 3 + c] : r == 3 ? u.data<float>()[2 * 3 + c] : x.data<float>()[r * 3 + c];
+      EXPECT_EQ(y.data<float>()[r * 3 + c], want) << "row " << r << " column " << c;
+    }
+  }
+  const Tensor& shifted = (*out)[1].value;
+  ASSERT_EQ(shifted.dtype(), DType::kI64);
+  for (int64_t i = 0; i < 10; ++i) {
+    const int64_t want = i == 0 ? -7 : i == 9 ? 9 : 100 + i;
+    EXPECT_EQ(shifted.data<int64_t>()[i], want) << "element " << i;
+  }
+}
+
 // ---- mpc run -----------------------------------------------------------------------------
 
 class MpcRunTest : public ::testing::Test {

@@ -12,6 +12,9 @@ mode and from an identical deep copy each time, exported in up to three ways:
   dynamo    torch.onnx.export(model, (x,), path)          # what a user gets by default
   dynamo23  torch.onnx.export(model, (x,), path, opset_version=23)
             kept only when its op types differ from the `dynamo` export's
+  ts18fn    the ts18 call with export_modules_as_functions={the model's block classes}
+            (FUNCTION_MODULES): the blocks become ONNX local functions; only for the
+            models listed there
 
 x is the first batch of the model's features (batch 4, static shapes). A fourth export,
 `torch.onnx.export(model, (x,), tmp, optimize=False)`, is made only to diagnose what the
@@ -71,7 +74,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 N_EXAMPLES = 80
 BATCH = 4
 STEPS = 20
-EXPORTERS = ("ts18", "dynamo", "dynamo23", "noopt")
+EXPORTERS = ("ts18", "dynamo", "dynamo23", "noopt", "ts18fn")
 SGD_MODELS = ("mlp", "decoder_buffers", "encoder_layer_mask")
 
 EXPORT_CALLS = {
@@ -84,7 +87,37 @@ EXPORT_CALLS = {
     # equal initializers, no BatchNorm fused into convolutions): what docs/onnx-import.md
     # recommends for training.
     "noopt": "torch.onnx.export(model, (x,), path, optimize=False)",
+    # TorchScript with modules written as ONNX local functions (one per class, nested where
+    # the classes nest); the classes per model are FUNCTION_MODULES'.
+    "ts18fn": "torch.onnx.export(model, (x,), path, dynamo=False, opset_version=18, "
+              "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, "
+              "input_names=['x'], output_names=['logits'], export_modules_as_functions=FUNCTION_MODULES[model])",
 }
+
+# The module classes each model's ts18fn export writes as local functions (models not
+# listed get no ts18fn export): library blocks, nested functions (a LayerNorm function
+# inside a block function), functions with attributes (GroupNorm's num_groups, eps).
+FUNCTION_MODULES = {
+    "mlp": ["torch.nn.Linear"],
+    "cnn_bn": ["torch.nn.BatchNorm2d", "torch.nn.Conv2d"],
+    "decoder_buffers": ["make_corpus.DecoderBlock", "torch.nn.LayerNorm"],
+    "encoder_layer_mask": ["torch.nn.TransformerEncoderLayer"],
+    "vit": ["timm.models.vision_transformer.Block", "timm.layers.mlp.Mlp"],
+    "convnext": ["timm.models.convnext.ConvNeXtBlock"],
+    "swin": ["torchvision.models.swin_transformer.SwinTransformerBlock"],
+    "unet": ["torch.nn.GroupNorm"],
+    "efficientnet": ["timm.models._efficientnet_blocks.SqueezeExcite"],
+}
+
+
+def function_classes(case_name):
+    """The classes named in FUNCTION_MODULES[case_name]."""
+    import importlib
+    out = set()
+    for path in FUNCTION_MODULES[case_name]:
+        module, _, name = path.rpartition(".")
+        out.add(globals()[name] if module == "make_corpus" else getattr(importlib.import_module(module), name))
+    return out
 
 RUNS = {
     "f32_adamw": dict(opt="adamw", bf16=False,
@@ -522,6 +555,10 @@ def do_export(exporter, pristine, x, path, **extra):
             torch.onnx.export(model, (x,), path, opset_version=23, **extra)
         elif exporter == "noopt":
             torch.onnx.export(model, (x,), path, optimize=False, **extra)
+        elif exporter == "ts18fn":
+            torch.onnx.export(model, (x,), path, dynamo=False, opset_version=18,
+                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                              input_names=["x"], output_names=["logits"], **extra)
         else:
             raise ValueError(exporter)
 
@@ -855,13 +892,23 @@ def run_case(case, out_root, tmp_root):
     exports = entry["exports"]
     tmp_case = os.path.join(tmp_root, case.name)
     dedup_log = ([], {})
-    for exporter in EXPORTERS:
+    # ts18fn right after ts18: PyTorch 2.15's TorchScript exporter segfaults (in
+    # libtorch_python) on export_modules_as_functions once the dynamo exporter has run in
+    # the process (swin, convnext). For the same reason main() runs each model in its own
+    # process.
+    for exporter in ("ts18", "ts18fn", "dynamo", "dynamo23", "noopt"):
         target = os.path.join(mdir, exporter) if exporter != "dynamo23" else os.path.join(tmp_case, "dynamo23")
         path = os.path.join(target, "model.onnx")
         e = {"call": EXPORT_CALLS[exporter]}
+        if exporter == "ts18fn" and case.name not in FUNCTION_MODULES:
+            exports[exporter] = {"call": e["call"], "status": "not made"}
+            continue
         print(f"   export {exporter}", flush=True)
         try:
-            if exporter == "dynamo":
+            if exporter == "ts18fn":
+                e["function_modules"] = FUNCTION_MODULES[case.name]
+                do_export(exporter, pristine, x, path, export_modules_as_functions=function_classes(case.name))
+            elif exporter == "dynamo":
                 with capture_dedup_log() as (recs, seen):
                     do_export(exporter, pristine, x, path)
                 dedup_log = (list(recs), dict(seen))
@@ -872,7 +919,8 @@ def run_case(case, out_root, tmp_root):
             e["reference_check"] = reference_check(target, x.numpy(), torch_out)
         except Exception as ex:  # noqa: BLE001
             first, more, cause = clean_error(ex, out_root, tmp_root)
-            e = {"call": EXPORT_CALLS[exporter], "status": "error", "error": first}
+            e = {"call": EXPORT_CALLS[exporter], "status": "error", "error": first,
+                 **({"function_modules": FUNCTION_MODULES[case.name]} if exporter == "ts18fn" else {})}
             if cause:
                 e["error_cause"] = cause
             if more:
@@ -943,6 +991,7 @@ def run_case(case, out_root, tmp_root):
             if ee["status"] == "ok" and ee.get("kept", True):
                 write_spec(os.path.join(mdir, f"{exporter}_{run}.spec"), case, exporter, run, ee)
 
+    entry["exports"] = {k: entry["exports"][k] for k in EXPORTERS}  # the manifest's order
     total = 0
     for root, _, files in os.walk(mdir):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
@@ -952,7 +1001,7 @@ def run_case(case, out_root, tmp_root):
 
 
 def status_cell(e):
-    if e is None:
+    if e is None or e["status"] == "not made":
         return "-"
     if e["status"] != "ok":
         return "error"
@@ -970,13 +1019,14 @@ def write_readme(out_root, manifest):
              "Generated by `tools/export_corpus/make_corpus.py`; see `tools/export_corpus/README.md`. "
              "Do not edit: rerun the script. Details of every export are in `manifest.json`.", "",
              "Versions: " + ", ".join(f"{k} {v}" for k, v in manifest["versions"].items()), "",
-             "| model | ts18 | dynamo | dynamo23 | noopt | runs |", "|---|---|---|---|---|---|"]
+             "| model | ts18 | dynamo | dynamo23 | noopt | ts18fn | runs |", "|---|---|---|---|---|---|---|"]
     for name, m in manifest["models"].items():
         ex = m["exports"]
         lines.append(f"| {name} | {status_cell(ex.get('ts18'))} | {status_cell(ex.get('dynamo'))} | "
-                     f"{status_cell(ex.get('dynamo23'))} | {status_cell(ex.get('noopt'))} | {', '.join(m['runs'])} |")
+                     f"{status_cell(ex.get('dynamo23'))} | {status_cell(ex.get('noopt'))} | {status_cell(ex.get('ts18fn'))} | "
+                     f"{', '.join(m['runs'])} |")
     errs = [(n, k, e["error"], e.get("error_cause")) for n, m in manifest["models"].items() for k, e in m["exports"].items()
-            if e["status"] != "ok"]
+            if e["status"] not in ("ok", "not made")]
     if errs:
         lines += ["", "Export errors (first line):", ""]
         lines += [f"- {n} / {k}: `{err}`" + (f" (cause: `{c}`)" if c else "") for n, k, err, c in errs]
@@ -996,6 +1046,14 @@ def main():
             ap.error(f"unknown model {n!r}")
     out_root = os.path.abspath(args.out)
     os.makedirs(out_root, exist_ok=True)
+    if len(names) > 1:
+        # One process per model: PyTorch 2.15's TorchScript exporter segfaults on
+        # export_modules_as_functions after a dynamo export in the same process (see
+        # run_case). Each child updates manifest.json and README.md.
+        import subprocess
+        for n in names:
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--models", n, "--out", out_root], check=True)
+        return
 
     man_path = os.path.join(out_root, "manifest.json")
     old = {}
