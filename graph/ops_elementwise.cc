@@ -1,7 +1,9 @@
 // Elementwise ops: broadcasting arithmetic (Add, Sub, Mul, Div), Neg and the
 // activations (Relu, Sigmoid, Tanh), with their gradients. Activation gradients are
 // written in terms of the op's *output* (ReluGrad, SigmoidGrad, TanhGrad), so the
-// forward input need not stay alive for the backward pass.
+// forward input need not stay alive for the backward pass. Silu (mpc: x * sigmoid(x),
+// which passes/fuse_silu.h makes of the exporters' Sigmoid and Mul) is the exception: its
+// gradient SiluGrad(dY, X) reads the input, as PyTorch's silu_backward does.
 #include "base/status_macros.h"
 #include "graph/ops_common.h"
 
@@ -97,9 +99,16 @@ void RegisterElementwiseOps(OpRegistry& r) {
                    [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
                      return std::vector<Value*>{b.Op("TanhGrad", {dy[0], n.outputs[0]})};
                    }));
+  r.Register(Unary(
+      "Silu", PaddingRule::kZeroPreservingUnary,
+      [](GraphBuilder& b, const Node& n, const std::vector<Value*>& dy) -> Grads {
+        return std::vector<Value*>{b.Op("SiluGrad", {dy[0], n.inputs[0]})};
+      },
+      "mpc"));
   r.Register(ActivationGrad("ReluGrad"));     // dY * (Y > 0)
   r.Register(ActivationGrad("SigmoidGrad"));  // dY * Y * (1 - Y)
   r.Register(ActivationGrad("TanhGrad"));     // dY * (1 - Y^2)
+  r.Register(ActivationGrad("SiluGrad"));     // dY * s * (1 + X * (1 - s)), s = sigmoid(X): reads X
 }
 
 }  // namespace mpc

@@ -40,6 +40,7 @@ inline const std::set<std::string>& DefaultInfer() {
                                             "Mul",           "Div",
                                             "Neg",           "Sigmoid",
                                             "Tanh",          "Gelu",
+                                            "Silu",
                                             "AveragePool",   "GlobalAveragePool",
                                             "Where",         "Softmax",
                                             "MaskedSoftmax", "BatchNormalization"};

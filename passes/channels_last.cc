@@ -17,7 +17,7 @@ namespace {
 // so they run unchanged on a permuted layout when every operand has the output's shape.
 const absl::flat_hash_set<std::string>& LayoutAgnosticOps() {
   static const auto* ops =
-      new absl::flat_hash_set<std::string>{"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Cast", "Identity", "Neg",
+      new absl::flat_hash_set<std::string>{"Relu", "LeakyRelu", "Sigmoid", "Silu", "Tanh", "Cast", "Identity", "Neg",
                                            "Abs",  "Add",       "Sub",     "Mul",  "Div",  "Max",      "Min"};
   return *ops;
 }

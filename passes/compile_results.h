@@ -60,6 +60,10 @@ struct FuseLayerNormEdgesResult {
 };
 
 // Writer: fuse-gelu. Reader: the report.
+struct FuseSiluResult {
+  std::vector<std::string> fused;  // the Silu nodes that replaced x * Sigmoid(x)
+};
+
 struct FuseGeluResult {
   struct Fusion {
     std::string node;         // the Gelu node that replaced the chain
@@ -235,6 +239,7 @@ struct MemoryPlanResult {
 struct CompileResults {
   LossResult loss;
   FuseGeluResult fuse_gelu;
+  FuseSiluResult fuse_silu;
   FuseSoftmaxResult fuse_softmax;
   FoldBatchTransposesResult fold_batch_transposes;
   TriangularOperandsResult triangular_operands;

@@ -18,6 +18,7 @@
 #include "passes/fp8_lower.h"
 #include "passes/fuse_epilogues.h"
 #include "passes/fuse_gelu.h"
+#include "passes/fuse_silu.h"
 #include "passes/fuse_layer_norm_edges.h"
 #include "passes/fuse_softmax.h"
 #include "passes/fuse_updates.h"
@@ -42,6 +43,8 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // GELU written out in elementary ops (opset < 20 exports) becomes one op before
   // autocast and autodiff, so both decide for the op that will run.
   p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
+  // SiLU written as x * Sigmoid(x) (no ONNX op before opset 24) likewise.
+  p.Add(std::make_unique<FuseSiluPass>(&r->fuse_silu));
   // Attention's scale, mask and softmax as one op, for the same reason.
   p.Add(std::make_unique<FuseSoftmaxPass>(caps, &r->fuse_softmax));
   // Precision of every forward op, before autodiff: the backward pass inherits it (the
@@ -120,6 +123,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   // The logits are the program's output; loss and accuracy are computed from them.
   if (!o.keep_all_outputs) p.Add(std::make_unique<SelectOutputsPass>(std::vector<std::string>{o.loss.logits}));
   p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
+  p.Add(std::make_unique<FuseSiluPass>(&r->fuse_silu));
   p.Add(std::make_unique<FuseSoftmaxPass>(caps, &r->fuse_softmax));
   p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
   p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));

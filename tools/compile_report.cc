@@ -47,6 +47,8 @@ std::string CompileReportJson(const Program& p) {
     gelu.push_back(absl::StrFormat("{\"node\":\"%s\",\"approximate\":\"%s\",\"nodes_replaced\":%d}", JsonEscape(f.node),
                                    f.approximate, f.nodes_replaced));
   }
+  std::vector<std::string> silu;
+  for (const std::string& node : r.fuse_silu.fused) silu.push_back(absl::StrCat("\"", JsonEscape(node), "\""));
   std::vector<std::string> softmax;
   for (const FuseSoftmaxResult::Fusion& f : r.fuse_softmax.fused) {
     softmax.push_back(absl::StrFormat("{\"node\":\"%s\",\"masked\":%s,\"scale\":%.9g,\"nodes_replaced\":%d}",
@@ -107,7 +109,7 @@ std::string CompileReportJson(const Program& p) {
       "{", training, "\"initializers\":[", absl::StrJoin(initializers, ","), "],", "\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", r.autocast.casts_inserted,
                       DTypeName(r.autocast.compute_dtype)),
-      "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"fused_softmax\":[", absl::StrJoin(softmax, ","), "],",
+      "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"fused_silu\":[", absl::StrJoin(silu, ","), "],", "\"fused_softmax\":[", absl::StrJoin(softmax, ","), "],",
       absl::StrFormat("\"folded_batch_transposes\":{\"operands\":%d,\"results\":%d},",
                       r.fold_batch_transposes.operand_transposes, r.fold_batch_transposes.result_transposes),
       absl::StrFormat("\"triangular_operands\":{\"zero_above\":%d,\"zero_below\":%d},",
@@ -151,6 +153,10 @@ std::string CompileSummaryText(const Program& p) {
     for (const FuseGeluResult::Fusion& f : r.fuse_gelu.fused) replaced += f.nodes_replaced;
     absl::StrAppendFormat(&out, "fuse-gelu: %d GELUs written out in %d nodes now one Gelu op each (approximate=%s)\n",
                           r.fuse_gelu.fused.size(), replaced, r.fuse_gelu.fused[0].approximate);
+  }
+  if (!r.fuse_silu.fused.empty()) {
+    absl::StrAppendFormat(&out, "fuse-silu: %d x * Sigmoid(x) products now one Silu op each\n",
+                          r.fuse_silu.fused.size());
   }
   if (const FoldBatchTransposesResult& t = r.fold_batch_transposes; t.operand_transposes + t.result_transposes > 0) {
     absl::StrAppendFormat(&out,

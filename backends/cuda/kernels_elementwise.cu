@@ -3,8 +3,9 @@
 // of the whole elementwise family (its files are listed in elementwise_families.h).
 //   Add Sub Mul Div                numpy broadcasting; flat and in 16-byte packs when both
 //                                  operands have the output's shape
-//   Neg Relu Sigmoid Tanh          y = f(x)
+//   Neg Relu Sigmoid Tanh Silu     y = f(x)
 //   ReluGrad SigmoidGrad TanhGrad  dx = g(dy, y): inputs (dy, y), y the forward output
+//   SiluGrad                       dx = g(dy, x): inputs (dy, x), x the forward input
 // Every op loads into f32, evaluates there and rounds once on the store. The arithmetic
 // ones (Add..Div, Neg, Relu, ReluGrad, SigmoidGrad, TanhGrad) are IEEE single operations in
 // the CPU's order, so their results are bit-identical to the CPU's; Sigmoid and Tanh use
@@ -67,6 +68,11 @@ struct TanhOp {
   __device__ float operator()(float x) const { return tanhf(x); }
 };
 
+struct SiluOp {
+  static constexpr const char* kName = "Silu";
+  __device__ float operator()(float x) const { return x / (1.0f + expf(-x)); }
+};
+
 struct ReluGradOp {
   static constexpr const char* kName = "ReluGrad";
   __device__ float operator()(float dy, float y) const { return y > 0.0f ? dy : 0.0f; }
@@ -81,6 +87,15 @@ struct TanhGradOp {
   __device__ float operator()(float dy, float y) const { return dy * __fsub_rn(1.0f, __fmul_rn(y, y)); }
 };
 
+// SiluGrad's second input is the forward input x (not the output).
+struct SiluGradOp {
+  static constexpr const char* kName = "SiluGrad";
+  __device__ float operator()(float dy, float x) const {
+    const float s = 1.0f / (1.0f + expf(-x));
+    return dy * s * (1.0f + x * (1.0f - s));
+  }
+};
+
 }  // namespace
 
 void RegisterCudaElementwiseKernels(KernelRegistry& r) {
@@ -92,9 +107,11 @@ void RegisterCudaElementwiseKernels(KernelRegistry& r) {
   RegisterCudaFloatKernels<UnaryFactory<ReluOp>::For>(r, "Relu");
   RegisterCudaFloatKernels<UnaryFactory<SigmoidOp>::For>(r, "Sigmoid");
   RegisterCudaFloatKernels<UnaryFactory<TanhOp>::For>(r, "Tanh");
+  RegisterCudaFloatKernels<UnaryFactory<SiluOp>::For>(r, "Silu");
   RegisterCudaFloatKernels<GradFactory<ReluGradOp>::For>(r, "ReluGrad");
   RegisterCudaFloatKernels<GradFactory<SigmoidGradOp>::For>(r, "SigmoidGrad");
   RegisterCudaFloatKernels<GradFactory<TanhGradOp>::For>(r, "TanhGrad");
+  RegisterCudaFloatKernels<GradFactory<SiluGradOp>::For>(r, "SiluGrad");
 }
 
 }  // namespace cuda

@@ -256,6 +256,7 @@ std::vector<OpCase> UnaryCases() {
       {"Relu", [](double x) { return x > 0 ? x : 0.0; }, -1, 1, 0.1, true},
       {"Sigmoid", [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, -6, 6, 0, false},
       {"Tanh", [](double x) { return std::tanh(x); }, -3, 3, 0, false},
+      {"Silu", [](double x) { return x / (1.0 + std::exp(-x)); }, -6, 6, 0, false},
       {"Identity", [](double x) { return x; }, -1, 1, 0, true},
   };
   for (const U& u : ops) {
@@ -685,6 +686,19 @@ std::vector<OpCase> BackwardOpCases() {
     c.inputs = {X("dy", s), X("y", s, 0.05, 0.95)};
     c.ref = [](const std::vector<Tensor>& in) {
       return std::vector<Tensor>{RefBinary(in[0], in[1], [](double dy, double y) { return dy * y * (1 - y); })};
+    };
+    add(std::move(c));
+  }
+  {
+    OpCase c;
+    c.name = "SiluGrad_Rank2";
+    c.op = "SiluGrad";
+    c.inputs = {X("dy", s), X("x", s, -6, 6)};
+    c.ref = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefBinary(in[0], in[1], [](double dy, double x) {
+        const double sig = 1.0 / (1.0 + std::exp(-x));
+        return dy * sig * (1 + x * (1 - sig));
+      })};
     };
     add(std::move(c));
   }
