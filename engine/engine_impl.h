@@ -16,6 +16,7 @@
 #include "engine/evaluation.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
+#include "engine/output_lock.h"
 #include "engine/mpc.h"
 #include "engine/numerics_guard.h"
 #include "engine/numerics_observer.h"
@@ -54,6 +55,10 @@ struct Engine::Impl {
   int64_t eval_batch_size = 0;
   CheckpointIdentity checkpoint_identity;  // what a checkpoint must match to load
   std::vector<std::string> notices;        // Engine::notices()
+  // The checkpoint directory's and metrics file's writer locks (engine/output_lock.h),
+  // held for the engine's life by the rank that writes them; declared before `metrics`
+  // so they are released after it is closed.
+  std::vector<std::unique_ptr<OutputLock>> output_locks;
   std::unique_ptr<MetricsWriter> metrics;
   std::vector<std::string> fp8_reported;       // FP8 tensors matching fp8.report_tensor
   std::unique_ptr<NumericsObserver> numerics;  // --check-numerics / --tensor-stats; null when off

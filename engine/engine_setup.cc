@@ -179,6 +179,7 @@ absl::Status Engine::Impl::CompilePrograms() {
   popts.batch_size = spec.batch_size() / world_size;  // this rank's share (JoinJob checked it divides)
   popts.world_size = world_size;
   popts.rank = rank;
+  popts.pipeline.disabled.insert(options.disabled_passes.begin(), options.disabled_passes.end());
   // Without training data the labels are one class per example (sequence labels need it).
   if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY && has_train_data) {
     popts.label_row = RowShape(train_data.labels);
@@ -331,6 +332,17 @@ void Engine::Impl::SetUpNumerics() {
 }
 
 absl::Status Engine::Impl::ResumeAndOpenMetrics() {
+  // The metrics file is locked before anything is decided or truncated: a second run
+  // writing it is refused at start, the first's records untouched. (A missing directory
+  // is left to MetricsWriter::Open, whose message names the file.)
+  const std::string& metrics_path = options.metrics_path;
+  const std::filesystem::path metrics_dir = std::filesystem::path(metrics_path).parent_path();
+  if (rank == 0 && !metrics_path.empty() && std::filesystem::is_directory(metrics_dir.empty() ? "." : metrics_dir)) {
+    MPC_ASSIGN_OR_RETURN(std::unique_ptr<OutputLock> lock,
+                         OutputLock::Acquire(OutputLock::ForFile(metrics_path), absl::StrCat("--metrics ", metrics_path),
+                                             "pass another --metrics file"));
+    output_locks.push_back(std::move(lock));
+  }
   MPC_ASSIGN_OR_RETURN(const int64_t resumed_at, PrepareCheckpointDir());
   // Resumed: the metrics file keeps the records up to the checkpoint's step, then a
   // "resume" marker; the interrupted session's later steps are logged again. In a job,
@@ -358,7 +370,7 @@ absl::StatusOr<int64_t> Engine::Impl::PrepareCheckpointDir() {
     }
     return -1;
   }
-  const CheckpointDirContents contents = InspectCheckpointDir(checkpoint_dir);
+  CheckpointDirContents contents = InspectCheckpointDir(checkpoint_dir);
   if (options.resume && !contents.HoldsCheckpoint()) {
     return absl::NotFoundError(absl::StrCat(
         "--resume: ", contents.exists ? "there is no checkpoint in " : "the checkpoint directory ", checkpoint_dir,
@@ -368,6 +380,24 @@ absl::StatusOr<int64_t> Engine::Impl::PrepareCheckpointDir() {
   }
   int64_t resumed_at = -1;
   const bool writes = cs.every_n_steps() > 0 || cs.at_end();
+  if (rank == 0 && (writes || options.overwrite_checkpoints)) {
+    // One writer per directory, from before its contents decide anything (what to resume,
+    // what to remove) to the end of the run; then the contents again, as they are now
+    // that no other run writes them.
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_dir, ec);
+    if (ec || !std::filesystem::is_directory(checkpoint_dir)) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint directory ", checkpoint_dir, ": cannot create it: ",
+                                                     ec ? ec.message() : "a file of that name exists",
+                                                     "; pass a directory that can be created or written"));
+    }
+    MPC_ASSIGN_OR_RETURN(std::unique_ptr<OutputLock> lock,
+                         OutputLock::Acquire(OutputLock::ForDirectory(checkpoint_dir),
+                                             absl::StrCat("checkpoint directory ", checkpoint_dir),
+                                             "choose another --checkpoint_dir (checkpoint.dir in the spec)"));
+    output_locks.push_back(std::move(lock));
+    contents = InspectCheckpointDir(checkpoint_dir);
+  }
   if (resume && contents.HoldsCheckpoint()) {
     const SlicedState place = SlicePlace();
     MPC_ASSIGN_OR_RETURN(TrainingPosition pos,

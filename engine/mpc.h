@@ -64,6 +64,11 @@ struct EngineOptions {
   bool resume_if_present = false;      // continue from it if there is one, else start at step 0 (schedulers)
   bool overwrite_checkpoints = false;  // start over: remove the checkpoints in checkpoint_dir
   bool profile = false;                // time every kernel; see Engine::Profile()
+  // Compiler passes to skip, by name (as `mpc compile --disable-passes`): for measuring
+  // what a pass gains and for finding which one a problem comes from. An unknown name is an
+  // error; a required pass (autodiff, optimizer, memory-plan, ...) skipped leaves a program
+  // that does not train.
+  std::vector<std::string> disabled_passes;
   std::string precision;               // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16, fp8
   std::string loss_scaling;            // overrides TrainSpec.loss_scaling: off, dynamic, static:S
   int pad_multiple = 0;                // overrides TrainSpec.padding.multiple when > 0 (1 = off)

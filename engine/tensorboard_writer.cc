@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/crc32c.h"
+#include "base/status_macros.h"
 #include "proto/tensorboard_event.pb.h"
 
 namespace mpc {
@@ -42,6 +43,10 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
         "--tensorboard ", dir, ": cannot create the directory: ", ec ? ec.message() : "a file of that name exists",
         "; pass a directory that can be created or written"));
   }
+  MPC_ASSIGN_OR_RETURN(std::unique_ptr<OutputLock> lock,
+                       OutputLock::Acquire(OutputLock::ForDirectory(dir), absl::StrCat("--tensorboard directory ", dir),
+                                           "pass another --tensorboard directory (TensorBoard shows each "
+                                           "subdirectory of its --logdir as a run)"));
   const std::string base =
       absl::StrCat(dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", HostName());
   // O_EXCL: a second run started in the same second in the same directory must not
@@ -64,7 +69,7 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
     ::close(fd);
     return absl::InternalError(absl::StrCat("--tensorboard: fdopen of ", path, " failed: ", std::strerror(err)));
   }
-  std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(file, path));
+  std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(file, path, std::move(lock)));
   tensorboard::Event event;
   event.set_wall_time(WallTime());
   event.set_file_version("brain.Event:2");
@@ -74,6 +79,7 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
 
 TensorBoardWriter::~TensorBoardWriter() {
   if (file_) std::fclose(file_);
+  file_ = nullptr;
 }
 
 absl::Status TensorBoardWriter::WriteRecord(const std::string& bytes) {

@@ -19,14 +19,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/mpc.h"
+#include "engine/output_lock.h"
 
 namespace mpc {
 
 class TensorBoardWriter {
  public:
-  // Creates `dir` (and its parents) when needed and a new event file in it,
-  // events.out.tfevents.<unix seconds>.<hostname> (TensorBoard reads every file whose
-  // name contains "tfevents"), then writes the file-version event.
+  // Creates `dir` (and its parents) when needed, locks it for this writer's life
+  // (engine/output_lock.h: a directory another run writes is refused, naming that run),
+  // and a new event file in it, events.out.tfevents.<unix seconds>.<hostname>
+  // (TensorBoard reads every file whose name contains "tfevents"), then writes the
+  // file-version event.
   static absl::StatusOr<std::unique_ptr<TensorBoardWriter>> Open(const std::string& dir);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
@@ -44,12 +47,14 @@ class TensorBoardWriter {
   const std::string& path() const { return path_; }
 
  private:
-  TensorBoardWriter(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+  TensorBoardWriter(std::FILE* file, std::string path, std::unique_ptr<OutputLock> lock)
+      : file_(file), path_(std::move(path)), lock_(std::move(lock)) {}
   // One TFRecord: length, masked CRC-32C of the length, the bytes, their masked CRC-32C.
   absl::Status WriteRecord(const std::string& bytes);
 
   std::FILE* file_;
   std::string path_;
+  std::unique_ptr<OutputLock> lock_;  // released after the file is closed
   int64_t skipped_total_ = 0;
 };
 

@@ -74,6 +74,36 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
 // A binary ModelProto starts with a field tag such as 0x08 (ir_version), which is not
 // printable; a text model is printable throughout. Text that happens to parse as binary
 // would yield garbage unknown fields, so printable files are parsed as text first.
+// "[i, j, ...]" of flat index `flat` in `shape` (row-major).
+std::string ElementAt(const Shape& shape, int64_t flat) {
+  std::vector<int64_t> idx(shape.size());
+  for (int k = static_cast<int>(shape.size()) - 1; k >= 0; --k) {
+    if (shape[k] > 0) {
+      idx[k] = flat % shape[k];
+      flat /= shape[k];
+    }
+  }
+  return absl::StrCat("[", absl::StrJoin(idx, ","), "] of ", ShapeToString(shape));
+}
+
+// A NaN in an initializer is never there by design (an infinity may be: a mask): the
+// model is refused at load, naming the tensor and its first NaN, as a NaN in the data is.
+absl::Status RefuseNan(const Tensor& t, const std::string& what) {
+  const int64_t n = t.num_elements();
+  int64_t first = -1, count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(t.GetAsDouble(i))) {
+      if (first < 0) first = i;
+      ++count;
+    }
+  }
+  if (count == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " holds NaN at index ", first, " (element ", ElementAt(t.shape(), first), "; ", count, " NaN of ", n,
+      " values); a weight or buffer is never NaN by design: re-export the model from weights without NaNs "
+      "(torch.isnan(p).any() finds them)"));
+}
+
 bool LooksLikeText(const std::string& data) {
   const size_t n = std::min<size_t>(data.size(), 4096);
   for (size_t i = 0; i < n; ++i) {
@@ -104,6 +134,28 @@ absl::Status ExternalDataWithoutFile(const onnx::TensorProto& proto, const std::
       "save_as_external_data=False)"));
 }
 
+// The element count of a tensor's dimensions, refused when a dimension is negative or
+// the count exceeds 2^48 (no tensor is that large; a product that overflows int64 would
+// otherwise wrap, to 0 for 2^40 x 2^40, and be reported as "0-element but contains data").
+// Checked before anything is allocated or ONNX's checker sees the tensor.
+absl::StatusOr<int64_t> ElementCount(const onnx::TensorProto& proto, const std::string& what) {
+  int64_t n = 1;
+  for (int64_t d : proto.dims()) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has a negative dimension ", d, " (dimensions ",
+                                                     absl::StrJoin(proto.dims(), " x "), ")"));
+    }
+    if (d > 0 && n > (int64_t{1} << 48) / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has dimensions ", absl::StrJoin(proto.dims(), " x "),
+                       ", whose product exceeds 2^48 elements (it overflows 64-bit arithmetic beyond 2^63): "
+                       "no tensor is that large, so the file is damaged or was written wrong; re-export it"));
+    }
+    n *= d;
+  }
+  return n;
+}
+
 // `external_data_dir`: where external data locations are relative to (the model file's
 // directory), or empty when the model did not come from a file.
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& what,
@@ -116,21 +168,8 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std
   }
   auto dtype = DTypeFromOnnx(proto.data_type());
   if (!dtype.ok()) return WithPrefix(dtype.status(), absl::StrCat(what, ": "));
-  Shape shape;
-  int64_t n = 1;
-  for (int64_t d : proto.dims()) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " has a negative dimension ", d));
-    }
-    // The element count is checked against the stored data before anything is
-    // allocated, so a corrupt dimension cannot request an absurd buffer.
-    if (d > 0 && n > (int64_t{1} << 48) / d) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " has dimensions ", absl::StrJoin(proto.dims(), "x"), ", too large for a tensor"));
-    }
-    n *= d;
-    shape.push_back(d);
-  }
+  MPC_ASSIGN_OR_RETURN(const int64_t n, ElementCount(proto, what));
+  const Shape shape(proto.dims().begin(), proto.dims().end());
   const size_t bytes = static_cast<size_t>(n) * DTypeSize(*dtype);
   if (external) {
     // Straight into the tensor's buffer: a large model's weights are never held twice.
@@ -306,11 +345,26 @@ class Importer {
       InitializerFacts& f = facts[init.name()];
       f.floating = IsFloating(tensor->dtype());
       f.finite = !f.floating || tensor->NonFiniteCount() == 0;
+      if (!f.finite) {
+        const absl::Status nan = RefuseNan(*tensor, what);
+        if (!nan.ok()) return WithPrefix(nan, absl::StrCat(source_, ": "));
+      }
       if (!tensors.emplace(init.name(), *std::move(tensor)).second) {
         return Error(absl::StrCat(what, " is defined twice; ONNX value names must be unique"));
       }
     }
     plan_ = PlanInitializers(g, facts, kOnnxStateMarker, kOnnxConstantMarker);
+    // An infinity is a buffer's by design (an additive mask), never a trained weight's.
+    for (const auto& [name, decision] : plan_.decisions) {
+      if (decision.kind != InitializerKind::kParameter || facts.at(name).finite) continue;
+      int64_t first = -1;
+      tensors.at(name).NonFiniteCount(&first);
+      return Error(absl::StrCat("initializer '", name, "' is a parameter (", decision.reason, ") but holds ",
+                                tensors.at(name).GetAsDouble(first), " at index ", first, " (element ",
+                                ElementAt(tensors.at(name).shape(), first),
+                                "); a trained weight must be finite: re-export the model from weights without "
+                                "infinities"));
+    }
     auto add = [&](const std::string& name, const Tensor& value, const InitializerPlan::Decision& decision) {
       switch (decision.kind) {
         case InitializerKind::kState:
@@ -1172,6 +1226,26 @@ absl::StatusOr<bool> CheckExternalData(const onnx::ModelProto& model, const std:
   return any;
 }
 
+// Every stored tensor's dimensions (initializers, Constant and other tensor attributes)
+// named when their product cannot be a tensor, before ONNX's checker, whose message for
+// an overflowed product is about its stored data instead.
+absl::Status CheckTensorDimensions(const onnx::ModelProto& model, const std::string& path) {
+  for (const auto& init : model.graph().initializer()) {
+    const absl::Status st = ElementCount(init, absl::StrCat("initializer '", init.name(), "'")).status();
+    if (!st.ok()) return WithPrefix(st, absl::StrCat(path, ": "));
+  }
+  for (const auto& node : model.graph().node()) {
+    for (const auto& a : node.attribute()) {
+      if (!a.has_t()) continue;
+      const absl::Status st =
+          ElementCount(a.t(), absl::StrCat("node '", node.name(), "' (", node.op_type(), "): attribute '", a.name(), "'"))
+              .status();
+      if (!st.ok()) return WithPrefix(st, absl::StrCat(path, ": "));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Parses and checks a model; `model_dir` is the directory of the file it came from
 // ("" for bytes in memory), where its external data must be.
 absl::StatusOr<onnx::ModelProto> ParseModel(const std::string& data, const std::string& path,
@@ -1214,6 +1288,7 @@ absl::StatusOr<onnx::ModelProto> ParseModel(const std::string& data, const std::
   // checker's messages for an unsupported opset are about individual ops.
   MPC_ASSIGN_OR_RETURN(const int64_t opset, CheckOpsets(model, path));
   MPC_ASSIGN_OR_RETURN(bool external, CheckExternalData(model, path, model_dir));
+  MPC_RETURN_IF_ERROR(CheckTensorDimensions(model, path));
   // Debian's ONNX 1.12 checker knows opsets up to 17 and IR versions up to 8: a newer
   // model (every torch.onnx.export since PyTorch 2.8) is one it would refuse for its
   // version alone, or check against older schemas. Such models are checked by the import

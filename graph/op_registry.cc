@@ -21,6 +21,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterFp8GemmOps(*r);
     RegisterConvOps(*r);
     RegisterNormOps(*r);
+    RegisterRmsNormOps(*r);
     RegisterTensorOps(*r);
     RegisterCollectiveOps(*r);
     return r;

@@ -102,6 +102,7 @@ void RegisterFp8Ops(OpRegistry& registry);
 void RegisterFp8GemmOps(OpRegistry& registry);     // graph/ops_fp8_gemm.cc: Fp8Cast, Fp8Gemm (fp8-lower)
 void RegisterConvOps(OpRegistry& registry);        // graph/ops_conv.cc: Conv, pooling
 void RegisterNormOps(OpRegistry& registry);        // graph/ops_norm.cc: normalisations, math, reductions
+void RegisterRmsNormOps(OpRegistry& registry);     // graph/ops_rms_norm.cc: RmsNorm (fuse-rms-norm)
 void RegisterTensorOps(OpRegistry& registry);      // graph/ops_tensor.cc: indexing and data movement
 void RegisterCollectiveOps(OpRegistry& registry);  // graph/ops_collective.cc: AllReduce (data-parallel)
 

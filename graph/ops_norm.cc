@@ -417,7 +417,8 @@ bool BatchNormTraining(const Node& n) {
 }
 
 absl::StatusOr<int> LayerNormAxis(const Node& n) {
-  const int rank = static_cast<int>(n.inputs[n.op == "LayerNormGrad" ? 1 : 0]->shape.size());
+  const bool grad = n.op == "LayerNormGrad" || n.op == "RmsNormGrad";  // X is input 1 of a gradient
+  const int rank = static_cast<int>(n.inputs[grad ? 1 : 0]->shape.size());
   const int64_t axis = n.attrs.GetInt("axis", -1);
   auto ax = NormalizeAxis(axis, rank);
   if (!ax.ok()) {

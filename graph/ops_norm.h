@@ -19,8 +19,8 @@ absl::StatusOr<std::vector<int>> ReduceAxes(const Node& node);
 // else ONNX's training_mode attribute (default 0).
 bool BatchNormTraining(const Node& node);
 
-// LayerNormalization / LayerNormGrad: the normalised first axis (attribute axis,
-// default -1) against X's rank.
+// LayerNormalization / LayerNormGrad and RmsNorm / RmsNormGrad (graph/ops_rms_norm.cc):
+// the normalised first axis (attribute axis, default -1) against X's rank.
 absl::StatusOr<int> LayerNormAxis(const Node& node);
 
 }  // namespace mpc::ops

@@ -30,6 +30,7 @@ inline const std::set<std::string>& DefaultDeny() {
                                             "ReduceSum",
                                             "ReduceMean",
                                             "LayerNormalization",
+                                            "RmsNorm",
                                             "Erf",
                                             "Sqrt"};
   return ops;

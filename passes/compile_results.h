@@ -59,11 +59,22 @@ struct FuseLayerNormEdgesResult {
   int narrowed_grads = 0;     // Casts of a LayerNormGrad's dX to 16 bits now its 5th output
 };
 
-// Writer: fuse-gelu. Reader: the report.
+// Writer: fuse-silu. Reader: the report.
 struct FuseSiluResult {
   std::vector<std::string> fused;  // the Silu nodes that replaced x * Sigmoid(x)
 };
 
+// Writer: fuse-rms-norm. Reader: the report.
+struct FuseRmsNormResult {
+  struct Fusion {
+    std::string node;     // the RmsNorm node that replaced the chain
+    int chain_nodes = 0;  // how many nodes it replaced (6 without the weight Mul, 7 with)
+    bool scaled = false;  // the weight Mul was folded in
+  };
+  std::vector<Fusion> fused;
+};
+
+// Writer: fuse-gelu. Reader: the report.
 struct FuseGeluResult {
   struct Fusion {
     std::string node;         // the Gelu node that replaced the chain
@@ -240,6 +251,7 @@ struct CompileResults {
   LossResult loss;
   FuseGeluResult fuse_gelu;
   FuseSiluResult fuse_silu;
+  FuseRmsNormResult fuse_rms_norm;
   FuseSoftmaxResult fuse_softmax;
   FoldBatchTransposesResult fold_batch_transposes;
   TriangularOperandsResult triangular_operands;

@@ -20,6 +20,7 @@
 #include "passes/fuse_gelu.h"
 #include "passes/fuse_silu.h"
 #include "passes/fuse_layer_norm_edges.h"
+#include "passes/fuse_rms_norm.h"
 #include "passes/fuse_softmax.h"
 #include "passes/fuse_updates.h"
 #include "passes/memory_plan.h"
@@ -45,6 +46,9 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
   // SiLU written as x * Sigmoid(x) (no ONNX op before opset 24) likewise.
   p.Add(std::make_unique<FuseSiluPass>(&r->fuse_silu));
+  // RMSNorm written out (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul) likewise; autocast
+  // then keeps the one op in f32, as it kept the chain.
+  p.Add(std::make_unique<FuseRmsNormPass>(caps, &r->fuse_rms_norm));
   // Attention's scale, mask and softmax as one op, for the same reason.
   p.Add(std::make_unique<FuseSoftmaxPass>(caps, &r->fuse_softmax));
   // Precision of every forward op, before autodiff: the backward pass inherits it (the
@@ -124,6 +128,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   if (!o.keep_all_outputs) p.Add(std::make_unique<SelectOutputsPass>(std::vector<std::string>{o.loss.logits}));
   p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
   p.Add(std::make_unique<FuseSiluPass>(&r->fuse_silu));
+  p.Add(std::make_unique<FuseRmsNormPass>(caps, &r->fuse_rms_norm));
   p.Add(std::make_unique<FuseSoftmaxPass>(caps, &r->fuse_softmax));
   p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
   p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));

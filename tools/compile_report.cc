@@ -49,6 +49,11 @@ std::string CompileReportJson(const Program& p) {
   }
   std::vector<std::string> silu;
   for (const std::string& node : r.fuse_silu.fused) silu.push_back(absl::StrCat("\"", JsonEscape(node), "\""));
+  std::vector<std::string> rms_norm;
+  for (const FuseRmsNormResult::Fusion& f : r.fuse_rms_norm.fused) {
+    rms_norm.push_back(absl::StrFormat("{\"node\":\"%s\",\"scaled\":%s,\"nodes_replaced\":%d}", JsonEscape(f.node),
+                                       f.scaled ? "true" : "false", f.chain_nodes));
+  }
   std::vector<std::string> softmax;
   for (const FuseSoftmaxResult::Fusion& f : r.fuse_softmax.fused) {
     softmax.push_back(absl::StrFormat("{\"node\":\"%s\",\"masked\":%s,\"scale\":%.9g,\"nodes_replaced\":%d}",
@@ -109,7 +114,7 @@ std::string CompileReportJson(const Program& p) {
       "{", training, "\"initializers\":[", absl::StrJoin(initializers, ","), "],", "\"passes\":[", absl::StrJoin(passes, ","), "],", "\"nodes\":[", absl::StrJoin(nodes, ","), "],",
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", r.autocast.casts_inserted,
                       DTypeName(r.autocast.compute_dtype)),
-      "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"fused_silu\":[", absl::StrJoin(silu, ","), "],", "\"fused_softmax\":[", absl::StrJoin(softmax, ","), "],",
+      "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"fused_silu\":[", absl::StrJoin(silu, ","), "],", "\"fused_rms_norm\":[", absl::StrJoin(rms_norm, ","), "],", "\"fused_softmax\":[", absl::StrJoin(softmax, ","), "],",
       absl::StrFormat("\"folded_batch_transposes\":{\"operands\":%d,\"results\":%d},",
                       r.fold_batch_transposes.operand_transposes, r.fold_batch_transposes.result_transposes),
       absl::StrFormat("\"triangular_operands\":{\"zero_above\":%d,\"zero_below\":%d},",
@@ -157,6 +162,12 @@ std::string CompileSummaryText(const Program& p) {
   if (!r.fuse_silu.fused.empty()) {
     absl::StrAppendFormat(&out, "fuse-silu: %d x * Sigmoid(x) products now one Silu op each\n",
                           r.fuse_silu.fused.size());
+  }
+  if (!r.fuse_rms_norm.fused.empty()) {
+    int64_t replaced = 0;
+    for (const FuseRmsNormResult::Fusion& f : r.fuse_rms_norm.fused) replaced += f.chain_nodes;
+    absl::StrAppendFormat(&out, "fuse-rms-norm: %d RMSNorms written out in %d nodes now one RmsNorm op each\n",
+                          r.fuse_rms_norm.fused.size(), replaced);
   }
   if (const FoldBatchTransposesResult& t = r.fold_batch_transposes; t.operand_transposes + t.result_transposes > 0) {
     absl::StrAppendFormat(&out,

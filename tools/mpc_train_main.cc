@@ -7,13 +7,18 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "distributed/communicator.h"
 #include "engine/mpc.h"
+#include "engine/output_lock.h"
 #include "engine/tensorboard_writer.h"
 #include "tools/flag_normalize.h"
 
@@ -43,6 +48,9 @@ ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides th
 ABSL_FLAG(int32_t, pad_multiple, 0,
           "pad Gemm, MatMul and Conv weights to this multiple (1: no padding); overrides the spec");
 ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training");
+ABSL_FLAG(std::string, disable_passes, "",
+          "comma-separated compiler passes to skip (as mpc compile's), to measure what one gains or find where a "
+          "problem comes from");
 ABSL_FLAG(bool, check_numerics, false,
           "check every op's outputs each step and stop at the first NaN/inf, naming the op (slow: for debugging)");
 ABSL_FLAG(int32_t, tensor_stats, 0,
@@ -75,7 +83,7 @@ int main(int argc, char** argv) {
       "                 [--precision f32|tf32|bf16|fp16|fp8] [--loss-scaling off|dynamic|static:S]\n"
       "                 [--pad-multiple N] [--resume | --resume_if_present | --overwrite_checkpoints]\n"
       "                 [--export_onnx FILE [--export_external_data]] [--export_ema_onnx FILE] [--profile]\n"
-      "                 [--check-numerics] [--tensor-stats N]");
+      "                 [--check-numerics] [--tensor-stats N] [--disable-passes a,b]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) return Fail(absl::StrFormat("unexpected argument '%s'; see --help", positional[1]));
@@ -89,6 +97,9 @@ int main(int argc, char** argv) {
   options.resume_if_present = absl::GetFlag(FLAGS_resume_if_present);
   options.overwrite_checkpoints = absl::GetFlag(FLAGS_overwrite_checkpoints);
   options.profile = absl::GetFlag(FLAGS_profile);
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_disable_passes), ',', absl::SkipEmpty())) {
+    options.disabled_passes.emplace_back(name);
+  }
   options.export_external_data = absl::GetFlag(FLAGS_export_external_data);
   options.precision = absl::GetFlag(FLAGS_precision);
   options.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
@@ -108,6 +119,17 @@ int main(int argc, char** argv) {
   const std::string export_ema_path = absl::GetFlag(FLAGS_export_ema_onnx);
   if (!export_ema_path.empty() && !e.keeps_weight_average()) {
     return Fail("--export_ema_onnx: the spec keeps no moving average of the weights; add ema { decay: 0.999 }");
+  }
+  // The export paths locked now, so a second run exporting to the same file is refused at
+  // start rather than after training (engine/output_lock.h).
+  std::vector<std::unique_ptr<mpc::OutputLock>> export_locks;
+  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--export_onnx", absl::GetFlag(FLAGS_export_onnx)},
+                                   {"--export_ema_onnx", export_ema_path}}) {
+    if (path.empty() || e.rank() != 0) continue;
+    auto lock = mpc::OutputLock::Acquire(mpc::OutputLock::ForFile(path), absl::StrCat(flag, " ", path),
+                                         "export to another file");
+    if (!lock.ok()) return Fail(std::string(lock.status().message()));
+    export_locks.push_back(std::move(*lock));
   }
   // Opened after the spec is validated (a bad spec leaves no empty event file behind) and
   // before the first step. A write that fails later stops the logging, not the training:

@@ -4,6 +4,8 @@
 // compiled for each vector ISA (cpu_isa.h). The fusions of passes/fuse_layer_norm_edges.h
 // are here too: an f32 normalisation writing bf16/f16 Y (mpc_output_dtype; the rounding
 // the Cast after it did, so the same values), and a gradient adding its 6th input to dX.
+// RmsNorm and RmsNormGrad (graph/ops_rms_norm.cc) share the row layout and affine
+// indexing: the same normalisation without the centring and the bias.
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -268,11 +270,126 @@ struct LayerNormGradKernel {
   }
 };
 
+// ---------------------------------------------------------------------------------
+// RmsNorm
+
+// One row: InvRms = 1 / sqrt(mean(x^2) + eps), y = x * InvRms * scale (scale null: 1).
+// sqrt then the division, each rounded, as the exported Sqrt -> Reciprocal chain does.
+template <typename T>
+MPC_ISA_CLONES void RmsNormRow(const T* x, const Acc<T>* scale, T* y, int64_t d, Acc<T> eps, Acc<T>* inv_out) {
+  using A = Acc<T>;
+  A sq = 0;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t j = 0; j < d; ++j) sq += A(x[j]) * A(x[j]);
+  const A inv = A(1) / std::sqrt((d ? sq / static_cast<A>(d) : A(0)) + eps);
+  if (scale) {
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) StoreRounded(y + j, A(x[j]) * inv * scale[j]);
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) StoreRounded(y + j, A(x[j]) * inv);
+  }
+  *inv_out = inv;
+}
+
+template <typename T>
+struct RmsNormKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    auto axis = ops::LayerNormAxis(node);
+    if (!axis.ok()) return axis.status();
+    const RowSplit s = SplitRows(node.inputs[0]->shape, *axis);
+    const bool scaled = node.inputs.size() > 1 && node.inputs[1];
+    const std::vector<int64_t> si = scaled ? AffineIndex(node.inputs[1]->shape, s.norm) : std::vector<int64_t>();
+    const float eps = node.attrs.GetFloat("epsilon", 1e-5f);
+    return MakeKernel([=](KernelContext& ctx) {
+      using A = Acc<T>;
+      const T* x = ctx.inputs[0].as<T>();
+      const std::vector<A> scale = scaled ? AlongRow(ctx.inputs[1].as<T>(), si) : std::vector<A>();
+      T* y = ctx.outputs[0].as<T>();
+      A* inv_out = ctx.outputs.size() > 1 ? ctx.outputs[1].as<A>() : nullptr;
+      const int64_t d = s.d;
+#pragma omp parallel for if (s.rows > 8 && s.rows * d > 16384)
+      for (int64_t r = 0; r < s.rows; ++r) {
+        A inv;
+        RmsNormRow(x + r * d, scaled ? scale.data() : nullptr, y + r * d, d, static_cast<A>(eps), &inv);
+        if (inv_out) inv_out[r] = inv;
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+
+// dX for one row, g = dY * scale: inv * (g - xhat * mean(g * xhat)); and the row's
+// dScale contribution (dY * xhat) added into the caller's accumulator (null: no scale).
+template <typename T>
+MPC_ISA_CLONES void RmsNormGradRow(const T* dy, const T* x, const Acc<T>* scale, T* dx, int64_t d, Acc<T> inv,
+                                   Acc<T>* dscale_acc) {
+  using A = Acc<T>;
+  A sgx = 0;
+#pragma omp simd reduction(+ : sgx)
+  for (int64_t j = 0; j < d; ++j) sgx += A(dy[j]) * (scale ? scale[j] : A(1)) * (A(x[j]) * inv);
+  const A mgx = sgx / static_cast<A>(d);
+#pragma omp simd
+  for (int64_t j = 0; j < d; ++j) {
+    const A xh = A(x[j]) * inv;
+    StoreRounded(dx + j, inv * (A(dy[j]) * (scale ? scale[j] : A(1)) - xh * mgx));
+  }
+  if (dscale_acc) {
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) dscale_acc[j] += A(dy[j]) * (A(x[j]) * inv);
+  }
+}
+
+// dScale accumulates per thread over a contiguous range of rows and is added up in
+// thread order, as LayerNormGrad's column sums are.
+template <typename T>
+struct RmsNormGradKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
+    auto axis = ops::LayerNormAxis(node);
+    if (!axis.ok()) return axis.status();
+    const RowSplit s = SplitRows(node.inputs[1]->shape, *axis);
+    const bool scaled = node.inputs.size() > 3 && node.inputs[3];
+    const std::vector<int64_t> si = scaled ? AffineIndex(node.inputs[3]->shape, s.norm) : std::vector<int64_t>();
+    return MakeKernel([=](KernelContext& ctx) {
+      using A = Acc<T>;
+      const T* dy = ctx.inputs[0].as<T>();
+      const T* x = ctx.inputs[1].as<T>();
+      const std::vector<A> inv = LoadAll<A>(ctx.inputs[2]);
+      const std::vector<A> scale = scaled ? AlongRow(ctx.inputs[3].as<T>(), si) : std::vector<A>();
+      T* dx = ctx.outputs[0].as<T>();
+      const int64_t d = s.d, rows = s.rows;
+      const bool parallel = rows > 8 && rows * d > 16384;
+      const int threads = parallel ? omp_get_max_threads() : 1;
+      std::vector<A> partial(scaled ? static_cast<size_t>(threads) * d : 0, A(0));
+#pragma omp parallel num_threads(threads) if (parallel)
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t begin = rows * t / nt, end = rows * (t + 1) / nt;
+        A* acc = scaled ? partial.data() + static_cast<size_t>(t) * d : nullptr;
+        for (int64_t r = begin; r < end; ++r) {
+          RmsNormGradRow<T>(dy + r * d, x + r * d, scaled ? scale.data() : nullptr, dx + r * d, d, inv[r], acc);
+        }
+      }
+      if (scaled) {
+        T* dscale = ctx.outputs[1].as<T>();
+        for (int64_t j = 0; j < d; ++j) {
+          A sum = 0;
+          for (int t = 0; t < threads; ++t) sum += partial[static_cast<size_t>(t) * d + j];
+          StoreRounded(dscale + j, sum);
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+
 }  // namespace
 
 void RegisterCpuLayerNormKernels(KernelRegistry& r) {
   cpu::RegisterFloatKernels<LayerNormKernel>(r, "LayerNormalization");
   cpu::RegisterFloatKernels<LayerNormGradKernel>(r, "LayerNormGrad");
+  cpu::RegisterFloatKernels<RmsNormKernel>(r, "RmsNorm");
+  cpu::RegisterFloatKernels<RmsNormGradKernel>(r, "RmsNormGrad");
 }
 
 }  // namespace mpc

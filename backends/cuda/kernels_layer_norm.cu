@@ -15,6 +15,12 @@
 //   (the gradient of a broadcast Scale / B is summed down by the graph, not here).
 // Mean / InvStdDev may be any float dtype (normally f32, as LayerNormalization makes them).
 //
+// RmsNorm(X[, Scale]) -> (Y, InvRms?) and RmsNormGrad(dY, X, InvRms[, Scale]) -> (dX[, dScale])
+// (graph/ops_rms_norm.cc, made by fuse-rms-norm) are the same rows without the centring
+// and the bias: inv = 1 / sqrt(sum(x^2) / d + epsilon), y = x * inv * scale;
+// dX = inv * (g - xhat * mean_row(g * xhat)), g = dY * scale, xhat = x * inv; dScale as
+// LayerNormGrad's (its column kernels read a null Mean as 0 and skip a null dB).
+//
 // Rows go to a warp each (d <= 1024) or a block each (block_reduce.cuh). The column sums
 // for dScale / dB are deterministic: blocks of 32 columns x a chunk of rows write partial
 // sums to scratch allocated at creation, then one thread per column adds the chunks in
@@ -228,7 +234,8 @@ __global__ void LayerNormGradColumnPartialKernel(const T* __restrict__ dy, const
   if (j < d) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kColumnRowLanes) {
       const float g = ToAcc(dy[r * d + j]);
-      ss += g * (ToAcc(x[r * d + j]) - LoadFloat(mean, mean_kind, r)) * LoadFloat(inv, inv_kind, r);
+      const float m = mean ? LoadFloat(mean, mean_kind, r) : 0.f;  // null: RmsNormGrad
+      ss += g * (ToAcc(x[r * d + j]) - m) * LoadFloat(inv, inv_kind, r);
       sb += g;
     }
   }
@@ -258,8 +265,23 @@ __global__ void LayerNormGradColumnTotalKernel(const float* __restrict__ partial
       tb += partial_bias[k * d + j];
     }
     dscale[j] = FromAcc<T>(ts);
-    dbias[j] = FromAcc<T>(tb);
+    if (dbias) dbias[j] = FromAcc<T>(tb);  // null: RmsNormGrad has no dB
   }
+}
+
+// Column partial sums: chunks of rows, as many as keep ~kTargetColumnBlocks blocks busy.
+struct ColumnChunks {
+  int64_t column_tiles = 0, chunks = 1, rows_per_chunk = 0;
+};
+
+ColumnChunks PlanColumnChunks(int64_t rows, int64_t d) {
+  ColumnChunks c;
+  c.column_tiles = (d + kColumnTile - 1) / kColumnTile;
+  const int64_t max_chunks = std::max<int64_t>(1, kTargetColumnBlocks / std::max<int64_t>(1, c.column_tiles));
+  c.chunks = std::max<int64_t>(1, std::min((rows + kMinChunkRows - 1) / kMinChunkRows, max_chunks));
+  c.rows_per_chunk = (rows + c.chunks - 1) / c.chunks;
+  if (c.rows_per_chunk > 0) c.chunks = (rows + c.rows_per_chunk - 1) / c.rows_per_chunk;  // no empty chunk
+  return c;
 }
 
 template <typename T>
@@ -284,12 +306,8 @@ struct LayerNormGradKernel {
         const FloatKind inv_kind,
         FloatKindOf(node.inputs[4]->dtype, absl::StrCat(where, " input InvStdDev '", node.inputs[4]->name, "'")));
     const int64_t rows = s.rows, d = s.d;
-    // Column partial sums: chunks of rows, as many as keep ~kTargetColumnBlocks blocks busy.
-    const int64_t column_tiles = (d + kColumnTile - 1) / kColumnTile;
-    const int64_t max_chunks = std::max<int64_t>(1, kTargetColumnBlocks / std::max<int64_t>(1, column_tiles));
-    int64_t chunks = std::max<int64_t>(1, std::min((rows + kMinChunkRows - 1) / kMinChunkRows, max_chunks));
-    const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-    if (rows_per_chunk > 0) chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;  // no empty chunk
+    const ColumnChunks cc = PlanColumnChunks(rows, d);
+    const int64_t column_tiles = cc.column_tiles, chunks = cc.chunks, rows_per_chunk = cc.rows_per_chunk;
     const size_t partial_bytes = AlignScratch(sizeof(float) * static_cast<size_t>(chunks * d));
     MPC_ASSIGN_OR_RETURN(std::shared_ptr<Scratch> scratch, Scratch::Create(backend, 2 * partial_bytes, where));
     const RowLaunch plan = PlanRows(rows, d, /*strided=*/false);
@@ -321,11 +339,142 @@ struct LayerNormGradKernel {
   }
 };
 
+
+// ---- RmsNorm ------------------------------------------------------------------------------
+
+template <typename T, typename G>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    RmsNormRowsKernel(const T* __restrict__ x, const T* __restrict__ scale, int64_t rows, int64_t d, float eps,
+                      AffineIndex scale_at, T* __restrict__ y, float* __restrict__ inv_out) {
+  G grp{};
+  for (int64_t r = grp.FirstRow(); r < rows; r += grp.RowStride()) {
+    const T* xr = x + r * d;
+    T* yr = y + r * d;
+    float sq = 0.f;
+    for (int64_t j = grp.Lane(); j < d; j += grp.Size()) sq += ToAcc(xr[j]) * ToAcc(xr[j]);
+    sq = grp.Sum(sq);
+    const float inv = 1.f / sqrtf((d ? sq / static_cast<float>(d) : 0.f) + eps);
+    for (int64_t j = grp.Lane(); j < d; j += grp.Size()) {
+      const float w = scale ? ToAcc(scale[scale_at(j)]) : 1.f;
+      yr[j] = FromAcc<T>(ToAcc(xr[j]) * inv * w);
+    }
+    if (grp.Lane() == 0 && inv_out) inv_out[r] = inv;
+  }
+}
+
+template <typename T>
+struct RmsNormKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(const int axis, ops::LayerNormAxis(node));
+    const RowSplit s = SplitRows(node.inputs[0]->shape, axis);
+    const bool scaled = node.inputs.size() > 1 && node.inputs[1];
+    AffineIndex scale_at;
+    if (scaled) {
+      MPC_ASSIGN_OR_RETURN(scale_at, MakeAffineIndex(node, node.inputs[1], s.norm));
+    }
+    if (node.outputs.size() > 1 && node.outputs[1] && node.outputs[1]->dtype != DType::kF32) {
+      return absl::UnimplementedError(absl::StrCat("RmsNorm node '", node.name, "' with ",
+                                                   DTypeName(node.outputs[1]->dtype),
+                                                   " InvRms is not on CUDA; its statistics are float32"));
+    }
+    const float eps = node.attrs.GetFloat("epsilon", 1e-5f);
+    const RowLaunch plan = PlanRows(s.rows, s.d, /*strided=*/false);
+    const int64_t rows = s.rows, d = s.d;
+    return MakeCudaKernel(backend, [=](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+      if (rows == 0) return absl::OkStatus();
+      const T* x = ctx.inputs[0].as<T>();
+      const T* scale = scaled ? ctx.inputs[1].as<T>() : nullptr;
+      T* y = ctx.outputs[0].as<T>();
+      float* inv_out = static_cast<float*>(OptionalOutput(ctx, 1));
+      DispatchRows(plan, [&](auto group, dim3 grid, dim3 block) {
+        RmsNormRowsKernel<T, decltype(group)><<<grid, block, 0, stream>>>(x, scale, rows, d, eps, scale_at, y, inv_out);
+      });
+      return LaunchStatus("RmsNorm");
+    });
+  }
+};
+
+template <typename T, typename G>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    RmsNormGradRowsKernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ scale,
+                          const void* __restrict__ inv, FloatKind inv_kind, int64_t rows, int64_t d,
+                          AffineIndex scale_at, T* __restrict__ dx) {
+  G grp{};
+  for (int64_t r = grp.FirstRow(); r < rows; r += grp.RowStride()) {
+    const int64_t o = r * d;
+    const float iv = LoadFloat(inv, inv_kind, r);
+    float sgx = 0.f;
+    for (int64_t j = grp.Lane(); j < d; j += grp.Size()) {
+      const float w = scale ? ToAcc(scale[scale_at(j)]) : 1.f;
+      sgx += ToAcc(dy[o + j]) * w * (ToAcc(x[o + j]) * iv);
+    }
+    sgx = grp.Sum(sgx);
+    const float mgx = sgx / static_cast<float>(d);
+    for (int64_t j = grp.Lane(); j < d; j += grp.Size()) {
+      const float w = scale ? ToAcc(scale[scale_at(j)]) : 1.f;
+      dx[o + j] = FromAcc<T>(iv * (ToAcc(dy[o + j]) * w - ToAcc(x[o + j]) * iv * mgx));
+    }
+  }
+}
+
+template <typename T>
+struct RmsNormGradKernel {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(const int axis, ops::LayerNormAxis(node));
+    const RowSplit s = SplitRows(node.inputs[1]->shape, axis);
+    const bool scaled = node.inputs.size() > 3 && node.inputs[3];
+    AffineIndex scale_at;
+    if (scaled) {
+      MPC_ASSIGN_OR_RETURN(scale_at, MakeAffineIndex(node, node.inputs[3], s.norm));
+    }
+    const std::string where = absl::StrCat("RmsNormGrad node '", node.name, "'");
+    MPC_ASSIGN_OR_RETURN(
+        const FloatKind inv_kind,
+        FloatKindOf(node.inputs[2]->dtype, absl::StrCat(where, " input InvRms '", node.inputs[2]->name, "'")));
+    const int64_t rows = s.rows, d = s.d;
+    const ColumnChunks cc = PlanColumnChunks(rows, d);
+    const size_t partial_bytes = AlignScratch(sizeof(float) * static_cast<size_t>(cc.chunks * d));
+    std::shared_ptr<Scratch> scratch;
+    if (scaled) {
+      MPC_ASSIGN_OR_RETURN(scratch, Scratch::Create(backend, 2 * partial_bytes, where));
+    }
+    const RowLaunch plan = PlanRows(rows, d, /*strided=*/false);
+    return MakeCudaKernel(backend, [=](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+      if (d == 0) return absl::OkStatus();
+      const T* dy = ctx.inputs[0].as<T>();
+      const T* x = ctx.inputs[1].as<T>();
+      const void* inv = ctx.inputs[2].data;
+      const T* scale = scaled ? ctx.inputs[3].as<T>() : nullptr;
+      T* dx = ctx.outputs[0].as<T>();
+      if (rows > 0) {
+        DispatchRows(plan, [&](auto group, dim3 grid, dim3 block) {
+          RmsNormGradRowsKernel<T, decltype(group)>
+              <<<grid, block, 0, stream>>>(dy, x, scale, inv, inv_kind, rows, d, scale_at, dx);
+        });
+        MPC_RETURN_IF_ERROR(LaunchStatus("RmsNormGrad dX"));
+      }
+      if (!scaled) return absl::OkStatus();
+      float* partial_scale = scratch->as<float>();
+      float* partial_unused = scratch->as<float>(partial_bytes);
+      LayerNormGradColumnPartialKernel<T>
+          <<<dim3(static_cast<unsigned>(cc.column_tiles), static_cast<unsigned>(cc.chunks)),
+             dim3(kColumnTile, kColumnRowLanes), 0, stream>>>(dy, x, /*mean=*/nullptr, inv_kind, inv, inv_kind, rows,
+                                                              d, cc.rows_per_chunk, partial_scale, partial_unused);
+      MPC_RETURN_IF_ERROR(LaunchStatus("RmsNormGrad dScale partial sums"));
+      LayerNormGradColumnTotalKernel<T><<<BlocksFor(d), kThreadsPerBlock, 0, stream>>>(
+          partial_scale, partial_unused, cc.chunks, d, ctx.outputs[1].as<T>(), /*dbias=*/static_cast<T*>(nullptr));
+      return LaunchStatus("RmsNormGrad dScale");
+    });
+  }
+};
+
 }  // namespace
 
 void RegisterCudaLayerNormKernels(KernelRegistry& r) {
   RegisterCudaFloatKernels<LayerNormKernel>(r, "LayerNormalization");
   RegisterCudaFloatKernels<LayerNormGradKernel>(r, "LayerNormGrad");
+  RegisterCudaFloatKernels<RmsNormKernel>(r, "RmsNorm");
+  RegisterCudaFloatKernels<RmsNormGradKernel>(r, "RmsNormGrad");
 }
 
 }  // namespace mpc::cuda

@@ -139,10 +139,15 @@ int main(int argc, char** argv) {
   // The same checkpoint as one byte string, nothing on disk (for a database, a message...).
   auto checkpoint_bytes = (*engine)->SaveCheckpointToBytes();
   if (!checkpoint_bytes.ok()) return Fail("SaveCheckpointToBytes", checkpoint_bytes.status());
+  // The second engine reads the checkpoint but leaves the directory to the first: a
+  // checkpoint directory has one writer at a time (the first holds it until destroyed).
   mpc::EngineOptions resume_options = options;
-  resume_options.resume = true;
+  resume_options.use_checkpoint_dir = false;
   auto resumed = mpc::Engine::Create(resume_options);
-  if (!resumed.ok()) return Fail("Create (resume)", resumed.status());
+  if (!resumed.ok()) return Fail("Create (second engine)", resumed.status());
+  if (auto status = (*resumed)->LoadCheckpoint(options.checkpoint_dir); !status.ok()) {
+    return Fail("LoadCheckpoint", status);
+  }
   const int64_t saved_step = (*engine)->step();
   if ((*resumed)->step() != saved_step) return Fail("the resumed engine is at another step");
   const std::vector<std::string> names = (*engine)->ParameterNames();

@@ -4,6 +4,8 @@
 // and errors that name the directory.
 #include "engine/tensorboard_writer.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -52,7 +54,10 @@ std::vector<tensorboard::Event> ReadEvents(const std::string& path) {
 
 std::vector<std::string> EventFiles(const std::string& dir) {
   std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.push_back(entry.path().string());
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    // TensorBoard reads the files whose name contains "tfevents" (not the writer's lock).
+    if (entry.path().filename().string().find("tfevents") != std::string::npos) files.push_back(entry.path().string());
+  }
   std::sort(files.begin(), files.end());
   return files;
 }
@@ -145,15 +150,27 @@ TEST(TensorBoardWriterTest, StepAndEvalMetricsBecomeTheirTags) {
   EXPECT_EQ(events[3].step(), 8);
 }
 
-TEST(TensorBoardWriterTest, TwoWritersInOneDirectoryKeepTheirOwnFiles) {
+// One writer per directory (engine/output_lock.h): a second one while the first is open
+// is refused naming it; once the first is closed the next gets its own file (a numbered
+// one within the same second) and the first's stays as it was.
+TEST(TensorBoardWriterTest, ASecondWriterWaitsForTheFirstAndKeepsItsOwnFile) {
   const std::string dir = testing::MakeTempDir("tb_writer_two");
   auto a = TensorBoardWriter::Open(dir);
-  auto b = TensorBoardWriter::Open(dir);  // most likely the same second
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_NE((*a)->path(), (*b)->path());
+  ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE((*a)->WriteScalar("a", 1, 1).ok());
+  auto refused = TensorBoardWriter::Open(dir);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(refused.status().message()).find(absl::StrCat("in use by another run (pid ", ::getpid())),
+            std::string::npos)
+      << refused.status();
+  const std::string first = (*a)->path();
+  a->reset();
+  auto b = TensorBoardWriter::Open(dir);  // most likely the same second
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE((*b)->path(), first);
   ASSERT_TRUE((*b)->WriteScalar("b", 1, 2).ok());
-  EXPECT_EQ(ReadEvents((*a)->path()).size(), 2u);
+  EXPECT_EQ(ReadEvents(first).size(), 2u);
   EXPECT_EQ(ReadEvents((*b)->path()).size(), 2u);
 }
 

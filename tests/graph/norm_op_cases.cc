@@ -1,7 +1,8 @@
 // The op-numerics cases of the normalisation, elementwise-math and reduction ops
 // (graph/ops_norm.cc): Erf, Sqrt, Exp, Log, Reciprocal, Pow, Gelu (+ GeluGrad),
-// ReduceSum, ReduceMean, LayerNormalization (+ LayerNormGrad) and BatchNormalization
-// (+ BatchNormGrad), with float64 references written as plain loops.
+// ReduceSum, ReduceMean, LayerNormalization (+ LayerNormGrad), RmsNorm (+ RmsNormGrad,
+// graph/ops_rms_norm.cc) and BatchNormalization (+ BatchNormGrad), with float64
+// references written as plain loops.
 #include <map>
 #include <tuple>
 
@@ -252,23 +253,36 @@ std::vector<OpCase> ReduceCases() {
 // ---------------------------------------------------------------------------------
 // LayerNormalization
 
+// X's shape split at a normalisation's `axis`: `rows` slices of `d` values each, the
+// normalised shape and the statistics' (X's with 1 from axis on).
+struct NormSplit {
+  int64_t rows = 1, d = 1;
+  Shape norm, stats;
+};
+
+NormSplit SplitAt(const Shape& s, int64_t axis) {
+  const int rank = static_cast<int>(s.size());
+  const int ax = static_cast<int>(axis < 0 ? axis + rank : axis);
+  NormSplit out;
+  for (int i = 0; i < rank; ++i) {
+    if (i < ax) {
+      out.rows *= s[i];
+      out.stats.push_back(s[i]);
+    } else {
+      out.d *= s[i];
+      out.norm.push_back(s[i]);
+      out.stats.push_back(1);
+    }
+  }
+  return out;
+}
+
 // {Y, Mean, InvStdDev} over X.shape[axis:], scale/bias broadcast to that shape.
 std::vector<Tensor> RefLayerNorm(const Tensor& x, const Tensor& scale, const Tensor* bias, int64_t axis, double eps) {
   const Shape& s = x.shape();
-  const int rank = static_cast<int>(s.size());
-  const int ax = static_cast<int>(axis < 0 ? axis + rank : axis);
-  int64_t rows = 1, d = 1;
-  Shape norm, stats;
-  for (int i = 0; i < rank; ++i) {
-    if (i < ax) {
-      rows *= s[i];
-      stats.push_back(s[i]);
-    } else {
-      d *= s[i];
-      norm.push_back(s[i]);
-      stats.push_back(1);
-    }
-  }
+  const NormSplit split = SplitAt(s, axis);
+  const int64_t rows = split.rows, d = split.d;
+  const Shape &norm = split.norm, &stats = split.stats;
   Tensor y = F64(s), mean = F64(stats), inv = F64(stats);
   for (int64_t r = 0; r < rows; ++r) {
     double m = 0;
@@ -294,18 +308,9 @@ std::vector<Tensor> RefLayerNorm(const Tensor& x, const Tensor& scale, const Ten
 std::vector<Tensor> RefLayerNormGrad(const Tensor& dy, const Tensor& x, const Tensor& scale, const Tensor& mean,
                                      const Tensor& inv, int64_t axis) {
   const Shape& s = x.shape();
-  const int rank = static_cast<int>(s.size());
-  const int ax = static_cast<int>(axis < 0 ? axis + rank : axis);
-  int64_t rows = 1, d = 1;
-  Shape norm;
-  for (int i = 0; i < rank; ++i) {
-    if (i < ax)
-      rows *= s[i];
-    else {
-      d *= s[i];
-      norm.push_back(s[i]);
-    }
-  }
+  const NormSplit split = SplitAt(s, axis);
+  const int64_t rows = split.rows, d = split.d;
+  const Shape& norm = split.norm;
   Tensor dx = F64(s), dscale = F64(norm), db = F64(norm);
   for (int64_t r = 0; r < rows; ++r) {
     const double m = P(mean)[r], is = P(inv)[r];
@@ -667,9 +672,123 @@ std::vector<OpCase> BatchNormCases() {
   return cases;
 }
 
+// ---------------------------------------------------------------------------------
+// RmsNorm
+
+// {Y, InvRms} over X.shape[axis:]; scale (null: 1) broadcast to that shape.
+std::vector<Tensor> RefRmsNorm(const Tensor& x, const Tensor* scale, int64_t axis, double eps) {
+  const Shape& s = x.shape();
+  const NormSplit split = SplitAt(s, axis);
+  const int64_t rows = split.rows, d = split.d;
+  const Shape &norm = split.norm, &stats = split.stats;
+  Tensor y = F64(s), inv = F64(stats);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int64_t j = 0; j < d; ++j) ms += P(x)[r * d + j] * P(x)[r * d + j];
+    const double is = 1.0 / std::sqrt(ms / d + eps);
+    for (int64_t j = 0; j < d; ++j) {
+      const double w = scale ? P(*scale)[BroadcastOffset(Unravel(j, norm), scale->shape())] : 1.0;
+      P(y)[r * d + j] = P(x)[r * d + j] * is * w;
+    }
+    P(inv)[r] = is;
+  }
+  return {y, inv};
+}
+
+// {dX[, dScale]} of RmsNormGrad(dY, X, InvRms[, Scale]) (dScale over the normalised shape).
+std::vector<Tensor> RefRmsNormGrad(const Tensor& dy, const Tensor& x, const Tensor& inv, const Tensor* scale,
+                                   int64_t axis) {
+  const Shape& s = x.shape();
+  const NormSplit split = SplitAt(s, axis);
+  const int64_t rows = split.rows, d = split.d;
+  const Shape& norm = split.norm;
+  Tensor dx = F64(s), dscale = F64(norm);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double is = P(inv)[r];
+    auto w = [&](int64_t j) { return scale ? P(*scale)[BroadcastOffset(Unravel(j, norm), scale->shape())] : 1.0; };
+    double mgx = 0;
+    for (int64_t j = 0; j < d; ++j) mgx += P(dy)[r * d + j] * w(j) * P(x)[r * d + j] * is;
+    mgx /= d;
+    for (int64_t j = 0; j < d; ++j) {
+      const double xh = P(x)[r * d + j] * is;
+      P(dx)[r * d + j] = is * (P(dy)[r * d + j] * w(j) - xh * mgx);
+      P(dscale)[j] += P(dy)[r * d + j] * xh;
+    }
+  }
+  if (!scale) return {dx};
+  return {dx, dscale};
+}
+
+std::vector<OpCase> RmsNormCases() {
+  std::vector<OpCase> cases;
+  struct V {
+    const char* name;
+    Shape x;
+    std::optional<int64_t> axis;
+    std::optional<Shape> scale;
+    std::optional<float> eps;
+  };
+  // 37 and 300 values a row reach the vector tails and the threaded rows.
+  const std::vector<V> variants = {
+      {"Last1_DefaultAxis", {4, 6}, std::nullopt, Shape{6}, std::nullopt},
+      {"Last1_Rank3_Epsilon1em6", {2, 3, 37}, -1, Shape{37}, 1e-6f},
+      {"Last2_Axis1_BroadcastScale", {2, 3, 4}, 1, Shape{1, 4}, std::nullopt},
+      {"Last1_NoScale", {3, 5}, -1, std::nullopt, std::nullopt},
+      {"Rows64x300", {64, 300}, -1, Shape{300}, 1e-6f},
+  };
+  for (const V& v : variants) {
+    OpCase c;
+    c.name = absl::StrCat("RmsNorm_", v.name);
+    c.op = "RmsNorm";
+    if (v.axis) c.attrs.Set("axis", *v.axis);
+    if (v.eps) c.attrs.Set("epsilon", *v.eps);
+    c.inputs = {X("x", v.x, -2, 2)};
+    if (v.scale) c.inputs.push_back(X("scale", *v.scale, 0.5, 1.5));
+    const int64_t axis = v.axis.value_or(-1);
+    const double eps = F(v.eps.value_or(1e-5f));
+    const bool scaled = v.scale.has_value();
+    // Y only (InvRms is f32 in bf16/f16 runs); the gradient cases differentiate Y
+    // through RmsNormGrad against finite differences.
+    c.ref = [=](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{RefRmsNorm(in[0], scaled ? &in[1] : nullptr, axis, eps)[0]};
+    };
+    if (v.x == Shape{64, 300}) c.gradient = false;  // the finite differences would take 19200 runs
+    cases.push_back(std::move(c));
+  }
+  for (DType dt : {DType::kF32, DType::kF64}) {
+    OpCase c;
+    c.name = absl::StrCat("RmsNorm_Last2_Statistics", dt == DType::kF32 ? "F32" : "F64");
+    c.op = "RmsNorm";
+    c.attrs.Set("axis", int64_t{-2});
+    c.inputs = {XTyped("x", {2, 3, 4}, dt), XTyped("scale", {3, 4}, dt)};
+    c.out_dtypes = {dt, dt};
+    c.gradient = false;
+    c.ref = [](const std::vector<Tensor>& in) { return RefRmsNorm(in[0], &in[1], -2, F(1e-5)); };
+    cases.push_back(std::move(c));
+  }
+  for (auto [name, x, axis, norm, stats, scaled] : std::vector<std::tuple<const char*, Shape, int64_t, Shape, Shape, bool>>{
+           {"Last1", {4, 6}, -1, {6}, {4, 1}, true},
+           {"Last2", {2, 3, 4}, 1, {3, 4}, {2, 1, 1}, true},
+           {"Rows64x300", {64, 300}, -1, {300}, {64, 1}, true},
+           {"Last1_NoScale", {3, 5}, -1, {5}, {3, 1}, false}}) {
+    OpCase c;
+    c.name = absl::StrCat("RmsNormGrad_", name);
+    c.op = "RmsNormGrad";
+    c.attrs.Set("axis", axis);
+    c.inputs = {X("dy", x), X("x", x, -2, 2), X("inv_rms", stats, 0.5, 2)};
+    if (scaled) c.inputs.push_back(X("scale", norm, 0.5, 1.5));
+    c.gradient = false;
+    c.ref = [axis = axis, scaled = scaled](const std::vector<Tensor>& in) {
+      return RefRmsNormGrad(in[0], in[1], in[2], scaled ? &in[3] : nullptr, axis);
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
 std::vector<OpCase> NormCases() {
   std::vector<OpCase> all;
-  for (auto family : {MathCases, ReduceCases, LayerNormCases, BatchNormCases}) {
+  for (auto family : {MathCases, ReduceCases, LayerNormCases, RmsNormCases, BatchNormCases}) {
     for (OpCase& c : family()) all.push_back(std::move(c));
   }
   return all;

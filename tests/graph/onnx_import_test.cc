@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <tuple>
 
@@ -597,6 +598,41 @@ TEST(OnnxImport, InitializerSizeMismatchRejected) {
   ASSERT_FALSE(g.ok());
   EXPECT_TRUE(HasText(g.status().message(), "'w1'"));
   EXPECT_TRUE(HasText(g.status().message(), "raw_data"));
+}
+
+// A NaN in a weight is refused at load, naming the tensor, its first NaN and the file
+// (training it would stop one step later with a NaN loss that blames the data). Infinities
+// are graph/onnx_initializer_roles_test.cc's.
+TEST(OnnxImport, NanInAnInitializerIsRefusedNamingTensorIndexAndFile) {
+  MlpWeights w;
+  w.w2.data<float>()[37] = std::numeric_limits<float>::quiet_NaN();  // element [1,5] of [4,32]
+  w.w2.data<float>()[100] = std::numeric_limits<float>::quiet_NaN();
+  auto g = ImportOnnxModel(MakeMlp(w), Batch(2), "nan.onnx");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(g.status().message());
+  EXPECT_TRUE(HasText(message, "nan.onnx: initializer 'w2' holds NaN at index 37")) << message;
+  EXPECT_TRUE(HasText(message, "[1,5] of [4,32]")) << message;
+  EXPECT_TRUE(HasText(message, "2 NaN of 128")) << message;
+}
+
+// Dimensions whose product overflows 64 bits (2^40 x 2^40 wraps to 0) are named as such
+// before ONNX's checker, which would call the tensor "0-element but contains data".
+TEST(OnnxImport, OverflowingDimensionsAreNamed) {
+  onnx::ModelProto m = MakeMlp(MlpWeights());
+  onnx::TensorProto* w1 = m.mutable_graph()->mutable_initializer(0);
+  w1->clear_dims();
+  w1->add_dims(int64_t{1} << 40);
+  w1->add_dims(int64_t{1} << 40);
+  for (const bool from_bytes : {false, true}) {
+    auto g = from_bytes ? ImportOnnxBytes(m.SerializeAsString(), Batch(2), "big.onnx")
+                        : ImportOnnxModel(m, Batch(2), "big.onnx");
+    ASSERT_FALSE(g.ok());
+    const std::string message(g.status().message());
+    EXPECT_TRUE(HasText(message, "initializer 'w1' has dimensions 1099511627776 x 1099511627776")) << message;
+    EXPECT_TRUE(HasText(message, "exceeds 2^48 elements")) << message;
+    EXPECT_FALSE(HasText(message, "0-element")) << message;
+  }
 }
 
 TEST(OnnxImport, UnknownGraphOutputRejected) {

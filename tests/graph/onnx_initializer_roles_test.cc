@@ -127,6 +127,34 @@ TEST(InitializerRoles, GraphSignatureDecidesAndNonFiniteIsNeverTrained) {
   EXPECT_EQ(RoleOf(roles, "w")->kind, "trained");
 }
 
+// An infinity in what the signature calls a PARAMETER is refused at load, naming the
+// tensor and where (a trained weight must be finite); the same values in a BUFFER are the
+// model's own (an additive mask) and load.
+TEST(InitializerRoles, InfinityInAParameterIsRefusedInABufferKept) {
+  for (const char* kind : {"PARAMETER", "BUFFER"}) {
+    SCOPED_TRACE(kind);
+    onnx::ModelProto m = Model();
+    onnx::GraphProto* g = m.mutable_graph();
+    AddInput(g, "x", {2, 4, 4});
+    Tensor w = testing::RandomTensor(DType::kF32, {4, 4}, 1);
+    w.data<float>()[6] = std::numeric_limits<float>::infinity();
+    AddInitializer(g, "w", w);
+    AddSignature(g, "w", kind, "p_w");
+    AddNode(g, "Add", {"x", "w"}, "y");
+    g->add_output()->set_name("y");
+    std::vector<InitializerRole> roles;
+    auto graph = ImportOnnxModel(m, WithRoles(&roles), "dynamo.onnx");
+    if (std::string(kind) == "BUFFER") {
+      ASSERT_TRUE(graph.ok()) << graph.status();
+      continue;
+    }
+    ASSERT_FALSE(graph.ok());
+    const std::string message(graph.status().message());
+    EXPECT_NE(message.find("dynamo.onnx: initializer 'w' is a parameter"), std::string::npos) << message;
+    EXPECT_NE(message.find("holds inf at index 6 (element [1,2] of [4,4])"), std::string::npos) << message;
+  }
+}
+
 // Without any signature (a TorchScript export) a finite float initializer is trained, and a
 // -inf mask still is not.
 TEST(InitializerRoles, WithoutSignatureFiniteFloatsAreTrainedMasksAreNot) {

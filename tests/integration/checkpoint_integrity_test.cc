@@ -217,18 +217,23 @@ TEST_F(CheckpointIntegrityTest, OldSingleFileFormatIsRefusedAsSuch) {
 TEST_F(CheckpointIntegrityTest, ResumeInAnotherPrecisionCarriesWeightsAndSaysWhatItReset) {
   WriteCheckpoint("sgd");
   EngineOptions f32 = Options(Spec(), /*resume=*/true);
-  auto reference = Engine::Create(f32);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  EXPECT_TRUE((*reference)->notices().empty()) << absl::StrJoin((*reference)->notices(), "\n");
+  std::map<std::string, std::vector<float>> want;  // the f32 resume's weights and momenta
+  {
+    auto reference = Engine::Create(f32);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    EXPECT_TRUE((*reference)->notices().empty()) << absl::StrJoin((*reference)->notices(), "\n");
+    for (const std::string& n : (*reference)->ParameterNames()) {
+      want[n] = *(*reference)->GetParameter(n);
+      want[n + ".momentum"] = *(*reference)->GetParameter(n + ".momentum");
+    }
+  }  // one run at a time on a checkpoint directory
   EngineOptions bf16 = f32;
   bf16.precision = "bf16";
   auto resumed = Engine::Create(bf16);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ((*resumed)->step(), 8);
-  for (const std::string& n : (*reference)->ParameterNames()) {
-    EXPECT_EQ(*(*reference)->GetParameter(n), *(*resumed)->GetParameter(n)) << n;
-    EXPECT_EQ(*(*reference)->GetParameter(n + ".momentum"), *(*resumed)->GetParameter(n + ".momentum")) << n;
-  }
+  ASSERT_FALSE(want.empty());
+  for (const auto& [n, values] : want) EXPECT_EQ(*(*resumed)->GetParameter(n), values) << n;
   const std::string notices = absl::StrJoin((*resumed)->notices(), "\n");
   EXPECT_THAT(notices, HasSubstr("written with precision f32, loss scaling off) with precision bf16"));
   EXPECT_THAT(notices, HasSubstr("recomputed from the master weights: "));
@@ -238,6 +243,7 @@ TEST_F(CheckpointIntegrityTest, ResumeInAnotherPrecisionCarriesWeightsAndSaysWha
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_TRUE(std::isfinite(s->loss));
   }
+  resumed->reset();
   // fp16 with dynamic loss scaling: the scale restarts from its initial value.
   EngineOptions fp16 = f32;
   fp16.precision = "fp16";
@@ -286,6 +292,7 @@ TEST_F(CheckpointIntegrityTest, ResumeIfPresentStartsFreshOrResumes) {
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_EQ((*fresh)->step(), 0);
   EXPECT_THAT(absl::StrJoin((*fresh)->notices(), "\n"), HasSubstr("starting at step 0"));
+  fresh->reset();  // one run at a time on a checkpoint directory
   WriteCheckpoint();
   auto resumed = Engine::Create(options);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
@@ -301,6 +308,7 @@ TEST_F(CheckpointIntegrityTest, RetentionKeepsTheNewestKAndRemovesLeftovers) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   EXPECT_THAT(absl::StrJoin((*engine)->notices(), "\n"), HasSubstr("removed 1 unfinished checkpoint write"));
   ASSERT_TRUE((*engine)->Train().ok());
+  engine->reset();  // its lock file goes with it
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(ckpt_)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
