@@ -20,13 +20,13 @@
 #include "absl/time/time.h"
 
 namespace mpc {
-namespace {
-
 std::string HostName() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
   return name;
 }
+
+namespace {
 
 // This process's command line, arguments joined by spaces ("" where /proc has none).
 std::string CommandLine() {

@@ -16,6 +16,10 @@
 
 namespace mpc {
 
+// This machine's host name ("localhost" when it has none): named in lock files and in
+// TensorBoard's event file names.
+std::string HostName();
+
 class OutputLock {
  public:
   // Locks `lock_path` (created if missing; its directory must exist) for the output `what`

@@ -26,12 +26,6 @@ void AppendLittleEndian(std::string* out, uint64_t v, int bytes) {
 
 double WallTime() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
-std::string HostName() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const std::string& dir) {

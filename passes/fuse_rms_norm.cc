@@ -14,13 +14,7 @@ namespace mpc {
 namespace {
 
 using pattern::Intermediate;
-
-// A scalar constant of any numeric dtype (exporters write Pow's exponent as an integer or
-// a float), or nullopt.
-std::optional<double> NumericScalar(const Value* v) {
-  if (!v || v->kind != ValueKind::kConstant || v->data.num_elements() != 1) return std::nullopt;
-  return v->data.GetAsDouble(0);
-}
+using pattern::NumericScalar;
 
 // The single consumer of an intermediate `v` if it is `op`, else nullptr.
 Node* OnlyConsumer(const Graph& g, const Value* v, const char* op) {

@@ -1,4 +1,4 @@
-// Helpers the pattern-fusion passes (fuse-gelu, fuse-softmax, fuse-layer-norm-edges) share
+// Helpers the pattern-fusion passes (fuse-gelu, fuse-rms-norm, fuse-softmax, fuse-layer-norm-edges) share
 // to read a chain of elementary ops: its scalar coefficients and the intermediate results
 // it may absorb.
 #pragma once
@@ -14,6 +14,13 @@ inline std::optional<double> ScalarConstant(const Value* v) {
   if (!v || v->kind != ValueKind::kConstant || !IsFloating(v->dtype) || v->data.num_elements() != 1) {
     return std::nullopt;
   }
+  return v->data.GetAsDouble(0);
+}
+
+// The value of a scalar constant of any numeric dtype (exporters write an exponent as an
+// integer or a float), or nullopt for anything else.
+inline std::optional<double> NumericScalar(const Value* v) {
+  if (!v || v->kind != ValueKind::kConstant || v->data.num_elements() != 1) return std::nullopt;
   return v->data.GetAsDouble(0);
 }
 
