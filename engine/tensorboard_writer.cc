@@ -28,7 +28,7 @@ double WallTime() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const std::string& dir, int64_t first_step) {
   if (dir.empty()) return absl::InvalidArgumentError("--tensorboard: the directory name is empty");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -68,6 +68,11 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
   event.set_wall_time(WallTime());
   event.set_file_version("brain.Event:2");
   if (absl::Status st = writer->WriteRecord(event.SerializeAsString()); !st.ok()) return st;
+  tensorboard::Event start;
+  start.set_wall_time(WallTime());
+  start.set_step(first_step);
+  start.mutable_session_log()->set_status(tensorboard::SessionLog::START);
+  if (absl::Status st = writer->WriteRecord(start.SerializeAsString()); !st.ok()) return st;
   return writer;
 }
 

@@ -29,8 +29,11 @@ class TensorBoardWriter {
   // (engine/output_lock.h: a directory another run writes is refused, naming that run),
   // and a new event file in it, events.out.tfevents.<unix seconds>.<hostname>
   // (TensorBoard reads every file whose name contains "tfevents"), then writes the
-  // file-version event.
-  static absl::StatusOr<std::unique_ptr<TensorBoardWriter>> Open(const std::string& dir);
+  // file-version event and a session-start event at `first_step`: TensorBoard drops what
+  // earlier files logged from that step on, so after a resume from a checkpoint older than
+  // a crashed run's last step each step is shown once (the metrics file's later record wins
+  // the same way).
+  static absl::StatusOr<std::unique_ptr<TensorBoardWriter>> Open(const std::string& dir, int64_t first_step = 1);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;

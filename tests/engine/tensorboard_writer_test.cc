@@ -87,11 +87,16 @@ TEST(TensorBoardWriterTest, WritesFramedScalarEventsAfterTheFileVersion) {
   }
   // Read while the writer is open: every record must already be on disk.
   const std::vector<tensorboard::Event> events = ReadEvents(files[0]);
-  ASSERT_EQ(events.size(), written.size() + 1);
+  ASSERT_EQ(events.size(), written.size() + 2);
   EXPECT_EQ(events[0].what_case(), tensorboard::Event::kFileVersion);
   EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  // Where this run starts (Open's default, step 1): TensorBoard drops what earlier files
+  // logged from there on.
+  EXPECT_EQ(events[1].what_case(), tensorboard::Event::kSessionLog);
+  EXPECT_EQ(events[1].session_log().status(), tensorboard::SessionLog::START);
+  EXPECT_EQ(events[1].step(), 1);
   for (size_t i = 0; i < written.size(); ++i) {
-    const tensorboard::Event& e = events[i + 1];
+    const tensorboard::Event& e = events[i + 2];
     ASSERT_EQ(e.what_case(), tensorboard::Event::kSummary);
     EXPECT_GE(e.wall_time(), before);
     EXPECT_EQ(e.step(), written[i].first);
@@ -130,7 +135,7 @@ TEST(TensorBoardWriterTest, StepAndEvalMetricsBecomeTheirTags) {
   ASSERT_TRUE((*writer)->WriteEval(m).ok());
 
   const std::vector<tensorboard::Event> events = ReadEvents((*writer)->path());
-  ASSERT_EQ(events.size(), 4u);
+  ASSERT_EQ(events.size(), 5u);  // file version, session start, 3 records
   auto values = [&](int i) {
     std::map<std::string, float> out;
     for (const auto& v : events[i].summary().value()) out[v.tag()] = v.simple_value();
@@ -142,12 +147,25 @@ TEST(TensorBoardWriterTest, StepAndEvalMetricsBecomeTheirTags) {
       {"train/skipped", 1.0f},    {"train/skipped_total", 1.0f}, {"fp8/w.amax", 3.0f},
       {"fp8/w.scale", 0.25f},     {"stats/g/amax", 4.0f},        {"stats/g/zero_fraction", 0.5f},
       {"stats/g/nonfinite", 2.0f}};
-  EXPECT_EQ(values(1), step7);
-  EXPECT_EQ(events[1].step(), 7);
-  EXPECT_EQ(values(2).at("train/skipped_total"), 2.0f);  // a running count
+  EXPECT_EQ(values(2), step7);
+  EXPECT_EQ(events[2].step(), 7);
+  EXPECT_EQ(values(3).at("train/skipped_total"), 2.0f);  // a running count
   const std::map<std::string, float> eval = {{"eval/loss", 1.25f}, {"eval/accuracy", 0.75f}, {"eval/macro_f1", 0.5f}};
-  EXPECT_EQ(values(3), eval);
-  EXPECT_EQ(events[3].step(), 8);
+  EXPECT_EQ(values(4), eval);
+  EXPECT_EQ(events[4].step(), 8);
+}
+
+// A resumed run's writer starts its session at the step it resumes from, so TensorBoard
+// drops what the earlier file logged there and after (the crashed run's steps past its
+// last checkpoint).
+TEST(TensorBoardWriterTest, AResumedRunsFileStartsItsSessionAtItsFirstStep) {
+  const std::string dir = testing::MakeTempDir("tb_writer_resume");
+  auto writer = TensorBoardWriter::Open(dir, 7);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const std::vector<tensorboard::Event> events = ReadEvents((*writer)->path());
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].session_log().status(), tensorboard::SessionLog::START);
+  EXPECT_EQ(events[1].step(), 7);
 }
 
 // One writer per directory (engine/output_lock.h): a second one while the first is open
@@ -170,8 +188,8 @@ TEST(TensorBoardWriterTest, ASecondWriterWaitsForTheFirstAndKeepsItsOwnFile) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_NE((*b)->path(), first);
   ASSERT_TRUE((*b)->WriteScalar("b", 1, 2).ok());
-  EXPECT_EQ(ReadEvents(first).size(), 2u);
-  EXPECT_EQ(ReadEvents((*b)->path()).size(), 2u);
+  EXPECT_EQ(ReadEvents(first).size(), 3u);  // file version, session start, its scalar
+  EXPECT_EQ(ReadEvents((*b)->path()).size(), 3u);
 }
 
 TEST(TensorBoardWriterTest, ADirectoryThatCannotBeCreatedIsAnErrorNamingIt) {

@@ -12,6 +12,22 @@
 
 namespace mpc::testing {
 
+std::string WriteTwelveStepMlpSpec(const std::string& dir, const std::string& extra) {
+  const std::string golden = SourcePath("tests/golden/mlp");
+  const std::string npy =
+      absl::StrCat("npy { features: \"", golden, "/features.npy\" labels: \"", golden, "/labels.npy\" }");
+  const std::string spec = dir + "/train.spec";
+  std::ofstream(spec) << "model: \"" << golden << "/model.onnx\"\n"
+                      << "features_input: \"x\"\n"
+                      << "loss { type: SOFTMAX_CROSS_ENTROPY output: \"logits\" }\n"
+                      << "train_data { " << npy << " shuffle: false }\n"
+                      << "batch_size: 16\nsteps: 12\n"
+                      << "optimizer { sgd { lr: 0.1 momentum: 0.9 } clip_grad_norm: 5 }\n"
+                      << "eval { data { " << npy << " } every_n_steps: 4 top_k: 3 }\n"
+                      << extra << "\n";
+  return spec;
+}
+
 std::string WriteFashionMlpSpec(const std::string& name, const std::string& fields) {
   const std::string path = MakeTempDir(name) + "/train.spec";
   std::ofstream(path) << absl::StrCat(

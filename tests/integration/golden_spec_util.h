@@ -26,6 +26,11 @@ std::string WriteFashionMlpSpec(const std::string& name, const std::string& fiel
 // rounding only; tests/golden/README.md). `what` names it in failures.
 void ExpectMatchesGoldenF32(const std::vector<float>& got, const Tensor& want, const std::string& what);
 
+// DIR/train.spec: the golden MLP for 12 steps of SGD with clipping and an evaluation (top-3)
+// every 4 steps, `extra` appended; returns its path. The TensorBoard tests' run: every
+// kind of scalar mpc-train writes.
+std::string WriteTwelveStepMlpSpec(const std::string& dir, const std::string& extra);
+
 // Every parameter and state tensor of an engine, by name (model shaped).
 std::map<std::string, std::vector<float>> SnapshotState(const Engine& engine);
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cli_test_util.h"
+#include "tests/integration/golden_spec_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -137,18 +138,7 @@ struct TrainRun {
 // Trains with `flags`, --metrics and --tensorboard, and reads both files back.
 TrainRun TrainAndRead(const std::string& name, const std::string& spec_extra, const std::string& flags) {
   const std::string dir = testing::MakeTempDir("tensorboard_" + name);
-  const std::string golden = testing::SourcePath("tests/golden/mlp");
-  const std::string npy =
-      absl::StrCat("npy { features: \"", golden, "/features.npy\" labels: \"", golden, "/labels.npy\" }");
-  const std::string spec = dir + "/train.spec";
-  std::ofstream(spec) << "model: \"" << golden << "/model.onnx\"\n"
-                      << "features_input: \"x\"\n"
-                      << "loss { type: SOFTMAX_CROSS_ENTROPY output: \"logits\" }\n"
-                      << "train_data { " << npy << " shuffle: false }\n"
-                      << "batch_size: 16\nsteps: 12\n"
-                      << "optimizer { sgd { lr: 0.1 momentum: 0.9 } clip_grad_norm: 5 }\n"
-                      << "eval { data { " << npy << " } every_n_steps: 4 top_k: 3 }\n"
-                      << spec_extra << "\n";
+  const std::string spec = testing::WriteTwelveStepMlpSpec(dir, spec_extra);
   const std::string metrics = dir + "/metrics.jsonl", tb = dir + "/tb/run1";
   const auto r = testing::RunCommand(absl::StrCat(MPC_TRAIN_BIN, " --spec ", spec, " --device cpu --metrics ", metrics,
                                                   " --tensorboard ", tb, " ", flags));
@@ -169,7 +159,8 @@ TrainRun TrainAndRead(const std::string& name, const std::string& spec_extra, co
   EXPECT_FALSE(lines.empty());
   if (lines.empty()) return run;
   EXPECT_EQ(lines[0], "file_version\tbrain.Event:2");
-  for (size_t i = 1; i < lines.size(); ++i) {
+  EXPECT_TRUE(lines.size() > 1 && lines[1] == "session_start\t1") << (lines.size() > 1 ? lines[1] : "");
+  for (size_t i = 2; i < lines.size(); ++i) {
     std::vector<std::string> f = absl::StrSplit(lines[i], '\t');
     EXPECT_EQ(f.size(), 3u) << lines[i];
     if (f.size() != 3) continue;

@@ -8,7 +8,8 @@ from TensorFlow's field numbers (tensorflow/core/util/event.proto and
 tensorflow/core/framework/summary.proto), not from mpc's proto/tensorboard_event.proto,
 so a wrong field number there shows up as a failure here.
 
-Prints "file_version<TAB>VERSION" for the first record, then one line per scalar:
+Prints "file_version<TAB>VERSION" for the first record, "session_start<TAB>STEP" for the
+second (a SessionLog START), then one line per scalar:
 "TAG<TAB>STEP<TAB>VALUE", VALUE as Python's repr of the float32 (exact). Exits 1 with a
 message on the first problem: a bad CRC, a truncated record, an event of another kind.
 """
@@ -61,12 +62,16 @@ def _event_class():
     field(value, "tag", 1, F.TYPE_STRING)
     field(value, "simple_value", 2, F.TYPE_FLOAT, oneof=0)
     field(summary, "value", 1, F.TYPE_MESSAGE, ".tbreader.Summary.Value", label=F.LABEL_REPEATED)
+    # SessionLog's status enum read as its varint: START is 1.
+    session_log = f.message_type.add(name="SessionLog")
+    field(session_log, "status", 1, F.TYPE_INT32)
     event = f.message_type.add(name="Event")
     event.oneof_decl.add(name="what")
     field(event, "wall_time", 1, F.TYPE_DOUBLE)
     field(event, "step", 2, F.TYPE_INT64)
     field(event, "file_version", 3, F.TYPE_STRING, oneof=0)
     field(event, "summary", 5, F.TYPE_MESSAGE, ".tbreader.Summary", oneof=0)
+    field(event, "session_log", 7, F.TYPE_MESSAGE, ".tbreader.SessionLog", oneof=0)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(f)
     desc = pool.FindMessageTypeByName("tbreader.Event")
@@ -124,6 +129,11 @@ def main():
             if what != "file_version":
                 fail("record 0 is a %s event, not the file_version" % what)
             out.append("file_version\t%s" % event.file_version)
+            continue
+        if index == 1:
+            if what != "session_log" or event.session_log.status != 1:
+                fail("record 1 is not a session_log START event (%s)" % what)
+            out.append("session_start\t%d" % event.step)
             continue
         if what != "summary":
             fail("record %d is a %s event, not a summary" % (index, what))
