@@ -19,6 +19,9 @@ Usage (Debian's torch/numpy/onnx are importable only from the system interpreter
 
 GPU (--device cuda; tools/bench/README.md "On the GPU" has the details and the H100 commands):
     python3 tools/bench/bench.py --device cuda --models seed_mlp,fashion_mlp --out-dir DIR
+    python3 tools/bench/bench.py --device cuda --suite issue45 --out-dir DIR   # ResNet-18/50, char_gpt, a GPT-2-124M-
+        # shaped decoder and a TE-quickstart-sized block (tools/bench/gpu_models.py builds and exports them there),
+        # rows in priority order, a ResNet-50 bf16-vs-TF32 table and the largest batch per precision
     python3 tools/bench/bench.py --device cuda --models wide_mlp_4095,wide_mlp_4096 --precision tf32,bf16,fp16
     python3 tools/bench/bench.py --device cuda --models mlp_block_4096 --precision bf16,fp8,fp16
     /usr/bin/python3 tools/bench/bench.py --device cuda --dry-run           # what would run (no GPU needed)
@@ -510,6 +513,10 @@ def zoo_forward_macs(cfg):
 
 def matmul_flops(cfg, batch):
     """(needed, conventional) matmul/convolution FLOPs of one training step, see the module docstring."""
+    if cfg.get("net"):
+        import gpu_models   # pure Python for the counts; torch only when it builds a model
+        total, first = gpu_models.forward_macs(cfg["net"])
+        return 6 * batch * total - 2 * batch * first, 6 * batch * total
     if cfg.get("module") in ZOO_ONNX:
         if "_macs" not in cfg:
             cfg["_macs"] = zoo_forward_macs(cfg)
@@ -913,10 +920,77 @@ GPU_MODELS = {
                  "activation). Under --precision fp8 both GEMMs are eligible (spec `fp8 { include_first_last: "
                  "true }`)"),
 }
+# The zoo-shaped models (issue 45): built, exported and fed on the machine that runs them by gpu_models.py (their
+# ONNX files, 43 to 772 MiB, cannot be carried), from torch.manual_seed(0); `net` says what to build.
+_SGD_ZOO = {"optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4}      # models/resnet/*.spec
+_ADAMW_GPT = {"lr": 6e-4, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.1}  # models/char_gpt's spec
+_CNN_VARIANTS = ["eager", "channels_last", "compile"]
+GPU_MODELS.update({
+    "resnet18": dict(
+        _SGD_ZOO, net={"kind": "resnet", "arch": "resnet18", "image": 224, "classes": 10}, batch=256,
+        features_input="image", warmup=5, steps=20, data_batches=2, generate=True, torch_variants=_CNN_VARIANTS,
+        describe="torchvision ResNet-18 as models/resnet exports it (random init from torch.manual_seed(0), "
+                 "zero_init_residual, 10 classes), at ImageNet's 3x224x224 instead of the zoo spec's 64x64; SGD(lr "
+                 "0.05, momentum 0.9, wd 1e-4) as its zoo spec, constant lr; random N(0,1) images, uniform labels"),
+    "resnet50": dict(
+        _SGD_ZOO, net={"kind": "resnet", "arch": "resnet50", "image": 224, "classes": 10}, batch=128,
+        features_input="image", warmup=5, steps=20, data_batches=2, generate=True, torch_variants=_CNN_VARIANTS,
+        describe="torchvision ResNet-50 as models/resnet exports it (random init from torch.manual_seed(0), "
+                 "zero_init_residual, 10 classes), at 3x224x224; SGD(lr 0.05, momentum 0.9, wd 1e-4) as its zoo "
+                 "spec, constant lr; random N(0,1) images, uniform labels"),
+    "char_gpt": dict(
+        _ADAMW_GPT, net={"kind": "gpt", "vocab": 114, "layers": 6, "width": 384, "heads": 6, "context": 256},
+        batch=16, features_input="tokens", warmup=10, steps=100, data_batches=8, generate=True,
+        describe="models/char_gpt's decoder (6 layers, width 384, 6 heads, context 256, its 114-byte vocabulary; "
+                 "10.8M parameters) from torch.manual_seed(0), batch 16 as its zoo spec, AdamW(lr 6e-4, wd 0.1), "
+                 "constant lr; random token windows (the fortunes corpus is not on the GPU machine)"),
+    "gpt2_124m": dict(
+        _ADAMW_GPT, net={"kind": "gpt", "vocab": 50257, "layers": 12, "width": 768, "heads": 12, "context": 1024},
+        batch=8, features_input="tokens", warmup=3, steps=10, data_batches=2, generate=True,
+        describe="GPT-2-124M-shaped decoder: char_gpt's architecture at 12 layers, width 768, 12 heads, context "
+                 "1024, vocabulary 50257 (untied head, so 163M parameters; ONNX 623 MiB, exported on the machine), "
+                 "8 sequences = 8192 tokens a step, AdamW(lr 6e-4, wd 0.1), constant lr; random token windows"),
+    "te_block_4096": dict(
+        _ADAM, net={"kind": "block", "width": 4096, "ffn": 16384, "heads": 32, "context": 2048}, batch=4,
+        features_input="x", warmup=3, steps=15, data_batches=2, generate=True, fp8_include_first_last=True,
+        precisions=["bf16", "fp8"],
+        describe="one decoder block of Transformer Engine's quickstart size (hidden 4096, FFN 16384, 32 heads, "
+                 "sequence 2048, batch 4): char_gpt's Block (LayerNorm, causal self-attention, LayerNorm, GELU MLP), "
+                 "its [8192, 4096] output read as logits (softmax cross-entropy against random labels, as "
+                 "mlp_block_4096); 201M parameters, ONNX 772 MiB exported on the machine; AdamW(lr 1e-3, wd 0); "
+                 "random N(0,1) hidden states. Under fp8 every GEMM is eligible (`fp8 { include_first_last: true }`)"),
+})
 GPU_PRECISIONS = ["f32", "tf32", "bf16", "fp16", "fp8"]
 RATE_KEY = {"f32": "f32", "tf32": "tf32", "bf16": "bf16", "fp16": "f16", "fp8": "fp8"}
 TORCH_SETUP = {"f32": "FP32 (TF32 off)", "tf32": "TF32 matmuls", "bf16": "AMP bf16", "fp16": "AMP fp16 + GradScaler"}
-TORCH_VARIANT_NAME = {"eager": "torch eager", "compile": "torch.compile"}
+TORCH_VARIANT_NAME = {"eager": "torch eager", "channels_last": "torch eager channels_last",
+                      "compile": "torch.compile"}
+# Dense tensor-core ceilings for MFU: docs/gpu.md's H100 measurements (cuBLASLt 8192³ TN, the top of each
+# range; the H200 has the same SMs and clocks), TFLOP/s.
+MFU_PEAK_TFLOPS = {"f32": 51.6, "tf32": 423, "bf16": 911, "fp16": 928, "fp8": 1620}
+# The suite the issue-45 device call runs (`--suite issue45`): rows in priority order, so that a run cut short by
+# its time budget has measured the most wanted ones first: ResNet-50 bf16 against TF32 (the seed's claim), the
+# GPT-2-shaped decoder and the FP8 block in bf16, then the slow torch.compile runs (a cold compile takes about a
+# minute), the batch search, then the remaining precisions. `model:maxbatch` is the batch-size search; a third
+# field names the runners of that entry (see --rows).
+_CNN_FAST = "mpc+eager+channels_last"
+SUITES = {
+    "issue45": {
+        "rows": ["resnet50:bf16:" + _CNN_FAST, "resnet50:tf32:" + _CNN_FAST, "gpt2_124m:bf16:mpc+eager",
+                 "te_block_4096:bf16:mpc+eager", "te_block_4096:fp8", "resnet50:bf16:compile",
+                 "gpt2_124m:bf16:compile", "resnet50:maxbatch", "resnet50:f32:" + _CNN_FAST,
+                 "resnet18:bf16:" + _CNN_FAST, "char_gpt:bf16:mpc+eager", "gpt2_124m:tf32:mpc+eager",
+                 "resnet50:fp16:" + _CNN_FAST, "resnet50:fp8", "gpt2_124m:fp8", "gpt2_124m:fp16:mpc+eager",
+                 "resnet18:tf32:" + _CNN_FAST, "char_gpt:tf32:mpc+eager", "gpt2_124m:f32:mpc+eager",
+                 "resnet18:f32:" + _CNN_FAST, "char_gpt:f32:mpc+eager", "resnet18:fp16:" + _CNN_FAST,
+                 "char_gpt:fp16:mpc+eager", "resnet18:fp8", "char_gpt:fp8", "te_block_4096:bf16:compile",
+                 "resnet18:bf16:compile", "char_gpt:bf16:compile"],
+        "compile_precisions": [],
+        "batch_search": ["bf16", "tf32", "f32"],
+        "no_profile": True,
+        "what": "issue45-zoo",
+    },
+}
 
 
 def gpu_steps(cfg, args):
@@ -952,6 +1026,9 @@ def gpu_model_dir(name):
 
 
 def gpu_asset_cfg(name, cfg, batch):
+    if cfg.get("net"):
+        return {"dir": gpu_model_dir(name), "name": name, "net": cfg["net"], "batch": batch,
+                "data_batches": cfg["data_batches"], "generate": True}
     a = {"dir": gpu_model_dir(name), "name": name, "layers": cfg["layers"], "batch": batch,
          "data_batches": cfg["data_batches"], "generate": cfg["generate"]}
     if not cfg["generate"]:
@@ -984,11 +1061,41 @@ seed: 1
 
 
 def worker_cfg(name, cfg, assets, batch, warmup, steps, precision, variant, device):
-    return {"device": device, "variant": variant, "precision": precision, "onnx": assets["onnx"],
-            "features": assets["features"], "labels": assets["labels"], "layers": cfg["layers"],
-            "flatten": bool(cfg.get("flatten")), "batch": batch, "warmup": warmup, "steps": steps,
-            "lr": cfg["lr"], "beta1": cfg["beta1"], "beta2": cfg["beta2"], "eps": cfg["eps"],
-            "weight_decay": cfg["weight_decay"], "matmul_n": 4096 if device == "cuda" else 256}
+    w = {"device": device, "variant": variant, "precision": precision, "onnx": assets["onnx"],
+         "features": assets["features"], "labels": assets["labels"], "layers": cfg.get("layers"),
+         "flatten": bool(cfg.get("flatten")), "batch": batch, "warmup": warmup, "steps": steps,
+         "matmul_n": 4096 if device == "cuda" else 256}
+    w.update({k: cfg[k] for k in ("optimizer", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay") if k in cfg})
+    if cfg.get("net"):
+        w.update(net=cfg["net"], pin_memory=True)
+    return w
+
+
+def gpu_torch_variants(cfg, args, precision):
+    """The PyTorch variants of one row: --torch-variants (default: the model's, else eager,compile), channels_last
+    only for the CNNs, compile only at --compile-precisions."""
+    if args.torch_variants:
+        vs = args.torch_variants.split(",")
+    else:
+        vs = cfg.get("torch_variants", ["eager", "compile"])
+    if not (cfg.get("net") or {}).get("kind") == "resnet":
+        vs = [v for v in vs if v != "channels_last"]
+    if args.compile_precisions is not None and precision not in args.compile_precisions:
+        vs = [v for v in vs if v != "compile"]
+    return vs
+
+
+def torch_variant_label(cfg, variant, precision):
+    name = TORCH_VARIANT_NAME[variant]
+    if variant == "compile" and (cfg.get("net") or {}).get("kind") == "resnet":
+        name += " (channels_last)"
+    return f"{name}, {TORCH_SETUP.get(precision, precision)}"
+
+
+def throughput_unit(cfg):
+    net = cfg.get("net") or {}
+    return ("tok/s", net["context"]) if net.get("kind") in ("gpt", "block") else (
+        ("img/s", 1) if net.get("kind") == "resnet" else ("ex/s", 1))
 
 
 class SmiSampler:
@@ -1049,6 +1156,16 @@ def device_memory_used_mib():
                                                "--format=csv,noheader,nounits"]).split())
     except ValueError:
         return None
+
+
+def smi_peak_mib(smi):
+    """The measured device peak of a process: nvidia-smi's per-process figure, else the device's used memory above
+    its value before the run; None when neither was sampled."""
+    if not smi:
+        return None
+    if smi.get("pid_peak_mib") is not None:
+        return smi["pid_peak_mib"]
+    return smi.get("device_delta_mib")
 
 
 def smi_text(smi):
@@ -1175,10 +1292,10 @@ def compile_report_notes(report):
     return notes
 
 
-def bench_mpc_gpu(name, cfg, assets, batch, warmup, steps, precision, pad, ctx):
+def bench_mpc_gpu(name, cfg, assets, batch, warmup, steps, precision, pad, ctx, tag=None):
     """One mpc row: compile report (plan), a timed mpc-train run, GPU memory sampled meanwhile."""
     d = gpu_model_dir(name)
-    tag = f"{precision}_pad{pad}"
+    tag = tag or f"{precision}_pad{pad}"
     spec = gpu_spec_path(name, batch, warmup + steps)
     flags = mpc_gpu_flags(ctx["mpc_device"], precision, pad)
     if os.access(MPC, os.X_OK):
@@ -1288,9 +1405,51 @@ def first_line(e):
     return (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
 
 
-def main_gpu(args):
-    """--device cuda: see the module docstring and tools/bench/README.md."""
-    emulate = args.emulate_on_cpu
+# --shrink: the zoo models' code paths at toy sizes (a rehearsal on the CPU; numbers meaningless).
+SHRUNK_NETS = {
+    "resnet": {"image": 32, "batch": 4},
+    "gpt": {"layers": 2, "width": 64, "heads": 2, "context": 32, "batch": 2},
+    "block": {"width": 256, "ffn": 1024, "heads": 4, "context": 64, "batch": 2},
+}
+
+
+def shrink_models():
+    global GPU_BENCH
+    GPU_BENCH = os.path.join(BENCH, "gpu-shrunk")   # the toy files never stand in for the real ones
+    for name, cfg in GPU_MODELS.items():
+        if cfg.get("net"):
+            small = dict(SHRUNK_NETS[cfg["net"]["kind"]])
+            cfg["batch"] = small.pop("batch")
+            cfg["net"] = dict(cfg["net"], **small)
+            cfg["describe"] = f"SHRUNK to {small} (--shrink): " + cfg["describe"]
+
+
+def gpu_row_plan(args):
+    """[(model, precision | 'maxbatch', runners | None)] in run order: --rows (or the suite's), else every --models x
+    --precision pair (a model's own `precisions` list filters the cross product). A --rows entry is
+    MODEL:PRECISION, MODEL:PRECISION:RUNNERS (RUNNERS a '+' list of mpc, eager, channels_last, compile: only those
+    run, and they join the row of that model and precision if it ran before: so the slow torch.compile runs can
+    come last in a budgeted run) or MODEL:maxbatch."""
+    if args.rows:
+        plan = []
+        for entry in args.rows.split(","):
+            name, _, rest = entry.strip().partition(":")
+            what, _, runners = rest.partition(":")
+            if name not in GPU_MODELS:
+                sys.exit(f"bench: unknown model {name!r} in --rows (have {', '.join(GPU_MODELS)})")
+            if what not in GPU_PRECISIONS + ["maxbatch"]:
+                sys.exit(f"bench: --rows entry {entry!r}: say MODEL:PRECISION[:RUNNERS] ({', '.join(GPU_PRECISIONS)}) "
+                         "or MODEL:maxbatch")
+            if what == "maxbatch" and (GPU_MODELS[name].get("net") or {}).get("kind") != "resnet":
+                sys.exit(f"bench: --rows entry {entry!r}: the batch search needs a batch axis the export keeps "
+                         "dynamic (the ResNets)")
+            runners = runners.split("+") if runners else None
+            for r in runners or []:
+                if r != "mpc" and r not in TORCH_VARIANT_NAME:
+                    sys.exit(f"bench: --rows entry {entry!r}: runner {r!r} is none of mpc, "
+                             f"{', '.join(TORCH_VARIANT_NAME)}")
+            plan.append((name, what, runners))
+        return plan
     models = (args.models or "seed_mlp,fashion_mlp").split(",")
     for m in models:
         if m not in GPU_MODELS:
@@ -1299,10 +1458,150 @@ def main_gpu(args):
     for p in precisions:
         if p not in GPU_PRECISIONS:
             sys.exit(f"bench: unknown precision {p!r} for --device cuda (have {', '.join(GPU_PRECISIONS)})")
-    variants = args.torch_variants.split(",") if args.torch_variants else ["eager", "compile"]
+    plan = []
+    for m in models:
+        own = GPU_MODELS[m].get("precisions")
+        plan += [(m, p, None) for p in precisions if not own or p in own or args.precision]
+    if args.batch_search:
+        plan += [(m, "maxbatch", None) for m in models if (GPU_MODELS[m].get("net") or {}).get("kind") == "resnet"]
+    return plan
+
+
+def apply_suite(args):
+    """--suite NAME: its rows, compile precisions, batch search and output name, where not given explicitly."""
+    if not args.suite:
+        return
+    if args.suite not in SUITES:
+        sys.exit(f"bench: unknown --suite {args.suite!r} (have {', '.join(SUITES)})")
+    suite = SUITES[args.suite]
+    args.rows = args.rows or ",".join(suite["rows"])
+    if args.compile_precisions is None:
+        args.compile_precisions = ",".join(suite["compile_precisions"])
+    args.batch_search = args.batch_search or ",".join(suite["batch_search"])
+    args.no_profile = args.no_profile or suite.get("no_profile", False)
+    args.what = args.what or suite.get("what")
+
+
+class Deadline:
+    """--time-budget (or $MPC_BENCH_TIME_BUDGET): seconds from the start; runs that would start with less than
+    they need are skipped (and listed), and every child process is given at most what is left."""
+
+    def __init__(self, budget):
+        self.t0 = time.time()
+        self.budget = budget or 0
+
+    def left(self):
+        return float("inf") if not self.budget else self.budget - (time.time() - self.t0)
+
+    def allows(self, need_s):
+        self.need = need_s
+        return self.left() >= need_s
+
+    def why(self):
+        """Why the last run allows() refused was skipped ("past the time budget" is what verify.sh counts)."""
+        spent = time.time() - self.t0
+        return (f"skipped: past the time budget ({self.budget:.0f} s; {spent:.0f} s spent, "
+                f"{max(0.0, self.budget - spent):.0f} s left, a run needs ≥ {getattr(self, 'need', 0):.0f} s)")
+
+    def timeout(self, ctx):
+        """ctx with worker_timeout capped by what is left (at least 5 s)."""
+        return dict(ctx, worker_timeout=max(5.0, min(ctx["worker_timeout"], self.left())))
+
+
+# Rough lower bounds of a run's wall time on the GPU machine (process start, model import and compile, CUDA
+# context), below which a run is not started: its result would be cut off by the budget anyway.
+MIN_RUN_S = {"mpc": 12, "eager": 12, "channels_last": 12, "compile": 45, "assets": 20}
+
+
+def gpu_assets(name, cfg, batch, ctx, deadline, cache):
+    """make-assets once per (model, batch); returns the assets dict or raises RuntimeError."""
+    key = (name, batch)
+    if key in cache:
+        return cache[key]
+    acfg = gpu_asset_cfg(name, cfg, batch)
+    t0 = time.time()
+    try:
+        a = subprocess.run([ctx["python"], WORKER, "--make-assets", json.dumps(acfg)], capture_output=True, text=True,
+                           timeout=max(5.0, min(ctx["worker_timeout"], deadline.left())))
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"making {name}'s model and data did not finish before the time budget / --worker-timeout")
+    if a.returncode != 0 or not a.stdout.strip():
+        raise RuntimeError(f"making {name}'s model and data failed: {(a.stderr.strip().splitlines() or ['?'])[-1]}")
+    assets = json.loads(a.stdout.strip().splitlines()[-1])
+    assets["make_s"] = round(time.time() - t0, 1)
+    with open(os.path.join(gpu_model_dir(name), f"assets_b{batch}.log"), "w") as f:
+        f.write(a.stderr)
+    cache[key] = assets
+    log(f"{name}: assets ready in {assets['make_s']} s" + (f" ({assets.get('exporter')}, ONNX {assets.get('onnx_mib')} "
+                                                            "MiB)" if assets.get("export_s") is not None else ""))
+    return assets
+
+
+def run_gpu_row(name, cfg, precision, batch, warmup, steps, pads, args, ctx, deadline, assets, runners=None):
+    """The mpc run(s) and PyTorch variants of one model x precision row (only `runners` when given); returns the
+    row's runs."""
+    runs = []
+    for pad in (pads if runners is None or "mpc" in runners else []):
+        label = mpc_label(pad, pads)
+        if not deadline.allows(MIN_RUN_S["mpc"]):
+            runs.append({"kind": "mpc", "pad": pad, "label": label, "skipped": deadline.why(),
+                         "flags": mpc_gpu_flags(ctx["mpc_device"], precision, pad)})
+            log(f"{name} {precision}: {label}: {deadline.why()}")
+            continue
+        log(f"{name} {precision}: {label} ({warmup}+{steps} steps)")
+        try:
+            res = bench_mpc_gpu(name, cfg, assets, batch, warmup, steps, precision, pad, deadline.timeout(ctx))
+            log(f"  {fmt_ms(res['median_s'])} ms/step")
+        except Unsupported as e:
+            # No device / no CUDA backend is a broken setup, not a missing feature.
+            broken = any(k in str(e) for k in ("no CUDA device", "has no CUDA backend"))
+            res = {"kind": "mpc", "pad": pad, ("error" if broken else "unsupported"): str(e),
+                   "flags": mpc_gpu_flags(ctx["mpc_device"], precision, pad)}
+            log(f"  {'failed' if broken else 'not supported by mpc'}: {e}")
+        except (RuntimeError, OSError, IndexError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
+            res = {"kind": "mpc", "pad": pad, "error": first_line(e),
+                   "flags": mpc_gpu_flags(ctx["mpc_device"], precision, pad)}
+            log(f"  failed: {first_line(e)}")
+        res["label"] = label
+        runs.append(res)
+    variants = gpu_torch_variants(cfg, args, precision) if runners is None else [
+        v for v in runners if v != "mpc" and (v != "channels_last" or (cfg.get("net") or {}).get("kind") == "resnet")]
     for v in variants:
-        if v not in TORCH_VARIANT_NAME:
-            sys.exit(f"bench: unknown --torch-variants entry {v!r} (have eager, compile)")
+        label = torch_variant_label(cfg, v, precision)
+        if precision == "fp8":
+            if v == variants[0]:
+                runs.append({"kind": "torch", "variant": v, "label": "torch", "na": True})
+            continue
+        if not deadline.allows(MIN_RUN_S[v]):
+            runs.append({"kind": "torch", "variant": v, "label": label, "skipped": deadline.why()})
+            log(f"{name} {precision}: {label}: {deadline.why()}")
+            continue
+        w = max(warmup, 3) if v == "compile" else warmup
+        log(f"{name} {precision}: {label} ({w}+{steps} steps)")
+        res = bench_torch_gpu(name, cfg, assets, batch, w, steps, precision, v, deadline.timeout(ctx))
+        res["label"] = label
+        log(f"  {fmt_ms(res['median_s']) + ' ms/step' if 'median_s' in res else res.get('error')}")
+        runs.append(res)
+    return runs
+
+
+def main_gpu(args):
+    """--device cuda: see the module docstring and tools/bench/README.md."""
+    emulate = args.emulate_on_cpu
+    apply_suite(args)
+    if args.shrink:
+        shrink_models()
+    if args.torch_variants:
+        for v in args.torch_variants.split(","):
+            if v not in TORCH_VARIANT_NAME:
+                sys.exit(f"bench: unknown --torch-variants entry {v!r} (have {', '.join(TORCH_VARIANT_NAME)})")
+    if args.compile_precisions is not None:
+        args.compile_precisions = [p for p in args.compile_precisions.split(",") if p]
+    if args.batch_search:
+        args.batch_search = args.batch_search.split(",")
+        for p in args.batch_search:
+            if p not in GPU_PRECISIONS[:4]:
+                sys.exit(f"bench: --batch-search takes f32, tf32, bf16, fp16, not {p!r}")
     if args.pad_variants:
         for v in args.pad_variants.split(","):
             if v != "auto" and not (v.isdigit() and int(v) >= 1):
@@ -1312,17 +1611,12 @@ def main_gpu(args):
            "smi_interval": 0 if emulate else args.smi_interval_ms, "worker_timeout": args.worker_timeout}
     command = (f"{sys.executable} tools/bench/bench.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:]))
     start_time = datetime.datetime.now().astimezone()
-    t_start = time.time()
+    deadline = Deadline(args.time_budget)
 
-    plan = []   # (name, cfg, batch, warmup, steps, pads)
-    for name in models:
-        cfg = GPU_MODELS[name]
-        batch = args.batch or cfg["batch"]
-        warmup, steps = gpu_steps(cfg, args)
-        plan.append((name, cfg, batch, warmup, steps, gpu_pad_variants(cfg, args)))
-
+    row_plan = gpu_row_plan(args)
+    models = list(dict.fromkeys(m for m, _, _ in row_plan))
     if args.dry_run:
-        return gpu_dry_run(args, ctx, plan, precisions, variants, command)
+        return gpu_dry_run(args, ctx, row_plan, command)
 
     if not os.access(MPC_TRAIN, os.X_OK):
         sys.exit(f"bench: {MPC_TRAIN} is missing; build first, or point --build-dir at the build with the CUDA backend")
@@ -1351,73 +1645,62 @@ def main_gpu(args):
                                   for k in RATE_KEY.values() if isinstance(rate_before.get(k), dict))
                         or str(rate_before.get("error"))))
 
-    results = []
+    results, searches = [], []
     state = {"command": command, "start_time": start_time, "machine": machine, "info": info, "env_note": env_note,
-             "rate_from": rate_from, "emulate": emulate, "args": args, "ctx": ctx, "models": models}
+             "rate_from": rate_from, "emulate": emulate, "args": args, "ctx": ctx, "models": models,
+             "searches": searches, "deadline": deadline}
     out_path = gpu_results_path(args, state)
-    for name, cfg, batch, warmup, steps, pads in plan:
-        if args.time_budget and time.time() - t_start > args.time_budget:
-            for precision in precisions:
-                results.append({"model": name, "precision": precision, "batch": batch, "cfg": cfg, "warmup": warmup,
-                                "steps": steps, "assets": {}, "runs": [],
-                                "skipped": f"not run: past --time-budget {args.time_budget:.0f} s"})
-            log(f"{name}: not run: past --time-budget {args.time_budget:.0f} s")
-            continue
-        log(f"{name}: assets")
-        acfg = gpu_asset_cfg(name, cfg, batch)
-        a = subprocess.run([ctx["python"], WORKER, "--make-assets", json.dumps(acfg)], capture_output=True, text=True)
-        if a.returncode != 0:
-            sys.exit(f"bench: making {name}'s model and data failed:\n{a.stderr[-2000:]}")
-        assets = json.loads(a.stdout.strip().splitlines()[-1])
-        gpu_spec_for_steps(name, cfg, assets, batch, warmup + steps)
-        for precision in precisions:
-            row = {"model": name, "precision": precision, "batch": batch, "cfg": cfg, "warmup": warmup,
-                   "steps": steps, "assets": assets, "runs": []}
-            results.append(row)
-            if args.time_budget and time.time() - t_start > args.time_budget:
-                row["skipped"] = f"not run: past --time-budget {args.time_budget:.0f} s"
-                log(f"{name} {precision}: {row['skipped']}")
-                continue
-            for pad in pads:
-                label = mpc_label(pad, pads)
-                log(f"{name} {precision}: {label} ({warmup}+{steps} steps)")
-                try:
-                    res = bench_mpc_gpu(name, cfg, assets, batch, warmup, steps, precision, pad, ctx)
-                    log(f"  {fmt_ms(res['median_s'])} ms/step")
-                except Unsupported as e:
-                    # No device / no CUDA backend is a broken setup, not a missing feature.
-                    broken = any(k in str(e) for k in ("no CUDA device", "has no CUDA backend"))
-                    res = {"kind": "mpc", "pad": pad, ("error" if broken else "unsupported"): str(e),
-                           "flags": mpc_gpu_flags(ctx["mpc_device"], precision, pad)}
-                    log(f"  {'failed' if broken else 'not supported by mpc'}: {e}")
-                except (RuntimeError, OSError, IndexError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
-                    res = {"kind": "mpc", "pad": pad, "error": first_line(e),
-                           "flags": mpc_gpu_flags(ctx["mpc_device"], precision, pad)}
-                    log(f"  failed: {first_line(e)}")
-                res["label"] = label
-                row["runs"].append(res)
-            for v in variants:
-                label = f"{TORCH_VARIANT_NAME[v]}, {TORCH_SETUP.get(precision, precision)}"
-                if precision == "fp8":
-                    if v == variants[0]:
-                        row["runs"].append({"kind": "torch", "variant": v, "label": "torch", "na": True})
-                    continue
-                w = max(warmup, 3) if v == "compile" else warmup
-                log(f"{name} {precision}: {label} ({w}+{steps} steps)")
-                res = bench_torch_gpu(name, cfg, assets, batch, w, steps, precision, v, ctx)
-                res["label"] = label
-                log(f"  {fmt_ms(res['median_s']) + ' ms/step' if 'median_s' in res else res.get('error')}")
-                row["runs"].append(res)
-            first_mpc = next((r for r in row["runs"] if r["kind"] == "mpc" and "median_s" in r), None)
-            if first_mpc and not args.no_profile:
-                log(f"{name} {precision}: mpc-train --profile")
-                try:
-                    row["profile"] = gpu_profile(name, precision, first_mpc["spec"], first_mpc["flags"], ctx)
-                except subprocess.CalledProcessError as e:
-                    row["profile_error"] = first_line(e.stderr or e)
-                except subprocess.TimeoutExpired as e:
-                    row["profile_error"] = first_line(e)
+    asset_cache = {}
+    for name, what, runners in row_plan:
+        cfg = GPU_MODELS[name]
+        batch = args.batch or cfg["batch"]
+        warmup, steps = gpu_steps(cfg, args)
+        if what == "maxbatch":
+            searches.append(gpu_batch_search(name, cfg, batch, args, ctx, deadline, asset_cache, info))
             write_gpu_report(out_path, state, results, rate_before, None, final=False)
+            continue
+        precision = what
+        row = next((r for r in results if r["model"] == name and r["precision"] == precision), None)
+        if row is None:
+            row = {"model": name, "precision": precision, "batch": batch, "cfg": cfg, "warmup": warmup,
+                   "steps": steps, "assets": {}, "runs": []}
+            results.append(row)
+        elif row.get("skipped"):
+            continue   # its first entry found no time or no model; the later runners would not either
+        need = MIN_RUN_S["assets"] if (name, batch) not in asset_cache else min(
+            MIN_RUN_S[r] for r in (runners or ["mpc"]))
+        if not deadline.allows(need):
+            if row["runs"]:
+                row["runs"] += [{"kind": "torch", "variant": v, "label": torch_variant_label(cfg, v, precision),
+                                 "skipped": deadline.why()} for v in (runners or []) if v in TORCH_VARIANT_NAME]
+            else:
+                row["skipped"] = deadline.why()
+            log(f"{name} {precision}{':' + '+'.join(runners) if runners else ''}: {deadline.why()}")
+            continue
+        try:
+            assets = gpu_assets(name, cfg, batch, ctx, deadline, asset_cache)
+        except RuntimeError as e:
+            row["skipped"] = f"not run: {first_line(e)}"
+            log(f"{name} {precision}: {row['skipped']}")
+            continue
+        row["assets"] = assets
+        gpu_spec_for_steps(name, cfg, assets, batch, warmup + steps)
+        row["runs"] += run_gpu_row(name, cfg, precision, batch, warmup, steps, gpu_pad_variants(cfg, args), args, ctx,
+                                   deadline, assets, runners)
+        if row.get("profile") or row.get("profile_error"):
+            write_gpu_report(out_path, state, results, rate_before, None, final=False)
+            continue
+        first_mpc = next((r for r in row["runs"] if r["kind"] == "mpc" and "median_s" in r), None)
+        if first_mpc and not args.no_profile and deadline.allows(MIN_RUN_S["mpc"]):
+            log(f"{name} {precision}: mpc-train --profile")
+            try:
+                row["profile"] = gpu_profile(name, precision, first_mpc["spec"], first_mpc["flags"],
+                                             deadline.timeout(ctx))
+            except subprocess.CalledProcessError as e:
+                row["profile_error"] = first_line(e.stderr or e)
+            except subprocess.TimeoutExpired as e:
+                row["profile_error"] = first_line(e)
+        write_gpu_report(out_path, state, results, rate_before, None, final=False)
     if not emulate and rate_bin and "error" not in rate_before:
         log("measuring the cuBLASLt matmul rate again")
         rate_after = cublaslt_rate(rate_bin, args.rate_n, args.rate_reps, ctx["mpc_env"])
@@ -1428,18 +1711,143 @@ def main_gpu(args):
     raw = os.path.join(args.out_dir or BENCH, "last_gpu_run.json")
     os.makedirs(os.path.dirname(os.path.abspath(raw)), exist_ok=True)
     with open(raw, "w") as f:
-        json.dump({"results": [{k: v for k, v in r.items() if k != "cfg"} for r in results], "gpu": info,
-                   "rate_before": rate_before, "rate_after": rate_after, "command": command}, f, indent=1, default=str)
+        json.dump({"results": [{k: v for k, v in r.items() if k != "cfg"} for r in results], "batch_search": searches,
+                   "gpu": info, "rate_before": rate_before, "rate_after": rate_after, "command": command,
+                   "seconds": round(time.time() - deadline.t0, 1)}, f, indent=1, default=str)
     if args.out_dir:
-        copy_logs(results, os.path.join(args.out_dir, "logs"))
-    log(f"wrote {out_path} (raw numbers: {raw})")
+        copy_logs(results, os.path.join(args.out_dir, "logs"), models)
+    log(f"wrote {out_path} (raw numbers: {raw}) after {time.time() - deadline.t0:.0f} s")
     return 0
 
 
-def copy_logs(results, dest):
+# --------------------------------------------------------------------------- largest batch
+
+def device_free_bytes(info):
+    """Free device memory before the search (nvidia-smi total - used), or None."""
+    try:
+        out = run_text(["nvidia-smi", "--query-gpu=memory.total,memory.used", "--format=csv,noheader,nounits"])
+        total, used = (float(x) for x in out.splitlines()[0].split(","))
+        return int((total - used) * 1048576)
+    except (ValueError, IndexError):
+        return None
+
+
+def gpu_batch_search(name, cfg, batch, args, ctx, deadline, asset_cache, info):
+    """The largest batch each precision in --batch-search fits, bounded by --batch-search-s (and the budget).
+
+    mpc: the memory plan (`mpc compile --report`: activation arena + parameters, optimizer state, inputs) at
+    doubling batches from the row's up to --batch-search-max, then mpc-train for 2 + 2 steps at the largest
+    batch whose plan fits the free device memory, and at half of it if that fails; the run is the proof, the
+    plan only picks where to look (it leaves out the CUDA context and cuDNN/cuBLAS workspaces).
+    PyTorch: eager (channels_last for the CNNs) at doubling batches in one worker process until CUDA runs out
+    of memory (torch.cuda.OutOfMemoryError), 3 steps each on device-generated random data."""
+    out = {"model": name, "batch": batch, "precisions": {}, "max_batch": args.batch_search_max}
+    limit = Deadline(args.batch_search_s)
+    free = None if ctx["mpc_device"] == "cpu" else device_free_bytes(info)
+    out["free_bytes"] = free
+    if not deadline.allows(MIN_RUN_S["mpc"]) or not limit.allows(5):
+        out["skipped"] = deadline.why() if not deadline.allows(MIN_RUN_S["mpc"]) else "skipped: --batch-search-s"
+        log(f"{name} batch search: {out['skipped']}")
+        return out
+    try:
+        assets = gpu_assets(name, cfg, batch, ctx, deadline, asset_cache)
+        tiny = gpu_net_data(name, cfg, 1, ctx, deadline)
+    except RuntimeError as e:
+        out["skipped"] = f"not run: {first_line(e)}"
+        return out
+    d = gpu_model_dir(name)
+    whole = limit
+    for i, precision in enumerate(args.batch_search):
+        # Each precision gets an equal share of what is left, so the last is not starved by the first.
+        limit = Deadline(max(1.0, whole.left() / (len(args.batch_search) - i)))
+        rec = {"plans": [], "runs": []}
+        out["precisions"][precision] = rec
+        keep = MIN_RUN_S["eager"] if precision in TORCH_SETUP else 0   # left over for PyTorch's search
+        flags = mpc_gpu_flags(ctx["mpc_device"], precision, "auto")
+        b, fits = batch, None
+        while b <= args.batch_search_max and os.access(MPC, os.X_OK):
+            if not (deadline.allows(MIN_RUN_S["mpc"]) and limit.allows(MIN_RUN_S["mpc"] + keep)):
+                rec["cut"] = "time"
+                break
+            spec = gpu_spec_for_steps(name, cfg, dict(assets, features=tiny["features"], labels=tiny["labels"]), b, 4)
+            try:
+                rep = mpc_compile_report(spec, os.path.join(d, f"compile_report_maxbatch_{precision}_b{b}.json"), flags,
+                                         ctx["mpc_env"], max(5.0, min(deadline.left(), limit.left())))
+                mem = rep.get("memory", {})
+                plan = mem.get("planned_peak_bytes", 0) + mem.get("unplanned_bytes", 0)
+            except (Unsupported, subprocess.TimeoutExpired) as e:
+                rec["plans"].append({"batch": b, "error": first_line(e)})
+                break
+            ok = free is None or plan <= free
+            rec["plans"].append({"batch": b, "plan_bytes": plan, "fits_plan": ok})
+            if not ok:
+                break
+            fits = b
+            b *= 2
+        if not os.access(MPC, os.X_OK):
+            fits = batch   # no planner: try the row's batch only
+        for tryb in ([fits, fits // 2] if fits else []):
+            if tryb < 1 or not (deadline.allows(MIN_RUN_S["mpc"]) and limit.allows(MIN_RUN_S["mpc"] + keep)):
+                rec.setdefault("cut", "time")
+                break
+            log(f"{name} batch search {precision}: mpc-train at batch {tryb}")
+            try:
+                data = gpu_net_data(name, cfg, tryb, ctx, deadline)
+                gpu_spec_for_steps(name, cfg, dict(assets, **data), tryb, 4)
+                t = deadline.timeout(ctx)
+                t["worker_timeout"] = max(5.0, min(t["worker_timeout"], limit.left() - keep))
+                r = bench_mpc_gpu(name, cfg, dict(assets, **data), tryb, 2, 2, precision, "auto", t,
+                                  tag=f"maxbatch_{precision}_b{tryb}")
+                rec["runs"].append({"batch": tryb, "median_s": r["median_s"], "smi": r.get("smi"),
+                                    "plan_bytes": (r["arena_bytes"] or 0) + (r.get("outside_arena_bytes") or 0),
+                                    "loss1": (r.get("losses") or [None])[0]})
+                rec["mpc_largest"] = tryb
+                log(f"  ran: {fmt_ms(r['median_s'])} ms/step")
+                break
+            except (Unsupported, RuntimeError, OSError, IndexError, KeyError, ValueError,
+                    subprocess.TimeoutExpired) as e:
+                rec["runs"].append({"batch": tryb, "error": first_line(e)})
+                log(f"  failed: {first_line(e)}")
+        # PyTorch: one worker, doubling until OOM.
+        if precision in TORCH_SETUP and deadline.allows(MIN_RUN_S["eager"]) and limit.allows(MIN_RUN_S["eager"]):
+            variant = "channels_last" if cfg["net"]["kind"] == "resnet" else "eager"
+            wc = dict(worker_cfg(name, cfg, assets, batch, 1, 2, precision, variant, ctx["torch_device"]),
+                      max_batch=args.batch_search_max, time_s=max(5.0, min(deadline.left(), limit.left()) - 5))
+            log(f"{name} batch search {precision}: {torch_variant_label(cfg, variant, precision)}")
+            try:
+                p = subprocess.run([ctx["python"], WORKER, "--max-batch", json.dumps(wc)], capture_output=True, text=True,
+                                   timeout=max(10.0, min(deadline.left(), limit.left()) + 5))
+                out_text, err_text, how = p.stdout, p.stderr, f"exit {p.returncode}"
+            except subprocess.TimeoutExpired as e:   # the worker prints its state after every trial
+                out_text, err_text, how = e.stdout or "", e.stderr or "", "timed out"
+                out_text = out_text.decode(errors="replace") if isinstance(out_text, bytes) else out_text
+                err_text = err_text.decode(errors="replace") if isinstance(err_text, bytes) else err_text
+            lines = [l for l in out_text.splitlines() if l.startswith("{")]
+            rec["torch"] = json.loads(lines[-1]) if lines else {
+                "error": f"{how}: {(err_text.strip().splitlines() or [''])[-1][:200]}"}
+            if how == "timed out" and lines:
+                rec["torch"]["cut"] = "time"
+            with open(os.path.join(d, f"torch_maxbatch_{precision}.log"), "w") as f:
+                f.write(err_text)
+            rec["torch"]["label"] = torch_variant_label(cfg, variant, precision)
+            log(f"  largest batch that ran: {rec['torch'].get('largest_ok')}")
+    return out
+
+
+def gpu_net_data(name, cfg, n, ctx, deadline):
+    """A data set of exactly n examples for a net model (the batch search's)."""
+    acfg = dict(gpu_asset_cfg(name, cfg, n), examples=n, data_only=True)
+    a = subprocess.run([ctx["python"], WORKER, "--make-assets", json.dumps(acfg)], capture_output=True, text=True,
+                       timeout=max(5.0, min(ctx["worker_timeout"], deadline.left())))
+    if a.returncode != 0 or not a.stdout.strip():
+        raise RuntimeError(f"making {n} examples for {name} failed: {(a.stderr.strip().splitlines() or ['?'])[-1]}")
+    return {k: v for k, v in json.loads(a.stdout.strip().splitlines()[-1]).items() if k in ("features", "labels")}
+
+
+def copy_logs(results, dest, models=()):
     """The small per-run logs (mpc-train, torch workers, compile reports, profiles) next to the results."""
     os.makedirs(dest, exist_ok=True)
-    for name in sorted({r["model"] for r in results}):
+    for name in sorted({r["model"] for r in results} | set(models)):
         d = gpu_model_dir(name)
         if not os.path.isdir(d):
             continue
@@ -1460,8 +1868,29 @@ def gpu_results_path(args, state):
     return os.path.join(HERE, "results", base)
 
 
-def gpu_dry_run(args, ctx, plan, precisions, variants, command):
-    """Prints what `--device cuda` would run, without running (or generating) anything."""
+def estimate_run_s(cfg, kind, precision, batch, warmup, steps):
+    """A rough guess of one run's wall time on the H100/H200 machine (16 CPUs), for the dry run's schedule: process
+    start, ONNX import (~1 s per 100 MB; twice for mpc: `mpc compile --report`, then mpc-train), a cold
+    torch.compile (~60 s), and the steps at 35% of the precision's ceiling. Not a measurement."""
+    needed, _ = matmul_flops(cfg, batch)
+    step_s = needed / (0.35 * MFU_PEAK_TFLOPS[precision] * 1e12)
+    mb = 4 * gpu_models_params(cfg) / 1e6
+    if kind == "mpc":
+        return 8 + 2 * mb / 100 + (warmup + steps) * step_s
+    base = {"eager": 9, "channels_last": 9, "compile": 60}[kind] + mb / 200
+    return base + (max(warmup, 3) if kind == "compile" else warmup + steps) * step_s * (1.3 if kind != "compile" else 1)
+
+
+def gpu_models_params(cfg):
+    if cfg.get("net"):
+        import gpu_models
+        return gpu_models.parameter_count(cfg["net"])
+    layers = cfg.get("layers") or []
+    return sum(a * b + b for a, b in zip(layers[:-1], layers[1:]))
+
+
+def gpu_dry_run(args, ctx, row_plan, command):
+    """Prints what `--device cuda` would run, in order, without running (or generating) anything."""
     q = lambda cmd: " ".join(shlex.quote(str(c)) for c in cmd)   # noqa: E731
     print(f"# {command}\n# dry run: nothing is generated, built or run\n")
     print(f"python for the PyTorch workers: {ctx['python']}")
@@ -1477,42 +1906,74 @@ def gpu_dry_run(args, ctx, plan, precisions, variants, command):
     if ctx["smi_interval"] > 0:
         print(f"while each run: nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits "
               f"-lms {ctx['smi_interval']}  and  nvidia-smi --query-gpu=memory.used ... -lms {ctx['smi_interval']}")
+    print(f"time budget: {args.time_budget:.0f} s" if args.time_budget else "time budget: none")
     fake = "<fifo>"
-    for name, cfg, batch, warmup, steps, pads in plan:
+    seen = set()
+    est = [10.0]   # the matmul-rate probe before the models (and after them)
+
+    def guess(s_):
+        est[0] += s_
+        return f"  (guess ~{s_:.0f} s; ~{est[0]:.0f} s from the start)"
+    for name, what, runners in row_plan:
+        cfg = GPU_MODELS[name]
+        batch = args.batch or cfg["batch"]
+        warmup, steps = gpu_steps(cfg, args)
+        pads = gpu_pad_variants(cfg, args)
         acfg = gpu_asset_cfg(name, cfg, batch)
         n = batch * cfg["data_batches"]
-        assets = {"onnx": acfg.get("onnx") or os.path.join(acfg["dir"], f"{name}.onnx"),
-                  "features": os.path.join(acfg["dir"], f"features_{n}.npy"),
+        if cfg.get("net"):
+            onnx = os.path.join(acfg["dir"], f"{name}.onnx")
+        else:
+            onnx = acfg.get("onnx") or os.path.join(acfg["dir"], f"{name}.onnx")
+        assets = {"onnx": onnx, "features": os.path.join(acfg["dir"], f"features_{n}.npy"),
                   "labels": os.path.join(acfg["dir"], f"labels_{n}.npy")}
-        print(f"\n## {name}: {cfg['describe']}")
-        print(f"assets: {q([ctx['python'], WORKER, '--make-assets', json.dumps(acfg)])}")
         spec = gpu_spec_path(name, batch, warmup + steps)
-        print(f"spec {spec}:")
-        print("    " + gpu_spec_text(cfg, assets, batch, warmup + steps).replace("\n", "\n    ").rstrip())
-        needed, conv = matmul_flops(cfg, batch)
-        print(f"matmul work per step: {fmt_flops(needed)} needed ({fmt_flops(conv)} as 6·B·Σ in·out)")
-        for precision in precisions:
-            print(f"\n### {name} {precision}: {warmup} warm-up + {steps} timed steps")
-            for pad in pads:
-                flags = mpc_gpu_flags(ctx["mpc_device"], precision, pad)
-                tag = f"{precision}_pad{pad}"
-                print(f"[{mpc_label(pad, pads)}]")
-                print("  " + q([MPC, "compile", "--spec", spec, "--report",
-                                os.path.join(gpu_model_dir(name), f"compile_report_{tag}.json"), *flags]))
-                print("  " + q([MPC_TRAIN, "--spec", spec, "--metrics", fake, *flags]))
-                if not args.no_profile and pad == pads[0]:
-                    print("  " + q([MPC_TRAIN, "--spec", spec, "--profile", *flags]))
-            for v in variants:
-                if precision == "fp8":
-                    print("[torch] n/a: PyTorch has no FP8 training recipe of its own")
-                    break
-                w = max(warmup, 3) if v == "compile" else warmup
-                wc = worker_cfg(name, cfg, assets, batch, w, steps, precision, v, ctx["torch_device"])
-                print(f"[{TORCH_VARIANT_NAME[v]}, {TORCH_SETUP[precision]}]")
-                print("  " + q([ctx["python"], WORKER, json.dumps(wc)]))
+        if name not in seen:
+            seen.add(name)
+            print(f"\n## {name}: {cfg['describe']}")
+            print(f"assets: {q([ctx['python'], WORKER, '--make-assets', json.dumps(acfg)])}"
+                  + (guess(6 + 4 * gpu_models_params(cfg) / 1e6 / 50) if cfg.get("net") else ""))
+            print(f"spec {spec}:")
+            print("    " + gpu_spec_text(cfg, assets, batch, warmup + steps).replace("\n", "\n    ").rstrip())
+            needed, conv = matmul_flops(cfg, batch)
+            print(f"matmul work per step: {fmt_flops(needed)} needed ({fmt_flops(conv)} as 6·B·Σ in·out)")
+        if what == "maxbatch":
+            print(f"\n### {name} largest batch: precisions {','.join(args.batch_search or [])}, from {batch} up to "
+                  f"{args.batch_search_max}, at most {args.batch_search_s:.0f} s" + guess(args.batch_search_s))
+            print(f"  per precision: mpc compile --report at batches {batch}, {2 * batch}, ... (a one-example data set) "
+                  "until the plan exceeds the free device memory; mpc-train (2 + 2 steps) at the largest that fits "
+                  "(then half of it if that fails); "
+                  f"{q([ctx['python'], WORKER, '--max-batch', '<json: the row config + max_batch, time_s>'])}")
+            continue
+        precision = what
+        print(f"\n### {name} {precision}: {warmup} warm-up + {steps} timed steps"
+              + (f" (runners: {', '.join(runners)})" if runners else ""))
+        for pad in (pads if runners is None or "mpc" in runners else []):
+            flags = mpc_gpu_flags(ctx["mpc_device"], precision, pad)
+            tag = f"{precision}_pad{pad}"
+            print(f"[{mpc_label(pad, pads)}]" + guess(estimate_run_s(cfg, "mpc", precision, batch, warmup, steps)))
+            print("  " + q([MPC, "compile", "--spec", spec, "--report",
+                            os.path.join(gpu_model_dir(name), f"compile_report_{tag}.json"), *flags]))
+            print("  " + q([MPC_TRAIN, "--spec", spec, "--metrics", fake, *flags]))
+            if not args.no_profile and pad == pads[0]:
+                print("  " + q([MPC_TRAIN, "--spec", spec, "--profile", *flags]))
+        variants = gpu_torch_variants(cfg, args, precision) if runners is None else [
+            v for v in runners if v != "mpc" and (v != "channels_last" or (cfg.get("net") or {}).get("kind") == "resnet")]
+        for v in variants:
+            if precision == "fp8":
+                print("[torch] n/a: PyTorch has no FP8 training recipe of its own")
+                break
+            w = max(warmup, 3) if v == "compile" else warmup
+            wc = worker_cfg(name, cfg, assets, batch, w, steps, precision, v, ctx["torch_device"])
+            print(f"[{torch_variant_label(cfg, v, precision)}]" +
+                  guess(estimate_run_s(cfg, v, precision, batch, warmup, steps)))
+            print("  " + q([ctx["python"], WORKER, json.dumps(wc)]))
+    models = list(dict.fromkeys(m for m, _, _ in row_plan))
     state = {"start_time": datetime.datetime.now().astimezone(), "machine": args.machine or "<gpu>",
-             "emulate": args.emulate_on_cpu, "models": [p[0] for p in plan]}
+             "emulate": args.emulate_on_cpu, "models": models}
     print(f"\nresults file: {gpu_results_path(args, state)}")
+    print(f"rough guess of the whole run: ~{est[0]:.0f} s" + (
+        f"; the time budget of {args.time_budget:.0f} s skips what would start after it" if args.time_budget else ""))
     return 0
 
 
@@ -1538,28 +1999,33 @@ def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
                 if isinstance(r, dict) and isinstance(r.get(k), dict) and r[k].get("median_gflops")]
         rates[p] = max(vals) if vals else None
 
-    head = ("| model | precision | runner | ms/step | mpc ÷ this | examples/s | TFLOP/s | % of rate "
-            "| GPU memory | notes |")
+    head = ("| model | precision | runner | ms/step | mpc ÷ this | throughput | TFLOP/s | MFU | % of rate "
+            "| peak MiB (measured) | GPU memory | notes |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in results:
         needed, _ = matmul_flops(row["cfg"], row["batch"])
         prate = rates.get(row["precision"])
         ref = _median_of(next((r for r in row["runs"] if r["kind"] == "mpc"), None))
+        fastest = min((r for r in row["runs"] if r["kind"] == "torch" and _median_of(r)), key=_median_of, default=None)
+        unit, per_example = throughput_unit(row["cfg"])
         if row.get("skipped"):
-            lines.append(f"| {row['model']} | {row['precision']} | — | — | — | — | — | — | — | {row['skipped']} |")
+            lines.append(f"| {row['model']} | {row['precision']} | — | — | — | — | — | — | — | — | — | {row['skipped']} |")
             continue
         for r in row["runs"]:
             cells = [row["model"], row["precision"], r["label"]]
             med = _median_of(r)
             if r.get("na"):
-                cells += ["n/a"] + ["—"] * 5 + ["PyTorch has no FP8 training recipe of its own (Transformer Engine / "
+                cells += ["n/a"] + ["—"] * 7 + ["PyTorch has no FP8 training recipe of its own (Transformer Engine / "
                                                  "torchao are not part of this comparison)"]
+            elif r.get("skipped"):
+                cells += ["skipped"] + ["—"] * 7 + [r["skipped"]]
             elif r.get("unsupported"):
-                cells += ["not yet supported by mpc"] + ["—"] * 5 + [f"mpc compile: {r['unsupported'][:160]}"]
+                cells += ["not yet supported by mpc"] + ["—"] * 7 + [f"mpc compile: {r['unsupported'][:160]}"]
             elif med is None:
-                cells += ["failed"] + ["—"] * 5 + [r.get("error", "?")[:200]]
+                cells += ["failed"] + ["—"] * 7 + [r.get("error", "?")[:200]]
             else:
                 tflops = needed / med / 1e12
+                peak = smi_peak_mib(r.get("smi"))
                 if r["kind"] == "mpc":
                     if r.get("outside_arena_bytes") is None:   # no `mpc` binary, no compile report
                         mem = f"plan: {mib(r['arena_bytes'])} MiB activation arena; {smi_text(r.get('smi'))}"
@@ -1568,7 +2034,10 @@ def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
                         mem = (f"plan {mib(plan)} MiB ({mib(r['arena_bytes'])} arena + "
                                f"{mib(r['outside_arena_bytes'])} other); {smi_text(r.get('smi'))}")
                     notes = list(r.get("notes", []))
-                    ratio = "—" if r is row["runs"][0] else (f"{ref / med:.2f}" if ref else "—")
+                    if r is row["runs"][0]:
+                        ratio = (f"**{med / _median_of(fastest):.2f}** ÷ fastest" if fastest else "—")
+                    else:
+                        ratio = f"{ref / med:.2f}" if ref else "—"
                 else:
                     mem = (f"max allocated {mib(r['max_allocated'])} MiB (reserved {mib(r['max_reserved'])}); "
                            f"{smi_text(r.get('smi'))}" if r.get("max_allocated") is not None else smi_text(r.get("smi")))
@@ -1579,9 +2048,15 @@ def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
                         notes.append(f"{r['skipped_steps']} steps skipped (GradScaler)")
                     if r.get("tf32_setting") and row["precision"] in ("f32", "tf32"):
                         notes.append(f"`{r['tf32_setting']}`")
+                    if r.get("attention"):
+                        notes.append(f"attention: {r['attention']}")
                     ratio = f"{ref / med:.2f}" if ref else "—"
-                cells += [fmt_ms(med), ratio, f"{row['batch'] / med:.0f}", fmt_tflops(tflops),
-                          f"{100 * tflops * 1e3 / prate:.0f}%" if prate else "—", mem, "; ".join(notes)]
+                    if r is fastest:
+                        ratio += " (fastest PyTorch)"
+                cells += [fmt_ms(med), ratio, f"{row['batch'] * per_example / med:,.0f} {unit}", fmt_tflops(tflops),
+                          f"{100 * tflops / MFU_PEAK_TFLOPS[row['precision']]:.0f}%",
+                          f"{100 * tflops * 1e3 / prate:.0f}%" if prate else "—",
+                          f"{peak:,.0f}" if peak is not None else "—", mem, "; ".join(notes)]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     table = "\n".join(lines)
 
@@ -1596,15 +2071,24 @@ def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
                   "the CPU, as a test of the harness itself. The numbers say nothing about any GPU.\n")
     md.append(table + "\n")
     md.append("ms/step: median of the timed steps (warm-up excluded), host wall time per step, loss fetched every "
-              "step by both. mpc ÷ this: the first mpc row's median over this row's (below 1: mpc is faster). "
-              "TFLOP/s: the matmul work one step needs (unpadded model; see Method) over the median. % of rate: "
-              "against the cuBLASLt matmul rate of the row's precision measured in this run (" +
+              "step by both. mpc ÷ this: on a PyTorch row, the row group's first mpc median over this row's; on the "
+              "first mpc row (bold), mpc's median over the fastest PyTorch variant's at the same precision (below 1: "
+              "mpc is faster). throughput: examples (img/s) or tokens (tok/s) per second at the median. "
+              "TFLOP/s: the matmul/convolution work one step needs (unpadded model; see Method) over the median. "
+              "MFU: that over the dense ceiling of the row's precision in docs/gpu.md (H100 cuBLASLt, the top of "
+              "each measured range: " + ", ".join(f"{p} {v:g}" for p, v in MFU_PEAK_TFLOPS.items()) +
+              " TFLOP/s). % of rate: against the cuBLASLt matmul rate of the row's precision measured in this run (" +
               ", ".join(f"{p}: {rates[p] / 1e3:.0f} TFLOP/s" for p in RATE_KEY if rates.get(p)) +
-              (" — none measured" if not any(rates.values()) else "") + "). GPU memory: mpc's compiler plan "
-              "(mpc-train reports no measured device peak, so the plan is all mpc itself says) and, for both, "
-              "the peak nvidia-smi sampled while the process ran (includes the CUDA context and library "
-              "workspaces); PyTorch's torch.cuda.max_memory_allocated / max_memory_reserved.\n")
+              (" — none measured" if not any(rates.values()) else "") + "). peak MiB (measured): the process's "
+              "device memory as nvidia-smi sampled it while it ran, for both frameworks alike (it includes the CUDA "
+              "context and the cuDNN/cuBLAS workspaces; where nvidia-smi lists no processes, the device's used "
+              "memory above its value before the run). GPU memory: mpc's compiler plan (mpc-train reports no "
+              "measured device peak, so the plan is all mpc itself says) and PyTorch's own "
+              "torch.cuda.max_memory_allocated / max_memory_reserved (tensors only, no context).\n")
     md.append(gpu_derived_ratios(results))
+    md.append(gpu_precision_pair_table(results, "resnet50"))
+    md.append(gpu_loss_check(results))
+    md.append(gpu_batch_search_table(state.get("searches") or []))
 
     md.append("## Machine and versions\n")
     md.append(f"- date: {state['start_time'].isoformat(timespec='seconds')}")
@@ -1619,10 +2103,11 @@ def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
                   f"{state['rate_from']}")
     torch_run = next((r for row in results for r in row["runs"] if r["kind"] == "torch" and r.get("torch")), None)
     if torch_run:
+        opt = torch_run.get("adamw") or torch_run.get("optimizer") or {}
         md.append(f"- PyTorch {torch_run['torch']} (CUDA {torch_run.get('torch_cuda')}, cuDNN {torch_run.get('cudnn')}), "
-                  f"Python {torch_run.get('python')} (`{ctx['python']}`); AdamW fused={torch_run['adamw']['fused']}, "
-                  f"foreach={torch_run['adamw']['foreach']} (the multi-tensor path taken: "
-                  f"{torch_run['adamw']['foreach_effective']})"
+                  f"Python {torch_run.get('python')} (`{ctx['python']}`); {opt.get('name', 'AdamW')} "
+                  f"fused={opt.get('fused')}, foreach={opt.get('foreach')} (the multi-tensor path taken: "
+                  f"{opt.get('foreach_effective')})"
                   + (f"; {torch_run['tf32_setting']}" if torch_run.get("tf32_setting") else ""))
     commit = run_text(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
     dirty = run_text(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])
@@ -1666,8 +2151,10 @@ def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
                       f"{fmt_ms(r['event_median_s']) if r.get('event_median_s') else '—'} | {losses[0]:.6f} | "
                       f"{losses[-1]:.6f} ({len(losses)}) | {r['load']['other_cpu_pct']}% | {cmd} |")
     md.append("")
-    md.append("Both frameworks start from the same weights (the ONNX initializers), see the same batches in the same "
-              "order and use AdamW with the same hyperparameters, so the step-1 losses agree to the precision's "
+    md.append("Both frameworks start from the same weights (the ONNX initializers; the zoo models' torch modules are "
+              "rebuilt from their seed and every parameter is proved equal, byte for byte, to an initializer), see "
+              "the same batches in the same order and use the same optimizer with the same hyperparameters (AdamW; "
+              "SGD with momentum for the ResNets, as their zoo specs), so the step-1 losses agree to the precision's "
               "rounding; that is the check that they run the same training step.\n")
     seen = set()
     for row in results:
@@ -1677,7 +2164,7 @@ def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
         seen.add(row["model"])
         md.append(f"- **{row['model']}**: {row['cfg']['describe']}. Batch {row['batch']}, {row['warmup']} warm-up + "
                   f"{row['steps']} timed steps. Matmul work per step: {fmt_flops(needed)} needed "
-                  f"({fmt_flops(conv)} by 6·B·Σ in·out). Data: {row['assets'].get('note', '')}.")
+                  f"({fmt_flops(conv)} by 6·B·Σ in·out). Data: {row['assets'].get('note', '')}." + asset_note(row["assets"]))
     md.append("")
 
     md.append("## Method\n")
@@ -1698,11 +2185,31 @@ def write_gpu_report(out_path, state, results, rate_before, rate_after, final):
               "(≥ 3 steps for torch.compile, whose first step compiles); median. torch.compile wraps forward + loss "
               "(mode 'default'); backward comes from AOTAutograd, the optimizer stays eager. A variant that fails "
               "(a compile error, a timeout) is reported as its row's note.")
+    if any(row["cfg"].get("net") for row in results):
+        md.append("- zoo models (tools/bench/gpu_models.py): the torch module is rebuilt from torch.manual_seed(0) and "
+                  "proved equal to the ONNX file mpc trains; batches are copied from pinned host memory with "
+                  "non_blocking=True (a PyTorch input pipeline's way; mpc pins its batch buffers and uploads ahead); "
+                  "the ResNets train with SGD (momentum 0.9, wd 1e-4) as their zoo specs, and their PyTorch runs set "
+                  "torch.backends.cudnn.benchmark = True (cuDNN's algorithm search happens in the warm-up steps); "
+                  "f32 rows turn TF32 off for cuDNN's convolutions too (PyTorch's default has them on); "
+                  "the `channels_last` variant "
+                  "converts the model and every batch to torch.channels_last, and the CNNs' torch.compile variant "
+                  "runs channels_last too; the transformers run attention as "
+                  "F.scaled_dot_product_attention(is_causal=True) (PyTorch's flash / memory-efficient kernels; the "
+                  "same function as the written-out attention in the ONNX file, which mpc's fuse-attention pass "
+                  "turns into cuDNN's fused attention in bf16/fp16).")
     md.append("- precisions: f32 = FP32 everywhere (mpc `--precision f32`; PyTorch with TF32 off); tf32 = FP32 "
               "storage, TF32 GEMMs; bf16 / fp16 = mpc's autocast pass vs torch.autocast (f32 master weights and "
               "AdamW in both; fp16 with dynamic loss scaling: mpc's on-device scaler vs GradScaler, both starting "
               "at 65536); fp8 = mpc's FP8 pass (E4M3 forward operands, E5M2 gradients, delayed scaling; the rest "
               "in bf16), no PyTorch counterpart.")
+    if any(row["cfg"].get("net") for row in results):
+        md.append("- FLOPs of the zoo models (gpu_models.forward_macs, from the shapes): 3x the forward pass's "
+                  "multiply-accumulates x 2, less the input gradient of a first layer whose input is the data "
+                  "(the ResNets' stem convolution): every convolution and the classifier for the ResNets; for the "
+                  "transformers the qkv, projection, MLP and head GEMMs plus attention's Q·Kᵀ and P·V over the full "
+                  "T×T square (the usual MFU convention; causal attention needs half of those). Normalization, "
+                  "elementwise ops and the optimizer are not counted.")
     md.append("- FLOPs: forward 2·B·in·out and weight gradient 2·B·in·out per layer, input gradient 2·B·in·out for "
               "every layer but the first, on the model's own (unpadded) sizes, over the median step time.")
     md.append(f"- matmul rate: tools/bench/cublaslt_matmul_rate.cc, {args.rate_n}³ A^T·B per dtype (f32, TF32, bf16, "
@@ -1801,6 +2308,147 @@ def gpu_derived_ratios(results):
     return ("## Derived ratios\n\n" + "\n".join(out) + "\n") if out else ""
 
 
+def asset_note(a):
+    """Where a generated zoo model's ONNX file came from, for the model's line in the results file."""
+    if not a.get("onnx_mib"):
+        return ""
+    how = f" ({a['exporter']}, {a['export_s']} s)" if a.get("exporter") else " (made earlier, reused)"
+    return f" ONNX {a['onnx_mib']} MiB, made on this machine by tools/bench/gpu_models.py{how}."
+
+
+def _gib(b):
+    return f"{b / 2**30:.2f}"
+
+
+def gpu_precision_pair_table(results, model):
+    """ResNet-50 (issue 45): bf16 against TF32 and f32 at the same batch, mpc and the fastest PyTorch variant:
+    measured peak memory and throughput ratios, beside the seed's claim (bf16 <= 0.62x TF32's memory and
+    >= 2x its throughput)."""
+    rows = {r["precision"]: r for r in results if r["model"] == model and not r.get("skipped")}
+    if "bf16" not in rows or not ({"tf32", "f32"} & set(rows)):
+        return ""
+    unit, per = throughput_unit(rows["bf16"]["cfg"])
+    side = {}
+    for p, row in rows.items():
+        mpc = next((r for r in row["runs"] if r["kind"] == "mpc" and _median_of(r)), None)
+        fastest = min((r for r in row["runs"] if r["kind"] == "torch" and _median_of(r)), key=_median_of, default=None)
+        side[("mpc", p)] = mpc
+        side[("torch", p)] = fastest
+    out = [f"## {model}: bf16 against TF32 and f32 at the same batch\n",
+           "| runner | precision | batch | ms/step | throughput | peak MiB (nvidia-smi) | mpc plan / torch max allocated MiB |",
+           "|---|---|---|---|---|---|---|"]
+    for who in ("mpc", "torch"):
+        for p in ("f32", "tf32", "bf16", "fp16", "fp8"):
+            r = side.get((who, p))
+            if not r:
+                continue
+            peak = smi_peak_mib(r.get("smi"))
+            own = ((r.get("arena_bytes") or 0) + (r.get("outside_arena_bytes") or 0)) if who == "mpc" else r.get(
+                "max_allocated")
+            out.append(f"| {r['label']} | {p} | {rows[p]['batch']} | {fmt_ms(_median_of(r))} | "
+                       f"{rows[p]['batch'] * per / _median_of(r):,.0f} {unit} | "
+                       f"{f'{peak:,.0f}' if peak is not None else '—'} | {mib(own) if own else '—'} |")
+    out.append("")
+    for who in ("mpc", "torch"):
+        b = side.get((who, "bf16"))
+        for ref in ("tf32", "f32"):
+            r = side.get((who, ref))
+            if not (b and r):
+                continue
+            if rows[ref]["batch"] != rows["bf16"]["batch"]:
+                out.append(f"- {who}: bf16 and {ref} ran at different batches; no ratio")
+                continue
+            thr = _median_of(r) / _median_of(b)
+            pb, pr = smi_peak_mib(b.get("smi")), smi_peak_mib(r.get("smi"))
+            mem = f"{pb / pr:.2f}x" if pb and pr else "— (not sampled)"
+            own_b = ((b.get("arena_bytes") or 0) + (b.get("outside_arena_bytes") or 0)) if who == "mpc" else b.get(
+                "max_allocated")
+            own_r = ((r.get("arena_bytes") or 0) + (r.get("outside_arena_bytes") or 0)) if who == "mpc" else r.get(
+                "max_allocated")
+            own = f"{own_b / own_r:.2f}x" if own_b and own_r else "—"
+            name = "mpc" if who == "mpc" else f"PyTorch (fastest variant: {b['label'].split(',')[0]} at bf16, " \
+                f"{r['label'].split(',')[0]} at {ref})"
+            line = (f"- {name}: bf16 / {ref} peak memory {mem} measured (nvidia-smi), {own} by "
+                    f"{'the plan' if who == 'mpc' else 'max_memory_allocated'}; throughput {thr:.2f}x")
+            if who == "mpc" and ref == "tf32":
+                ok_mem = pb and pr and pb / pr <= 0.62
+                ok_thr = thr >= 2.0
+                line += (f". The seed's claim (≤ 0.62x memory, ≥ 2x throughput vs TF32): memory "
+                         f"{'holds' if ok_mem else 'does not hold' if pb and pr else 'unmeasured'}, throughput "
+                         f"{'holds' if ok_thr else 'does not hold'}")
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+LOSS1_TOLERANCE = {"f32": 1e-4, "tf32": 3e-3, "bf16": 3e-2, "fp16": 3e-2}
+
+
+def gpu_loss_check(results):
+    """Step 1's loss, mpc against every PyTorch variant of the row (same weights, same batch): the check that both
+    run the same training step. Relative tolerance by precision (a 16-bit forward pass rounds differently)."""
+    out = []
+    for row in results:
+        mpc = next((r for r in row["runs"] if r["kind"] == "mpc" and r.get("losses")), None)
+        tol = LOSS1_TOLERANCE.get(row["precision"])
+        if not mpc or tol is None:
+            continue
+        m = mpc["losses"][0]
+        bits, worst = [], 0.0
+        for r in row["runs"]:
+            if r["kind"] == "torch" and r.get("losses"):
+                t = r["losses"][0]
+                rel = abs(t - m) / max(abs(m), 1e-12)
+                worst = max(worst, rel)
+                bits.append(f"{r['label'].split(',')[0]} {t:.6f} ({rel:.1e})")
+        if bits:
+            out.append(f"- {row['model']} {row['precision']}: mpc {m:.6f}; " + ", ".join(bits) +
+                       (f": agree (≤ {tol:g})" if worst <= tol else f": **DIFFER** (> {tol:g})"))
+    if not out:
+        return ""
+    return ("## Step-1 losses (same weights, same first batch)\n\nRelative difference to mpc's in parentheses; "
+            "tolerance " + ", ".join(f"{p} {t:g}" for p, t in LOSS1_TOLERANCE.items()) + ".\n\n" + "\n".join(out) + "\n")
+
+
+def gpu_batch_search_table(searches):
+    if not searches:
+        return ""
+    out = ["## Largest batch that fits\n"]
+    for s in searches:
+        out.append(f"**{s['model']}** (doubling from {s['batch']} up to {s['max_batch']}; free device memory before: "
+                   f"{_gib(s['free_bytes']) + ' GiB' if s.get('free_bytes') else 'not known'})" +
+                   (f": {s['skipped']}" if s.get("skipped") else "") + "\n")
+        if s.get("skipped"):
+            continue
+        out.append("| precision | mpc plan by batch (GiB) | mpc largest batch run | ms/step there | peak MiB there "
+                   "(nvidia-smi) | PyTorch largest batch | ms/step there | max allocated MiB there | PyTorch stopped by |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for p, rec in s["precisions"].items():
+            plans = ", ".join(f"{x['batch']}: " + (_gib(x["plan_bytes"]) + ("" if x["fits_plan"] else " (> free)")
+                                                   if "plan_bytes" in x else x.get("error", "?")[:60])
+                              for x in rec["plans"]) or "—"
+            ok = next((x for x in rec["runs"] if "median_s" in x), None)
+            fails = [f"{x['batch']}: {x['error'][:80]}" for x in rec["runs"] if "error" in x]
+            mpc_cells = ([str(ok["batch"]), fmt_ms(ok["median_s"]),
+                          f"{smi_peak_mib(ok.get('smi')):,.0f}" if smi_peak_mib(ok.get("smi")) else "—"]
+                         if ok else ["none" + (f" ({'; '.join(fails)})" if fails else
+                                               (" (cut by time)" if rec.get("cut") else "")), "—", "—"])
+            t = rec.get("torch") or {}
+            tok = [x for x in t.get("trials", []) if x.get("ok")]
+            last = tok[-1] if tok else None
+            stop = next((x.get("error", "")[:80] for x in t.get("trials", []) if not x.get("ok")), None) or (
+                "time" if t.get("cut") else ("max batch" if last else t.get("error", "not run")[:80]))
+            torch_cells = ([str(last["batch"]), fmt_ms(last["median_s"]),
+                            mib(last["max_allocated"]) if last.get("max_allocated") else "—"] if last else ["—", "—", "—"])
+            out.append(f"| {p} | {plans} | " + " | ".join(mpc_cells + torch_cells + [stop]) + " |")
+        out.append("")
+    out.append("mpc: the plan (`mpc compile --report`: activation arena + parameters, optimizer state, inputs) at "
+               "doubling batches picks the largest batch that should fit the free memory; mpc-train then runs it for "
+               "2 + 2 steps (and half of it if that fails): a batch counts only when it ran. PyTorch: the "
+               "eager variant (channels_last for CNNs) at doubling batches in one process, 1 + 2 steps each on "
+               "random data made on the device, until CUDA runs out of memory.\n")
+    return "\n".join(out) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1809,7 +2457,8 @@ def main():
                     help="cpu (default): oneDNN/CPU PyTorch; cuda: mpc-train --device cuda vs PyTorch on the GPU")
     ap.add_argument("--models", default=None,
                     help="comma list (default seed_mlp,fashion_mlp); --device cuda adds wide_mlp_4095, "
-                         "wide_mlp_4096, mlp_block_4096")
+                         "wide_mlp_4096, mlp_block_4096 and the zoo models resnet18, resnet50, char_gpt, gpt2_124m, "
+                         "te_block_4096")
     ap.add_argument("--precision", default=None,
                     help="comma list (default f32,bf16; --device cuda: f32,tf32,bf16,fp16,fp8)")
     ap.add_argument("--steps", type=int, default=None)
@@ -1834,20 +2483,41 @@ def main():
     ap.add_argument("--max-load", type=float, default=1.5, help="warn when the 1-minute load average is above this")
     ap.add_argument("--build-dir", default=None, help="directory holding mpc and mpc-train (default build/)")
     g = ap.add_argument_group("--device cuda only")
-    g.add_argument("--torch-variants", default=None, help="PyTorch variants: eager,compile (default both)")
+    g.add_argument("--torch-variants", default=None,
+                   help="PyTorch variants: eager,channels_last,compile (default: eager,compile; the CNNs add "
+                        "channels_last, which only they run)")
     g.add_argument("--pad-variants", default=None,
                    help="mpc padding runs per model: 'auto' (the backend's multiple) and/or --pad-multiple values, "
                         "e.g. auto,1 (default: auto; wide_mlp_4095: auto,1)")
     g.add_argument("--dry-run", action="store_true", help="print the commands a run would execute; run nothing")
+    g.add_argument("--shrink", action="store_true",
+                   help="rehearsal: the zoo models (resnet*, char_gpt, gpt2_124m, te_block_4096) at toy sizes (see "
+                        "SHRUNK_NETS), batch 2-4, so --emulate-on-cpu runs their whole path in seconds")
     g.add_argument("--emulate-on-cpu", action="store_true",
                    help="test the GPU harness without a GPU: mpc-train --device cpu and PyTorch on the CPU, "
                         "results under build/bench/results (numbers meaningless)")
     g.add_argument("--out-dir", default=None, help="directory for the auto-named results file, the raw JSON and "
                                                   "the small logs (e.g. $OUT on a lent machine)")
     g.add_argument("--what", default=None, help="the <what> of <date>-gpu-<machine>-<what>.md (default: the models)")
-    g.add_argument("--time-budget", type=float, default=0,
-                   help="seconds; model x precision rows that would start later are skipped (and say so), so "
-                        "the run ends with a complete results file (0: no budget)")
+    g.add_argument("--time-budget", type=float, default=float(os.environ.get("MPC_BENCH_TIME_BUDGET") or 0),
+                   help="seconds; runs that would start too late to finish are skipped (and say so), and every "
+                        "child process gets at most what is left, so the run ends with a complete results file "
+                        "(default $MPC_BENCH_TIME_BUDGET, which scripts/gpu/verify.sh's bench stage sets; 0: none)")
+    g.add_argument("--suite", default=None,
+                   help="a prepared set of rows in priority order: issue45 (ResNet-18/50, char_gpt, the GPT-2-124M-"
+                        "shaped decoder, the TE-sized block; see tools/bench/README.md)")
+    g.add_argument("--rows", default=None,
+                   help="comma list of MODEL:PRECISION[:RUNNERS] (RUNNERS a + list of mpc, eager, channels_last, "
+                        "compile; they join that model x precision's row) or MODEL:maxbatch, run in this order, "
+                        "instead of --models x --precision")
+    g.add_argument("--compile-precisions", default=None,
+                   help="run the torch.compile variant only at these precisions (e.g. bf16; default: all)")
+    g.add_argument("--batch-search", default=None,
+                   help="precisions (f32,tf32,bf16,fp16) of the largest-batch search on the ResNets (rows "
+                        "MODEL:maxbatch, added after the model's rows without --rows)")
+    g.add_argument("--batch-search-s", type=float, default=120,
+                   help="seconds for one model's whole batch search, all precisions and both frameworks (default 120)")
+    g.add_argument("--batch-search-max", type=int, default=4096, help="largest batch tried (default 4096)")
     g.add_argument("--worker-timeout", type=float, default=900,
                    help="seconds allowed to each mpc compile / mpc-train / PyTorch worker run (default 900)")
     g.add_argument("--rate-n", type=int, default=8192, help="matmul-rate probe size N (N x N x N, default 8192)")

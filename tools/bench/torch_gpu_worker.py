@@ -6,6 +6,12 @@ measurement has its own CUDA context and its own torch.cuda memory statistics:
 
     python3 torch_gpu_worker.py '<json config>'          # trains, prints one JSON line (last line)
     python3 torch_gpu_worker.py --make-assets '<json>'   # writes a model's ONNX file and data, prints JSON
+    python3 torch_gpu_worker.py --max-batch '<json>'     # the largest batch a zoo model trains (doubling to OOM)
+
+The zoo models (a config with "net": ResNet-18/50, char_gpt, the GPT-2-124M-shaped decoder, the TE-sized block)
+come from gpu_models.py: exported there with PyTorch's TorchScript exporter, rebuilt here from the same seed and
+proved equal to the ONNX initializers; their batches come from pinned memory (non_blocking copies), the ResNets
+train with SGD + momentum (optionally channels_last, cudnn.benchmark on), the transformers with SDPA attention.
 
 Nothing here needs numpy or the `onnx` package (the H100 machine has PyTorch but perhaps neither):
 .npy files and the ONNX files of the generated MLPs are written and read with the standard library
@@ -205,8 +211,9 @@ def _read_varint(buf, pos):
         shift += 7
 
 
-def read_onnx_initializers(path):
-    """{name: float32 CPU tensor} of an ONNX model's initializers (raw_data or float_data)."""
+def read_onnx_initializers(path, floats_only=False):
+    """{name: float32 CPU tensor} of an ONNX model's initializers (raw_data or float_data). An initializer of
+    another data type (a folded bool mask, an int64 shape) is an error, or with floats_only skipped."""
     import torch
     with open(path, "rb") as f:
         buf = f.read()
@@ -241,6 +248,8 @@ def read_onnx_initializers(path):
                         floats.extend(struct.unpack(f"<{(tv[1] - tv[0]) // 4}f", buf[tv[0]:tv[1]]))
                 elif tf == 14 and tv == 1:
                     raise ValueError(f"{path}: initializer {name!r} has external data; not supported here")
+            if dtype != 1 and floats_only:
+                continue
             if dtype != 1:
                 raise ValueError(f"{path}: initializer {name!r} has ONNX data type {dtype}, expected FLOAT (1)")
             if raw is not None:
@@ -259,6 +268,8 @@ def make_assets(cfg):
     cfg: dir, name, layers, batch, data_batches, and either generate=True (random weights from
     torch.manual_seed(0) in nn.Linear's default init, N(0,1) features, uniform labels) or an existing
     onnx path plus fashion_idx/scale/shift (Fashion-MNIST when the IDX files are there, else random)."""
+    if cfg.get("net"):
+        return make_net_assets(cfg)
     import torch
     from torch import nn
     d = cfg["dir"]
@@ -314,6 +325,46 @@ def make_assets(cfg):
     return {"onnx": onnx_path, "features": feats, "labels": labels, "note": note}
 
 
+def make_net_assets(cfg):
+    """A gpu_models net's ONNX file (built from torch.manual_seed(0), exported once per net: its batch axis is
+    dynamic) and `data_batches` batches of random data (or a data set of `examples` examples, for the batch
+    search). Returns their paths, the data note and the generation times."""
+    import torch
+    import gpu_models
+    net = cfg["net"]
+    d = cfg["dir"]
+    os.makedirs(d, exist_ok=True)
+    out = {}
+    if not cfg.get("data_only"):
+        onnx_path = os.path.join(d, f"{cfg['name']}.onnx")   # batch axis dynamic: one file for every batch
+        stamp = onnx_path + ".net"
+        want = json.dumps({"net": net, "torch": torch.__version__}, sort_keys=True)
+        if not (os.path.exists(onnx_path) and os.path.exists(stamp) and open(stamp).read() == want):
+            t0 = time.time()
+            torch.set_num_threads(max(1, os.cpu_count() or 1))
+            model = gpu_models.build(net)
+            out["exporter"] = gpu_models.export_onnx(net, model, onnx_path)
+            with open(stamp, "w") as f:
+                f.write(want)
+            out["export_s"] = round(time.time() - t0, 1)
+            print(f"generated {onnx_path} ({os.path.getsize(onnx_path) / 1048576:.0f} MiB) in {out['export_s']} s",
+                  file=sys.stderr)
+        out["onnx"] = onnx_path
+        out["onnx_mib"] = round(os.path.getsize(onnx_path) / 1048576, 1)
+    n = cfg.get("examples") or cfg["batch"] * cfg["data_batches"]
+    feats = os.path.join(d, f"features_{n}.npy")
+    labels = os.path.join(d, f"labels_{n}.npy")
+    if not (os.path.exists(feats) and os.path.exists(labels)):
+        t0 = time.time()
+        x, y = gpu_models.make_data(net, n)
+        write_npy(feats, x)
+        write_npy(labels, y)
+        out["data_s"] = round(time.time() - t0, 1)
+    macs, first = gpu_models.forward_macs(net)
+    out.update(features=feats, labels=labels, note=gpu_models.data_note(net), macs=macs, first_macs=first)
+    return out
+
+
 def _read_idx(path):
     import torch
     with gzip.open(path, "rb") as f:
@@ -326,13 +377,20 @@ def _read_idx(path):
 # --------------------------------------------------------------------------- training
 
 def set_tf32(torch, on):
-    """Turns TF32 matmuls on or off with whichever API this torch has; returns what was set."""
+    """Turns TF32 matmuls and cuDNN convolutions on or off with whichever API this torch has; returns what was set.
+    (cuDNN's convolutions default to TF32 in PyTorch, unlike its matmuls: an f32 CNN row must turn both off.)"""
     m = torch.backends.cuda.matmul
+    conv = getattr(torch.backends.cudnn, "conv", None)
     if hasattr(m, "fp32_precision"):   # torch >= 2.9; mixing it with allow_tf32 is an error there
         m.fp32_precision = "tf32" if on else "ieee"
-        return f"torch.backends.cuda.matmul.fp32_precision = {m.fp32_precision!r}"
+        said = f"torch.backends.cuda.matmul.fp32_precision = {m.fp32_precision!r}"
+        if conv is not None and hasattr(conv, "fp32_precision"):
+            conv.fp32_precision = "tf32" if on else "ieee"
+            said += f", torch.backends.cudnn.conv.fp32_precision = {conv.fp32_precision!r}"
+        return said
     m.allow_tf32 = on
-    return f"torch.backends.cuda.matmul.allow_tf32 = {m.allow_tf32}"
+    torch.backends.cudnn.allow_tf32 = on
+    return f"torch.backends.cuda.matmul.allow_tf32 = {m.allow_tf32}, torch.backends.cudnn.allow_tf32 = {on}"
 
 
 def make_grad_scaler(torch, device):
@@ -370,6 +428,54 @@ def matmul_rate(torch, device, dtype, n, reps=10):
     return 2.0 * n ** 3 / statistics.median(ts) / 1e9
 
 
+def make_optimizer(torch, cfg, model, info):
+    """AdamW (fused=False, foreach at PyTorch's default) or, for the ResNets (their zoo spec), SGD with momentum."""
+    if cfg.get("optimizer") == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
+                              weight_decay=cfg["weight_decay"])
+        info["optimizer"] = {"name": "SGD", "foreach": opt.defaults.get("foreach"),
+                             "foreach_effective": adamw_foreach_effective(torch, opt)}
+        return opt
+    hyper = dict(lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], weight_decay=cfg["weight_decay"])
+    try:
+        opt = torch.optim.AdamW(model.parameters(), fused=False, **hyper)
+    except TypeError:   # a torch without AdamW(fused=...) (1.13, the CPU emulation) has no fused path anyway
+        opt = torch.optim.AdamW(model.parameters(), **hyper)
+    info["adamw"] = {"fused": opt.defaults.get("fused"), "foreach": opt.defaults.get("foreach"),
+                     "foreach_effective": adamw_foreach_effective(torch, opt)}
+    info["optimizer"] = dict(info["adamw"], name="AdamW")
+    return opt
+
+
+def build_net_model(torch, cfg):
+    """A gpu_models net rebuilt from its seed and proved to start from the ONNX file's weights; the variant's
+    memory format (channels_last for the CNN variants that use it) and attention (SDPA for the transformers)."""
+    import gpu_models
+    net = cfg["net"]
+    t0 = time.time()
+    model = gpu_models.build(net)
+    inits = read_onnx_initializers(cfg["onnx"], floats_only=True)
+    bad = gpu_models.unmatched_parameters(model, inits)
+    if bad:
+        raise RuntimeError(f"{len(bad)} torch parameters equal no initializer of {cfg['onnx']}: {bad[:5]}")
+    info = {"weights_check": f"all {sum(1 for _ in model.parameters())} parameters equal ONNX initializers "
+                             f"byte for byte ({len(inits)} float initializers; {time.time() - t0:.1f} s)"}
+    del inits
+    if net["kind"] == "resnet":
+        cl = cfg["variant"] in ("channels_last", "compile")
+        info["memory_format"] = "channels_last" if cl else "contiguous"
+        if cfg["device"] == "cuda":
+            # What a PyTorch CNN user sets for fixed shapes: cuDNN times its algorithms in the first (warm-up) steps.
+            torch.backends.cudnn.benchmark = True
+            info["cudnn_benchmark"] = True
+    elif cfg.get("attention", "sdpa") == "sdpa":
+        n = gpu_models.use_sdpa(model)
+        info["attention"] = f"F.scaled_dot_product_attention(is_causal=True) in {n} layers"
+    else:
+        info["attention"] = "written out (as exported)"
+    return model, info
+
+
 def train(cfg):
     import torch
     from torch import nn
@@ -388,44 +494,56 @@ def train(cfg):
 
     X = read_npy(cfg["features"])
     Y = read_npy(cfg["labels"])
-    layers = cfg["layers"]
-    mods = [nn.Flatten()] if cfg.get("flatten") else []
-    for i, (a, b) in enumerate(zip(layers[:-1], layers[1:])):
-        mods.append(nn.Linear(a, b))
-        if i < len(layers) - 2:
-            mods.append(nn.ReLU())
-    model = nn.Sequential(*mods)
-    inits = read_onnx_initializers(cfg["onnx"])
-    missing, unexpected = model.load_state_dict(inits, strict=False)
-    if missing or unexpected:
-        raise RuntimeError(f"ONNX initializers do not match the torch module: missing {missing}, "
-                           f"unexpected {unexpected}")
-    del inits
+    net = cfg.get("net")
+    channels_last = False
+    if net:
+        model, net_info = build_net_model(torch, cfg)
+        info.update(net_info)
+        channels_last = net_info.get("memory_format") == "channels_last"
+    else:
+        layers = cfg["layers"]
+        mods = [nn.Flatten()] if cfg.get("flatten") else []
+        for i, (a, b) in enumerate(zip(layers[:-1], layers[1:])):
+            mods.append(nn.Linear(a, b))
+            if i < len(layers) - 2:
+                mods.append(nn.ReLU())
+        model = nn.Sequential(*mods)
+        inits = read_onnx_initializers(cfg["onnx"])
+        missing, unexpected = model.load_state_dict(inits, strict=False)
+        if missing or unexpected:
+            raise RuntimeError(f"ONNX initializers do not match the torch module: missing {missing}, "
+                               f"unexpected {unexpected}")
+        del inits
     model.to(device)
-    hyper = dict(lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], weight_decay=cfg["weight_decay"])
-    try:
-        opt = torch.optim.AdamW(model.parameters(), fused=False, **hyper)
-    except TypeError:   # a torch without AdamW(fused=...) (1.13, the CPU emulation) has no fused path anyway
-        opt = torch.optim.AdamW(model.parameters(), **hyper)
-    info["adamw"] = {"fused": opt.defaults.get("fused"), "foreach": opt.defaults.get("foreach"),
-                     "foreach_effective": adamw_foreach_effective(torch, opt)}
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    if cfg.get("pin_memory") and device == "cuda":
+        # The zoo rows copy their (large) batches as a PyTorch input pipeline does: from pinned memory,
+        # non_blocking (mpc pins its batch buffers of 1 MiB and more and uploads them ahead).
+        X, Y = X.pin_memory(), Y.pin_memory()
+        info["batches"] = "pinned host memory, non_blocking copies"
+    non_blocking = bool(cfg.get("pin_memory") and device == "cuda")
+    opt = make_optimizer(torch, cfg, model, info)
     loss_fn = nn.CrossEntropyLoss()
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = make_grad_scaler(torch, device) if precision == "fp16" else None
 
     def forward_loss(x, y):
+        # Per-position labels (the transformers: logits [B*T, V], labels [B, T]) are flattened.
         if amp_dtype is None:
-            return loss_fn(model(x), y)
+            out = model(x)
+            return loss_fn(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         with torch.autocast(device_type=device, dtype=amp_dtype):
             out = model(x)
-            return loss_fn(out.float(), y)
+            return loss_fn(out.float().reshape(-1, out.shape[-1]), y.reshape(-1))
 
     step_fn = forward_loss
     if cfg["variant"] == "compile":
         if not hasattr(torch, "compile"):
             raise RuntimeError(f"torch {torch.__version__} has no torch.compile")
         step_fn = torch.compile(forward_loss)   # mode "default"; the optimizer step stays eager
-        info["compile"] = "torch.compile(forward + loss, mode='default'); backward by AOTAutograd; AdamW eager"
+        info["compile"] = ("torch.compile(forward + loss, mode='default'); backward by AOTAutograd; optimizer eager"
+                           + ("; channels_last" if channels_last else ""))
 
     b = cfg["batch"]
     nb = X.shape[0] // b
@@ -438,13 +556,25 @@ def train(cfg):
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(total)]
     times, losses = [], []
     first_step_s = None
+    steps_taken = [0]
+    if scaler is not None and cfg.get("optimizer") == "sgd":
+        # GradScaler.step calls optimizer.step() only when the gradients are finite; count those calls
+        # (on the host, no synchronisation of its own).
+        opt_step = opt.step
+
+        def counted_step(*a, **k):
+            steps_taken[0] += 1
+            return opt_step(*a, **k)
+        opt.step = counted_step
     for step in range(total):
         j = step % nb
         t0 = time.perf_counter()
         if cuda:
             events[step][0].record()
-        xb = X[j * b:(j + 1) * b].to(device)
-        yb = Y[j * b:(j + 1) * b].to(device)
+        xb = X[j * b:(j + 1) * b].to(device, non_blocking=non_blocking)
+        yb = Y[j * b:(j + 1) * b].to(device, non_blocking=non_blocking)
+        if channels_last:
+            xb = xb.contiguous(memory_format=torch.channels_last)
         opt.zero_grad(set_to_none=True)
         loss = step_fn(xb, yb)
         if scaler is not None:
@@ -463,7 +593,9 @@ def train(cfg):
     # Steps GradScaler skipped (inf/nan gradients): AdamW counts only the steps it took. Read once here,
     # not per step, so that no extra device synchronisation enters the timed loop.
     first = next(iter(model.parameters()))
-    taken = opt.state.get(first, {}).get("step", 0)
+    taken = opt.state.get(first, {}).get("step")
+    if taken is None:   # SGD keeps no step count: the wrapper above counted the steps the scaler let through
+        taken = steps_taken[0] if scaler is not None else total
     skipped = total - int(taken.item() if hasattr(taken, "item") else taken)
     if cuda:
         torch.cuda.synchronize()
@@ -485,9 +617,99 @@ def train(cfg):
     return res
 
 
+def max_batch(cfg):
+    """The largest batch this precision and variant trains (the bench's batch search, PyTorch side): the net built
+    from its seed, batches doubled from cfg["batch"] up to cfg["max_batch"] while time is left (cfg["time_s"]),
+    each trained for 1 + cfg["steps"] steps on random data made on the device, until CUDA runs out of memory.
+    Every trial reports its median step time and torch.cuda.max_memory_allocated / reserved."""
+    import torch
+    import gpu_models
+    t_end = time.time() + cfg.get("time_s", 60)
+    device, precision = cfg["device"], cfg["precision"]
+    info = {"variant": cfg["variant"], "precision": precision, "trials": []}
+    if device == "cuda":
+        info["tf32_setting"] = set_tf32(torch, precision == "tf32")
+    net = cfg["net"]
+    model = gpu_models.build(net)
+    channels_last = net["kind"] == "resnet" and cfg["variant"] in ("channels_last", "compile")
+    if net["kind"] == "resnet" and device == "cuda":
+        torch.backends.cudnn.benchmark = True
+    if net["kind"] != "resnet":
+        gpu_models.use_sdpa(model)
+    model.to(device)
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    opt = make_optimizer(torch, cfg, model, {})
+    loss_fn = torch.nn.CrossEntropyLoss()
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = make_grad_scaler(torch, device) if precision == "fp16" else None
+    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    b = cfg["batch"]
+    while b <= cfg["max_batch"] and time.time() < t_end:
+        trial = {"batch": b}
+        x = y = None
+        try:
+            g = torch.Generator(device=device).manual_seed(0)
+            x0, y0 = gpu_models.make_data(dict(net), 0)          # shapes and dtypes only
+            x = torch.randn((b,) + tuple(x0.shape[1:]), generator=g, device=device) if x0.is_floating_point() else \
+                torch.randint(0, net.get("vocab", 2), (b,) + tuple(x0.shape[1:]), generator=g, device=device)
+            y = torch.randint(0, net.get("classes", net.get("vocab", net.get("width", 10))), (b,) + tuple(y0.shape[1:]),
+                              generator=g, device=device)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            if device == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            ts = []
+            for _ in range(1 + cfg["steps"]):
+                t0 = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast(device_type=device, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                    out = model(x)
+                    loss = loss_fn(out.float().reshape(-1, out.shape[-1]), y.reshape(-1))
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    opt.step()
+                loss.item()
+                ts.append(time.perf_counter() - t0)
+            trial.update(ok=True, median_s=statistics.median(ts[1:]))
+            if device == "cuda":
+                trial.update(max_allocated=torch.cuda.max_memory_allocated(),
+                             max_reserved=torch.cuda.max_memory_reserved())
+            info["largest_ok"] = b
+        except oom as e:
+            trial.update(ok=False, error=f"OutOfMemoryError: {(str(e).splitlines() or [''])[0][:200]}")
+        except RuntimeError as e:   # cuDNN / cuBLAS allocation failures surface as RuntimeError
+            trial.update(ok=False, error=f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
+        info["trials"].append(trial)
+        print(json.dumps(info), flush=True)   # so far: what a kill at the time limit leaves the bench
+        del x, y
+        opt.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        if not trial["ok"]:
+            break
+        b *= 2
+    if b <= cfg["max_batch"] and time.time() >= t_end and info["trials"] and info["trials"][-1]["ok"]:
+        info["cut"] = "time"
+    return info
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "--make-assets":
         print(json.dumps(make_assets(json.loads(argv[2]))), flush=True)
+        return 0
+    if len(argv) == 3 and argv[1] == "--max-batch":
+        try:
+            res = max_batch(json.loads(argv[2]))
+        except Exception as e:
+            print(traceback.format_exc(), file=sys.stderr)
+            res = {"error": f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:400]}
+        print(json.dumps(res), flush=True)
         return 0
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
