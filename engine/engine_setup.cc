@@ -180,6 +180,7 @@ absl::Status Engine::Impl::CompilePrograms() {
   popts.world_size = world_size;
   popts.rank = rank;
   popts.pipeline.disabled.insert(options.disabled_passes.begin(), options.disabled_passes.end());
+  popts.fused_attention = options.fused_attention;
   // Without training data the labels are one class per example (sequence labels need it).
   if (spec.loss().type() == LossSpec::SOFTMAX_CROSS_ENTROPY && has_train_data) {
     popts.label_row = RowShape(train_data.labels);

@@ -69,6 +69,11 @@ struct EngineOptions {
   // error; a required pass (autodiff, optimizer, memory-plan, ...) skipped leaves a program
   // that does not train.
   std::vector<std::string> disabled_passes;
+  // Attention compiled to one FusedAttention op (passes/fuse_attention.h) even on the CPU,
+  // whose own path is the unfused chain: the graph a GPU with fused attention runs, trained
+  // here to check its numerics. The CPU's FusedAttention kernels are plain loops, slower
+  // than its own path.
+  bool fused_attention = false;
   std::string precision;               // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16, fp8
   std::string loss_scaling;            // overrides TrainSpec.loss_scaling: off, dynamic, static:S
   int pad_multiple = 0;                // overrides TrainSpec.padding.multiple when > 0 (1 = off)

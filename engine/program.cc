@@ -97,8 +97,10 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   compile.loss_scaling.rank = options.rank;
   compile.loss.label_row = options.label_row;
   CompileResults& results = program.results;
-  PassPipeline pipeline = options.training ? MakeTrainingPipeline(compile, caps, &results, options.pipeline)
-                                           : MakeEvaluationPipeline(compile, caps, &results, options.pipeline);
+  Capabilities effective = caps;
+  if (options.fused_attention) effective.fused_attention = true;
+  PassPipeline pipeline = options.training ? MakeTrainingPipeline(compile, effective, &results, options.pipeline)
+                                           : MakeEvaluationPipeline(compile, effective, &results, options.pipeline);
   MPC_ASSIGN_OR_RETURN(program.report, pipeline.Run(g));
   program.node_origin = pipeline.node_origins();
   if (options.training) {

@@ -53,6 +53,10 @@ struct ProgramOptions {
   int world_size = 1;
   int rank = 0;
   PipelineOptions pipeline;
+  // Attention as one FusedAttention op even on a backend that keeps its own path (the
+  // CPU): the graph a GPU with fused attention runs, trained on the CPU to check its
+  // numerics (EngineOptions::fused_attention).
+  bool fused_attention = false;
 };
 
 absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities& caps, const ProgramOptions& options);

@@ -36,6 +36,11 @@ struct Capabilities {
   // (outputs 3 and 4), so fuse-layer-norm-edges may fold the Cast after a normalisation
   // and the residual gradient sum, bias gradient and Cast after its gradient.
   bool layer_norm_fused_edges = false;
+  // Attention runs faster as one Attention / AttentionGrad op (a fused flash-attention
+  // kernel such as cuDNN's) than as the exported MatMul, softmax, MatMul chain, so
+  // fuse-attention makes one of it where HasKernel says the dtype is there. The CPU keeps
+  // its own path (fuse-softmax, fold-batch-transposes, triangular operands).
+  bool fused_attention = false;
   // Whether the backend has a kernel for (op, dtype); null means "assume yes" (fake
   // capability sets in pass tests).
   std::function<bool(const std::string& op, DType dtype)> has_kernel;

@@ -22,6 +22,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterConvOps(*r);
     RegisterNormOps(*r);
     RegisterRmsNormOps(*r);
+    RegisterAttentionOps(*r);
     RegisterTensorOps(*r);
     RegisterCollectiveOps(*r);
     return r;

@@ -103,6 +103,7 @@ void RegisterFp8GemmOps(OpRegistry& registry);     // graph/ops_fp8_gemm.cc: Fp8
 void RegisterConvOps(OpRegistry& registry);        // graph/ops_conv.cc: Conv, pooling
 void RegisterNormOps(OpRegistry& registry);        // graph/ops_norm.cc: normalisations, math, reductions
 void RegisterRmsNormOps(OpRegistry& registry);     // graph/ops_rms_norm.cc: RmsNorm (fuse-rms-norm)
+void RegisterAttentionOps(OpRegistry& registry);   // graph/ops_attention.cc: FusedAttention (fuse-attention)
 void RegisterTensorOps(OpRegistry& registry);      // graph/ops_tensor.cc: indexing and data movement
 void RegisterCollectiveOps(OpRegistry& registry);  // graph/ops_collective.cc: AllReduce (data-parallel)
 

@@ -15,7 +15,7 @@
 namespace mpc::autocast {
 
 inline const std::set<std::string>& DefaultAllow() {
-  static const std::set<std::string> ops = {"Gemm", "MatMul", "Conv"};
+  static const std::set<std::string> ops = {"Gemm", "MatMul", "Conv", "FusedAttention"};
   return ops;
 }
 

@@ -39,6 +39,23 @@ struct FuseSoftmaxResult {
   std::vector<Fusion> fused;
 };
 
+// Writer: fuse-attention. Reader: the report.
+struct FuseAttentionResult {
+  struct Fusion {
+    std::string node;     // the FusedAttention node that replaced the chain
+    bool causal = false;  // a triangular mask recognised: causal = 1, no Bias
+    bool biased = false;  // a mask kept as the Bias input
+    double scale = 1;
+    int nodes_replaced = 0;
+  };
+  struct Skip {
+    std::string softmax;  // the Softmax of an attention chain left as it is
+    std::string reason;
+  };
+  std::vector<Fusion> fused;
+  std::vector<Skip> skipped;
+};
+
 // Writer: triangular-operands. Reader: the report.
 struct TriangularOperandsResult {
   int zero_above = 0;  // MatMuls whose A as read is zero above its diagonal (P·V, dS·K)
@@ -252,6 +269,7 @@ struct CompileResults {
   FuseGeluResult fuse_gelu;
   FuseSiluResult fuse_silu;
   FuseRmsNormResult fuse_rms_norm;
+  FuseAttentionResult fuse_attention;
   FuseSoftmaxResult fuse_softmax;
   FoldBatchTransposesResult fold_batch_transposes;
   TriangularOperandsResult triangular_operands;

@@ -13,12 +13,7 @@ namespace mpc {
 namespace {
 
 using pattern::Intermediate;
-using pattern::ScalarConstant;
-
-bool IsMinusInfinity(const Value* v) {
-  std::optional<double> c = ScalarConstant(v);
-  return c && std::isinf(*c) && *c < 0;
-}
+using pattern::IsMinusInfinity;
 
 struct Match {
   Value* scores = nullptr;     // what the softmax's row values are computed from
@@ -53,18 +48,10 @@ std::optional<Match> MatchFrom(const Graph& g, Node* softmax) {
       break;
     }
   }
-  if (Intermediate(g, v) && (v->producer->op == "Mul" || v->producer->op == "Div")) {
-    Node* n = v->producer;
-    const bool div = n->op == "Div";
-    for (int c = div ? 1 : 0; c < 2; ++c) {
-      std::optional<double> k = ScalarConstant(n->inputs[c]);
-      Value* other = n->inputs[1 - c];
-      if (!k || (div && *k == 0) || other->shape != v->shape || other->dtype != v->dtype) continue;
-      m.scale = div ? 1.0 / *k : *k;
-      m.removed.push_back(n);
-      v = other;
-      break;
-    }
+  if (auto scaled = pattern::ScaledBy(g, v, /*allow_div=*/true)) {
+    m.scale = scaled->second;
+    m.removed.push_back(v->producer);
+    v = scaled->first;
   }
   if (m.removed.size() == 1) return std::nullopt;
   m.scores = v;

@@ -15,6 +15,7 @@
 #include "passes/fold_gradient_casts.h"
 #include "passes/fold_output_casts.h"
 #include "passes/fold_transposes.h"
+#include "passes/fuse_attention.h"
 #include "passes/fp8_lower.h"
 #include "passes/fuse_epilogues.h"
 #include "passes/fuse_gelu.h"
@@ -49,6 +50,9 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // RMSNorm written out (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul) likewise; autocast
   // then keeps the one op in f32, as it kept the chain.
   p.Add(std::make_unique<FuseRmsNormPass>(caps, &r->fuse_rms_norm));
+  // Attention as one op where the backend has a fused kernel (cuDNN's flash attention):
+  // likewise before autocast, and before fuse-softmax, which would take its softmax.
+  p.Add(std::make_unique<FuseAttentionPass>(caps, AttentionComputeDType(o.autocast.precision), &r->fuse_attention));
   // Attention's scale, mask and softmax as one op, for the same reason.
   p.Add(std::make_unique<FuseSoftmaxPass>(caps, &r->fuse_softmax));
   // Precision of every forward op, before autodiff: the backward pass inherits it (the
@@ -129,6 +133,7 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   p.Add(std::make_unique<FuseGeluPass>(&r->fuse_gelu));
   p.Add(std::make_unique<FuseSiluPass>(&r->fuse_silu));
   p.Add(std::make_unique<FuseRmsNormPass>(caps, &r->fuse_rms_norm));
+  p.Add(std::make_unique<FuseAttentionPass>(caps, AttentionComputeDType(o.autocast.precision), &r->fuse_attention));
   p.Add(std::make_unique<FuseSoftmaxPass>(caps, &r->fuse_softmax));
   p.Add(std::make_unique<AutocastPass>(o.autocast, caps, &r->autocast));
   p.Add(std::make_unique<PadDimsPass>(o.pad_dims, caps, &r->pad_dims));

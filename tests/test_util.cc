@@ -9,6 +9,9 @@
 #include <fstream>
 
 #include "backends/cpu/cpu_backend.h"
+#include "base/status_macros.h"
+#include "graph/graph_builder.h"
+#include "passes/autodiff.h"
 #include "passes/memory_plan.h"
 
 namespace mpc::testing {
@@ -19,6 +22,12 @@ Tensor RandomTensor(DType dtype, const Shape& shape, uint64_t seed, double lo, d
   Tensor f64(DType::kF64, shape);
   for (int64_t i = 0; i < f64.num_elements(); ++i) f64.data<double>()[i] = dist(rng);
   return dtype == DType::kF64 ? f64 : f64.CastTo(dtype);
+}
+
+int CountOps(const Graph& graph, const std::string& op) {
+  int n = 0;
+  for (const auto& node : graph.nodes()) n += node->op == op;
+  return n;
 }
 
 double RelativeError(const Tensor& a, const Tensor& b) {
@@ -92,6 +101,41 @@ std::vector<double> ReadLosses(const std::string& path) {
   std::vector<double> out;
   for (double v; in >> v;) out.push_back(v);
   return out;
+}
+
+absl::StatusOr<std::vector<Tensor>> RunOnce(const Graph& graph, Backend& backend,
+                                            const std::map<std::string, Tensor>& feeds,
+                                            const std::vector<std::string>& outputs) {
+  MPC_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, ExecutorFor(graph, backend));
+  for (const auto& [name, t] : feeds) {
+    if (graph.FindValue(name)) MPC_RETURN_IF_ERROR(ex->SetInput(name, t));
+  }
+  MPC_RETURN_IF_ERROR(ex->Run(0, 0));
+  std::vector<Tensor> out;
+  for (const std::string& name : outputs) {
+    MPC_ASSIGN_OR_RETURN(Tensor t, ex->Fetch(name));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> AddLossAndGradients(Graph& graph, const std::vector<std::string>& wrt) {
+  GraphBuilder b(&graph);
+  Value* y = graph.outputs()[0];
+  Value* r = graph.AddConstant(graph.UniqueName("loss_weights"), RandomTensor(y->dtype, y->shape, 9));
+  AttrMap keep;
+  keep.Set("keepdims", int64_t{0});
+  Value* loss = b.Op("ReduceSum", {b.Mul(y, r)}, std::move(keep));
+  MPC_RETURN_IF_ERROR(b.status());
+  std::vector<Value*> values;
+  for (const std::string& name : wrt) values.push_back(graph.FindValue(name));
+  MPC_ASSIGN_OR_RETURN(std::vector<Value*> grads, BuildGradients(graph, loss, values));
+  std::vector<Value*> outputs{loss};
+  outputs.insert(outputs.end(), grads.begin(), grads.end());
+  graph.SetOutputs(outputs);
+  std::vector<std::string> names;
+  for (const Value* v : outputs) names.push_back(v->name);
+  return names;
 }
 
 }  // namespace mpc::testing

@@ -18,6 +18,8 @@ namespace mpc::testing {
 Tensor RandomTensor(DType dtype, const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0);
 // ||a - b|| / ||b|| over all elements, computed in double.
 double RelativeError(const Tensor& a, const Tensor& b);
+// How many nodes of `graph` run `op` (what a rewrite pass left).
+int CountOps(const Graph& graph, const std::string& op);
 // A fresh empty directory under the test temp dir.
 std::string MakeTempDir(const std::string& name);
 std::string SourcePath(const std::string& relative);
@@ -37,5 +39,14 @@ Backend& CpuBackend();
 // An executor for a hand-built graph: its topological order and memory plan, as the
 // memory-plan pass would make them.
 absl::StatusOr<std::unique_ptr<Executor>> ExecutorFor(const Graph& graph, Backend& backend);
+// Runs a hand-built graph once on `backend`: feeds the graph's inputs from `feeds` (entries
+// it has no input for are skipped) and returns `outputs` by name.
+absl::StatusOr<std::vector<Tensor>> RunOnce(const Graph& graph, Backend& backend,
+                                            const std::map<std::string, Tensor>& feeds,
+                                            const std::vector<std::string>& outputs);
+// Adds loss = sum(outputs[0] * r) (r fixed random data of its shape) and the loss's
+// gradients for the values named in `wrt`; makes them the graph's outputs and returns their
+// names: {loss, d wrt[0], ...}. What the fusion tests compare with and without a rewrite.
+absl::StatusOr<std::vector<std::string>> AddLossAndGradients(Graph& graph, const std::vector<std::string>& wrt);
 
 }  // namespace mpc::testing

@@ -9,7 +9,8 @@ read, finds the Debian package that owns each one (dpkg's file lists), and fails
 
   * a file belongs to no package that the list names or pulls in through Depends /
     Pre-Depends (Recommends do not count: install-deps does not install them), or to
-    no package at all outside the allowed non-Debian roots (the CUDA toolkit);
+    no package at all outside the allowed non-Debian roots (the CUDA toolkit, and the
+    cudnn-frontend headers install-deps fetches into .deps/);
   * a listed package is used by nothing found (the list drifted).
 
 Where the files come from:
@@ -41,10 +42,18 @@ SOURCE_DIR = os.path.dirname(HERE)
 DEFAULT_LIST = os.path.join(SOURCE_DIR, "scripts", "deps", "debian-packages.txt")
 
 # Files outside Debian's packages that the build may use, and why.
+# Build-time headers scripts/install-deps.sh fetches into the (gitignored) source tree: they
+# are not source files, so they are checked here like any other dependency, not skipped.
+FETCHED_DEPS_DIR = os.path.join(SOURCE_DIR, ".deps")
 NON_DEBIAN_ROOTS = {
     "/usr/local/cuda": "the CUDA toolkit, preinstalled (not a Debian package; optional, MPC_WITH_CUDA=AUTO)",
+    os.path.join(FETCHED_DEPS_DIR, "cudnn-frontend"):
+        "cudnn-frontend's headers (cuDNN's C++ graph API, header-only; not packaged by Debian), pinned in "
+        "scripts/deps/cudnn-frontend.txt and fetched from PyPI by scripts/install-deps.sh where the CUDA toolkit is",
 }
-NON_DEBIAN_ROOT_PATTERN = re.compile(r"^/usr/local/cuda(-[0-9.]+)?(/|$)")
+NON_DEBIAN_ROOT_PATTERN = re.compile(r"^/usr/local/cuda(-[0-9.]+)?(/|$)|^" +
+                                     re.escape(os.path.realpath(os.path.join(FETCHED_DEPS_DIR, "cudnn-frontend"))) +
+                                     r"(/|$)")
 # A launcher such as /usr/local/bin/nvcc (CUDA images put one on PATH: `exec /usr/local/cuda-13.0/bin/nvcc "$@"`)
 # belongs to the root it starts; CMake records the launcher when /usr/local/cuda/bin is not on PATH.
 EXEC_WRAPPER_PATTERN = re.compile(r"^\s*exec\s+\"?(/[^\s\"]+)", re.MULTILINE)
@@ -182,6 +191,9 @@ class Evidence:
 
     def _outside_trees(self, path):
         real = os.path.realpath(path)
+        fetched = os.path.realpath(FETCHED_DEPS_DIR)
+        if real == fetched or real.startswith(fetched + "/"):
+            return True  # fetched dependencies, not sources: checked against NON_DEBIAN_ROOTS
         return not (real == self.source_dir or real.startswith(self.source_dir + "/") or
                     real == self.build_dir or real.startswith(self.build_dir + "/") or
                     real.startswith("/tmp/") or real.startswith("/proc/"))

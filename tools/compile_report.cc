@@ -54,6 +54,16 @@ std::string CompileReportJson(const Program& p) {
     rms_norm.push_back(absl::StrFormat("{\"node\":\"%s\",\"scaled\":%s,\"nodes_replaced\":%d}", JsonEscape(f.node),
                                        f.scaled ? "true" : "false", f.chain_nodes));
   }
+  std::vector<std::string> attention, attention_skipped;
+  for (const FuseAttentionResult::Fusion& f : r.fuse_attention.fused) {
+    attention.push_back(absl::StrFormat("{\"node\":\"%s\",\"causal\":%s,\"biased\":%s,\"scale\":%.9g,\"nodes_replaced\":%d}",
+                                        JsonEscape(f.node), f.causal ? "true" : "false", f.biased ? "true" : "false",
+                                        f.scale, f.nodes_replaced));
+  }
+  for (const FuseAttentionResult::Skip& s : r.fuse_attention.skipped) {
+    attention_skipped.push_back(
+        absl::StrFormat("{\"softmax\":\"%s\",\"reason\":\"%s\"}", JsonEscape(s.softmax), JsonEscape(s.reason)));
+  }
   std::vector<std::string> softmax;
   for (const FuseSoftmaxResult::Fusion& f : r.fuse_softmax.fused) {
     softmax.push_back(absl::StrFormat("{\"node\":\"%s\",\"masked\":%s,\"scale\":%.9g,\"nodes_replaced\":%d}",
@@ -115,6 +125,8 @@ std::string CompileReportJson(const Program& p) {
       absl::StrFormat("\"casts_inserted\":%d,\"compute_dtype\":\"%s\",", r.autocast.casts_inserted,
                       DTypeName(r.autocast.compute_dtype)),
       "\"fused_gelu\":[", absl::StrJoin(gelu, ","), "],", "\"fused_silu\":[", absl::StrJoin(silu, ","), "],", "\"fused_rms_norm\":[", absl::StrJoin(rms_norm, ","), "],", "\"fused_softmax\":[", absl::StrJoin(softmax, ","), "],",
+      "\"fused_attention\":[", absl::StrJoin(attention, ","), "],\"attention_left_unfused\":[",
+      absl::StrJoin(attention_skipped, ","), "],",
       absl::StrFormat("\"folded_batch_transposes\":{\"operands\":%d,\"results\":%d},",
                       r.fold_batch_transposes.operand_transposes, r.fold_batch_transposes.result_transposes),
       absl::StrFormat("\"triangular_operands\":{\"zero_above\":%d,\"zero_below\":%d},",
@@ -188,6 +200,21 @@ std::string CompileSummaryText(const Program& p) {
                           "LayerNormGrads add the residual gradient into dX (%d), sum dX's columns (%d) and write "
                           "its 16-bit copy (%d)\n",
                           e.narrowed_outputs, e.accumulated_grads, e.summed_columns, e.narrowed_grads);
+  }
+  if (!r.fuse_attention.fused.empty()) {
+    int64_t replaced = 0, causal = 0, biased = 0;
+    for (const FuseAttentionResult::Fusion& f : r.fuse_attention.fused) {
+      replaced += f.nodes_replaced;
+      causal += f.causal;
+      biased += f.biased;
+    }
+    absl::StrAppendFormat(&out,
+                          "fuse-attention: %d attentions written out in %d nodes now one FusedAttention op each (%d "
+                          "causal, %d with a bias)\n",
+                          r.fuse_attention.fused.size(), replaced, causal, biased);
+  }
+  for (const FuseAttentionResult::Skip& s : r.fuse_attention.skipped) {
+    absl::StrAppendFormat(&out, "fuse-attention: left '%s' unfused: %s\n", s.softmax, s.reason);
   }
   if (!r.fuse_softmax.fused.empty()) {
     int64_t replaced = 0, masked = 0;

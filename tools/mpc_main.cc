@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides t
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0,
           "pad Gemm, MatMul and Conv weights to this multiple (1: no padding); overrides the spec");
+ABSL_FLAG(bool, fused_attention, false,
+          "compile attention to one FusedAttention op even on the CPU (whose own path is faster): the graph a GPU "
+          "with fused attention runs, to check its numerics here");
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
 ABSL_FLAG(int32_t, ranks, 1,
           "mpc compile: the training program of rank 0 of a data-parallel job of this many ranks (its share of "
@@ -105,6 +108,7 @@ int Compile() {
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_disable_passes), ',', absl::SkipEmpty())) {
     options.pipeline.disabled.insert(std::string(name));
   }
+  options.fused_attention = absl::GetFlag(FLAGS_fused_attention);
   const std::string device = absl::GetFlag(FLAGS_device).empty() ? spec->device() : absl::GetFlag(FLAGS_device);
   auto backend = mpc::CreateBackend(device);
   if (!backend.ok()) return Fail(std::string(backend.status().message()));
@@ -285,7 +289,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the mpc compiler tool.\n"
       "usage: mpc compile --spec S [--model M] [--report FILE.json] [--dump-after REGEX --dump-dir DIR]\n"
-      "                   [--disable-passes a,b] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16|fp8]\n"
+      "                   [--disable-passes a,b] [--fused-attention] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16|fp8]\n"
       "       mpc run --model M [--precision P] [--device cpu|cuda|auto] --input NAME=FILE.npy ...\n"
       "               --output-dir DIR [--check-numerics]\n"
       "       mpc parity --spec S --precision bf16|fp16|fp8|tf32 [--steps N] [--probe-steps 1,N]\n"

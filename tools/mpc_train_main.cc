@@ -51,6 +51,9 @@ ABSL_FLAG(bool, profile, false, "print the time spent per op kind after training
 ABSL_FLAG(std::string, disable_passes, "",
           "comma-separated compiler passes to skip (as mpc compile's), to measure what one gains or find where a "
           "problem comes from");
+ABSL_FLAG(bool, fused_attention, false,
+          "compile attention to one FusedAttention op even on the CPU (whose own path is faster): the graph a GPU "
+          "with fused attention runs, to check its numerics here");
 ABSL_FLAG(bool, check_numerics, false,
           "check every op's outputs each step and stop at the first NaN/inf, naming the op (slow: for debugging)");
 ABSL_FLAG(int32_t, tensor_stats, 0,
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
     options.disabled_passes.emplace_back(name);
   }
   options.export_external_data = absl::GetFlag(FLAGS_export_external_data);
+  options.fused_attention = absl::GetFlag(FLAGS_fused_attention);
   options.precision = absl::GetFlag(FLAGS_precision);
   options.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
   options.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
@@ -137,7 +141,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<mpc::TensorBoardWriter> tensorboard;
   absl::Status tensorboard_error;
   if (const std::string dir = absl::GetFlag(FLAGS_tensorboard); !dir.empty() && e.rank() == 0) {
-    auto writer = mpc::TensorBoardWriter::Open(dir);
+    auto writer = mpc::TensorBoardWriter::Open(dir, e.step() + 1);  // after a resume, its first step
     if (!writer.ok()) return Fail(std::string(writer.status().message()));
     tensorboard = std::move(*writer);
   }

@@ -71,6 +71,8 @@ class CpuBackend : public Backend {
                           RegisterCpuDropoutKernels,
                           RegisterCpuSoftmaxLossKernels,
                           RegisterCpuLayerNormKernels,
+                          RegisterCpuAttentionKernels,
+                          RegisterCpuSiluKernels,
                           RegisterCpuBatchNormKernels,
                           RegisterCpuShapeKernels,
                           RegisterCpuSliceKernels,

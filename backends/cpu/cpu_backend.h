@@ -32,6 +32,8 @@ void RegisterCpuCastKernels(KernelRegistry& r);
 void RegisterCpuDropoutKernels(KernelRegistry& r);
 void RegisterCpuSoftmaxLossKernels(KernelRegistry& r);
 void RegisterCpuLayerNormKernels(KernelRegistry& r);
+void RegisterCpuSiluKernels(KernelRegistry& r);       // kernels_silu.cc: vector loops
+void RegisterCpuAttentionKernels(KernelRegistry& r);  // FusedAttention (fuse-attention's op)
 void RegisterCpuBatchNormKernels(KernelRegistry& r);
 void RegisterCpuShapeKernels(KernelRegistry& r);
 void RegisterCpuSliceKernels(KernelRegistry& r);

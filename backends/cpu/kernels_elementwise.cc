@@ -179,13 +179,6 @@ struct BinaryFactory {
   };
 };
 
-// d/dx x*s(x) = s * (1 + x * (1 - s)), as PyTorch's silu_backward writes it.
-template <typename A>
-A SiluDerivative(A dy, A x) {
-  const A s = A(1) / (A(1) + std::exp(-x));
-  return dy * s * (A(1) + x * (A(1) - s));
-}
-
 MPC_UNARY_FACTORY(NegKernel, -x)
 MPC_UNARY_FACTORY(ReluKernel, Relu(x))
 MPC_UNARY_FACTORY(SigmoidKernel, A(1) / (A(1) + std::exp(-x)))
@@ -193,10 +186,6 @@ MPC_UNARY_FACTORY(TanhKernel, std::tanh(x))
 MPC_GRAD_FACTORY(ReluGradKernel, y > A(0) ? dy : A(0))
 MPC_GRAD_FACTORY(SigmoidGradKernel, dy* y*(A(1) - y))
 MPC_GRAD_FACTORY(TanhGradKernel, dy*(A(1) - y * y))
-// Silu in the accumulation type, rounded once (PyTorch's silu: x / (1 + exp(-x))); its
-// gradient reads the forward input (named y by the factory).
-MPC_UNARY_FACTORY(SiluKernel, x / (A(1) + std::exp(-x)))
-MPC_GRAD_FACTORY(SiluGradKernel, SiluDerivative(dy, y))
 
 }  // namespace
 }  // namespace cpu
@@ -210,8 +199,6 @@ void RegisterCpuElementwiseKernels(KernelRegistry& r) {
   RegisterFloatKernels<NegKernel>(r, "Neg");
   RegisterFloatKernels<ReluKernel>(r, "Relu");
   RegisterFloatKernels<SigmoidKernel>(r, "Sigmoid");
-  RegisterFloatKernels<SiluKernel>(r, "Silu");
-  RegisterFloatKernels<SiluGradKernel>(r, "SiluGrad");
   RegisterFloatKernels<TanhKernel>(r, "Tanh");
   RegisterFloatKernels<ReluGradKernel>(r, "ReluGrad");
   r.Register("Relu", "cpu", DType::kBF16, CreateReluBits<kBf16Inf>);

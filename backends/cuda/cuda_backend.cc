@@ -38,6 +38,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
     caps.pad_multiple[DType::kF8E5M2] = 16;
   }
   if (caps.tf32) caps.pad_multiple[DType::kF32] = 4;
+  // cuDNN's fused flash attention (kernels_attention.cc, bf16 / f16): Ampere or newer and
+  // cuDNN 9 (the linked library's version, not the headers'). fuse-attention also asks
+  // has_kernel for the dtype, so f32 attention stays the unfused chain.
+  caps.fused_attention = cc >= 80 && cudnnGetVersion() >= 90000;
   // The registry lives for the process; capturing it rather than the backend keeps a copy
   // of these capabilities valid after the backend is gone (passes and tests keep copies).
   caps.has_kernel = [registry = &CudaKernelRegistry()](const std::string& op, DType dtype) {
@@ -53,6 +57,7 @@ CudaBackend::~CudaBackend() {
   if (upload_stream_) cudaStreamSynchronize(upload_stream_);
   if (lt_) cublasLtDestroy(lt_);
   if (workspace_) cudaFree(workspace_);
+  attention_plans_.reset();  // cuDNN plans refer to the handle: destroy them first
   if (cudnn_) cudnnDestroy(cudnn_);
   for (void* w : conv_workspaces_) cudaFree(w);
   if (uploaded_) cudaEventDestroy(uploaded_);
@@ -235,6 +240,7 @@ const KernelRegistry& CudaKernelRegistry() {
                         RegisterCudaGatherKernels,
                         RegisterCudaReduceKernels,
                         RegisterCudaConvKernels,
+                        RegisterCudaAttentionKernels,
                         RegisterCudaPoolKernels,
                         RegisterCudaOptimizerKernels,
                         RegisterCudaMultiTensorUpdateKernels,

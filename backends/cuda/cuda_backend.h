@@ -24,7 +24,8 @@ namespace cuda {
 // same names as the CPU backend's (backends/cpu/kernels_<family>.cc); each registers its
 // ops in the "cuda" registry. Besides them: cublaslt_gemm.cc (the cuBLASLt wrapper the
 // GEMM families use), cublaslt_fp8.cc (its FP8 rules), strided_copy.cu (the copy the
-// data-movement families are planned as), cuda_backend*.cc (device, memory, cuDNN).
+// data-movement families are planned as), cuda_backend*.cc (device, memory, cuDNN),
+// attention_bias.cu (the broadcast bias copy kernels_attention.cc needs).
 void RegisterCudaGemmKernels(KernelRegistry& r);
 void RegisterCudaElementwiseKernels(KernelRegistry& r);
 void RegisterCudaCollectiveKernels(KernelRegistry& r);  // AllReduce on NCCL
@@ -40,6 +41,7 @@ void RegisterCudaSliceKernels(KernelRegistry& r);
 void RegisterCudaGatherKernels(KernelRegistry& r);
 void RegisterCudaReduceKernels(KernelRegistry& r);
 void RegisterCudaConvKernels(KernelRegistry& r);
+void RegisterCudaAttentionKernels(KernelRegistry& r);  // FusedAttention(Grad) on cuDNN's flash attention
 void RegisterCudaPoolKernels(KernelRegistry& r);
 void RegisterCudaOptimizerKernels(KernelRegistry& r);
 void RegisterCudaMultiTensorUpdateKernels(KernelRegistry& r);

@@ -1,7 +1,7 @@
 // CudaBackend: one device, one stream, plain cudaMalloc buffers, the "cuda" kernel
 // registry, and the library state every kernel shares: the cuBLASLt handle and workspace,
-// the cuDNN handle and the convolution workspace. Kernels receive a Backend& and reach
-// the stream and the libraries through AsCuda().
+// the cuDNN handle, the convolution workspace and the fused-attention plans. Kernels
+// receive a Backend& and reach the stream and the libraries through AsCuda().
 #pragma once
 
 #include <cublasLt.h>
@@ -66,6 +66,13 @@ class CudaBackend : public Backend {
   void* conv_workspace() const { return conv_workspaces_.empty() ? nullptr : conv_workspaces_.back(); }
   size_t conv_workspace_bytes() const { return conv_workspace_bytes_; }
 
+  // The fused-attention execution plans built so far (cuDNN SDPA graphs,
+  // kernels_attention.cc), keyed by everything a plan depends on (shapes, dtype, scale,
+  // masking, bias layout), so the layers of a model share one plan per distinct attention
+  // and a program loaded again builds none. Opaque here so this header needs no
+  // cudnn-frontend; released before the cuDNN handle the plans were built on.
+  std::shared_ptr<void>& attention_plans() { return attention_plans_; }
+
   // The NCCL communicator of this job's ranks (the data-parallel AllReduce), created on
   // first use from the backend's Communicator, over which rank 0's NCCL unique id travels.
   // An ncclComm_t, opaque here so that this header needs no nccl.h; defined and destroyed
@@ -86,8 +93,9 @@ class CudaBackend : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
-  std::vector<void*> conv_workspaces_;  // the last is the current one
-  std::shared_ptr<void> nccl_;          // ncclComm_t, with ncclCommDestroy as its deleter
+  std::vector<void*> conv_workspaces_;     // the last is the current one
+  std::shared_ptr<void> nccl_;             // ncclComm_t, with ncclCommDestroy as its deleter
+  std::shared_ptr<void> attention_plans_;  // kernels_attention.cc's plan cache
   size_t conv_workspace_bytes_ = 0;
   Capabilities caps_;
 };

@@ -3,7 +3,9 @@
 # that is lent a GPU spends its device minutes running, not building. The device machine
 # has the CUDA toolkit, a driver and PyTorch, but not protobuf, abseil, ONNX or oneDNN
 # (docs/gpu.md), so the bundle carries those shared libraries beside the stripped
-# binaries; the CUDA libraries (cudart, cuBLASLt, cuDNN) are the device's own.
+# binaries; the CUDA libraries (cudart, cuBLASLt, cuDNN) are the device's own. The
+# cudnn-frontend headers (fused attention) are compiled into the binaries here, so nothing
+# of them travels; they are fetched here first (idempotent) for a fresh build directory.
 #
 #   scripts/gpu/make_bundle.sh          # build-gpu/ (Release, sm_90) -> .device/
 #   then, with the device tool:  run(command="bash scripts/gpu/verify.sh all", carry=[".device"])
@@ -16,6 +18,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 build=${MPC_GPU_BUILD_DIR:-build-gpu}
 
+scripts/deps/fetch-cudnn-frontend.sh  # the headers the CUDA backend compiles against (above)
 # An existing build directory is used as configured (MPC_GPU_BUILD_DIR=build reuses the
 # development build); a new one is configured for release.
 if [ ! -f "$build/CMakeCache.txt" ]; then

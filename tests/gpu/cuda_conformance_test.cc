@@ -418,7 +418,21 @@ bool CpuOnlyOp(const std::string& op) { return op == "MaskedSoftmax" || op == "M
 // (a 16-bit Y from f32 X, LayerNormGrad's addend and epilogue outputs:
 // Capabilities::layer_norm_fused_edges; the CUDA kernels reject them), and the CPU-only
 // ops above.
+// FusedAttention's CUDA kernels are cuDNN's flash attention: rank 4, head dims multiples of
+// 8 up to 256 (what fuse-attention makes); the other op cases are the CPU's own.
+bool CudnnAttentionShape(const OpCase& c) {
+  const size_t q = c.op == "FusedAttentionGrad" ? 1 : 0;
+  if (c.inputs.size() < q + 3) return false;
+  for (size_t i = q; i < q + 3; ++i) {
+    const Shape& s = c.inputs[i].shape;
+    if (s.size() != 4 || s.back() % 8 != 0 || s.back() > 256) return false;
+  }
+  return true;
+}
+
 bool CpuOnlyForm(const OpCase& c) {
+  const bool attention = c.op == "FusedAttention" || c.op == "FusedAttentionGrad";
+  if (attention && !CudnnAttentionShape(c)) return true;
   const bool fused_layer_norm_edge =
       (c.op == "LayerNormalization" && c.attrs.Has("mpc_output_dtype")) ||
       (c.op == "LayerNormGrad" &&
@@ -477,7 +491,11 @@ const std::vector<OpCase>& ConformanceCases() {
   static const std::vector<OpCase>* cases = [] {
     auto* all = new std::vector<OpCase>();
     for (const OpCase& c : AllCases()) {
-      if (!CpuOnlyForm(c)) all->push_back(c);
+      if (CpuOnlyForm(c)) continue;
+      all->push_back(c);
+      // The gradient cases run in f32, which CUDA's FusedAttention lacks; its backward is
+      // the FusedAttentionGrad cases' (bf16, f16) and cuda_attention_test.cc's.
+      if (c.op == "FusedAttention") all->back().gradient = false;
     }
     for (auto family : {TrainingStepCases, PaddingAndCastCases, ChannelsLastConvCases}) {
       for (OpCase& c : family()) all->push_back(std::move(c));
@@ -578,6 +596,9 @@ std::vector<ConformanceCase> Instances(bool gradient) {
       }
     }
     for (DType run : runs) {
+      // cuDNN's fused attention is 16-bit only (the registry coverage test's exemption).
+      const bool attention = c.op == "FusedAttention" || c.op == "FusedAttentionGrad";
+      if (attention && run != DType::kBF16 && run != DType::kF16) continue;
       if (!TouchesF64(c, run)) out.push_back({c, run});
     }
   }
@@ -783,7 +804,10 @@ constexpr std::pair<const char*, int> kLookedUpByInput[] = {{"Where", 1}};
 // ops), so there is nothing to compare a CUDA Cast to or from FP8 with. The collectives
 // need a job (a Communicator on each backend, NCCL on CUDA): cuda_collective_test.cc runs
 // them in a one-rank NCCL job, and the CPU's in a 2-rank MPI job (data_parallel_test.cc).
+// FusedAttention has no f32 CUDA kernel (cuDNN's fused attention is 16-bit; the registry
+// coverage test exempts it), so its f32 CPU kernel has nothing to be compared with.
 bool Incomparable(const std::string& op, const std::string& dtype) {
+  if ((op == "FusedAttention" || op == "FusedAttentionGrad") && dtype == "f32") return true;
   if (op == "AllReduce" || op == "AllReduceInPlace" || op == "ReduceScatter" || op == "Shard" ||
       op == "AllGatherInPlace") {
     return true;

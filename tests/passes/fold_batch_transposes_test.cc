@@ -15,12 +15,6 @@ namespace {
 
 const Shape kHeadsLast = {2, 5, 3, 4};  // [B, T, H, D]
 
-int CountOps(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op == op;
-  return n;
-}
-
 Value* MatMul(GraphBuilder& b, Value* x, Value* y, bool ta = false, bool tb = false) {
   AttrMap attrs;
   if (ta) attrs.Set("mpc_trans_a", int64_t{1});
@@ -69,8 +63,8 @@ TEST(FoldBatchTransposesTest, AttentionHeadTransposesAreReadAndWrittenInPlace) {
   absl::StatusOr<bool> changed = FoldBatchTransposesPass(testing::CpuBackend().capabilities(), &result).Run(*after);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
-  EXPECT_EQ(CountOps(*after, "Transpose"), 0);
-  EXPECT_EQ(CountOps(*after, "MatMul"), 4);
+  EXPECT_EQ(testing::CountOps(*after, "Transpose"), 0);
+  EXPECT_EQ(testing::CountOps(*after, "MatMul"), 4);
   EXPECT_EQ(result.operand_transposes, 3);
   EXPECT_EQ(result.result_transposes, 2);
   // Outputs keep their names and shapes; every MatMul reads a stored input directly.
@@ -97,7 +91,7 @@ TEST(FoldBatchTransposesTest, BackendWithoutTheCapabilityKeepsTheTransposes) {
   absl::StatusOr<bool> changed = FoldBatchTransposesPass(caps, nullptr).Run(*g);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
-  EXPECT_EQ(CountOps(*g, "Transpose"), 5);
+  EXPECT_EQ(testing::CountOps(*g, "Transpose"), 5);
 }
 
 TEST(FoldBatchTransposesTest, NearMissesAreLeftAlone) {
@@ -122,7 +116,7 @@ TEST(FoldBatchTransposesTest, NearMissesAreLeftAlone) {
   EXPECT_TRUE(*changed);
   EXPECT_EQ(result.operand_transposes, 1);
   EXPECT_EQ(result.result_transposes, 0);
-  EXPECT_EQ(CountOps(*g, "Transpose"), 3);
+  EXPECT_EQ(testing::CountOps(*g, "Transpose"), 3);
 }
 
 }  // namespace

@@ -14,12 +14,6 @@
 namespace mpc {
 namespace {
 
-int CountOps(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op == op;
-  return n;
-}
-
 // dX = MatMul(dY, Transpose(W)), dW = ReduceSumTo(MatMul(Transpose(X), dY), W's shape), as
 // autodiff builds them for Y[2,3,5] = MatMul(X[2,3,4], W[4,5]).
 std::unique_ptr<Graph> BackwardOfBatchedMatMul() {
@@ -52,10 +46,10 @@ TEST(FoldTransposesTest, BatchedMatMulGradientsBecomeTwoTransposedGemms) {
   absl::StatusOr<bool> changed = FoldTransposesPass().Run(*after);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
-  EXPECT_EQ(CountOps(*after, "Transpose"), 0);
-  EXPECT_EQ(CountOps(*after, "MatMul"), 0);
-  EXPECT_EQ(CountOps(*after, "ReduceSumTo"), 0);
-  ASSERT_EQ(CountOps(*after, "Gemm"), 2);
+  EXPECT_EQ(testing::CountOps(*after, "Transpose"), 0);
+  EXPECT_EQ(testing::CountOps(*after, "MatMul"), 0);
+  EXPECT_EQ(testing::CountOps(*after, "ReduceSumTo"), 0);
+  ASSERT_EQ(testing::CountOps(*after, "Gemm"), 2);
   const Node* dw = after->outputs()[1]->producer;
   ASSERT_EQ(dw->op, "Gemm");
   EXPECT_EQ(dw->attrs.GetInt("transA", 0), 1);
@@ -136,9 +130,9 @@ TEST(FoldTransposesTest, MatMulOperandTransposesAreReadInPlace) {
   absl::StatusOr<bool> changed = FoldTransposesPass().Run(*g);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
-  EXPECT_EQ(CountOps(*g, "Transpose"), 0);
-  EXPECT_EQ(CountOps(*g, "MatMul"), 5);
-  EXPECT_EQ(CountOps(*g, "Gemm"), 0);
+  EXPECT_EQ(testing::CountOps(*g, "Transpose"), 0);
+  EXPECT_EQ(testing::CountOps(*g, "MatMul"), 5);
+  EXPECT_EQ(testing::CountOps(*g, "Gemm"), 0);
   const int64_t want[5][2] = {{0, 1}, {1, 0}, {1, 1}, {0, 1}, {1, 0}};
   const Shape shapes[5] = {{2, 3, 5, 6}, {2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 6}, {2, 5, 6}};
   for (int i = 0; i < 5; ++i) {
@@ -159,7 +153,7 @@ void ExpectFoldedMatchesUnfolded(DType dtype, double vs_unfolded, double vs_f64)
   std::unique_ptr<Graph> before = AttentionLikeGraph(dtype);
   std::unique_ptr<Graph> after = AttentionLikeGraph(dtype);
   ASSERT_TRUE(FoldTransposesPass().Run(*after).ok());
-  ASSERT_EQ(CountOps(*after, "Transpose"), 0);
+  ASSERT_EQ(testing::CountOps(*after, "Transpose"), 0);
   std::unique_ptr<Graph> ref = AttentionLikeGraph(DType::kF64);
   const std::vector<Tensor> values = OperandValues(*before, dtype);
   const std::vector<Tensor> want64 = RunWith(*ref, CastAll(values, DType::kF64));
@@ -205,7 +199,7 @@ TEST(FoldTransposesTest, FoldKeepsTheOutputDTypeAndTogglesAnExistingFlag) {
   EXPECT_EQ(mm->inputs[1], k);
   EXPECT_EQ(g.outputs()[0]->dtype, DType::kF32);
   EXPECT_EQ(g.outputs()[0]->shape, (Shape{2, 3, 5, 6}));
-  EXPECT_EQ(CountOps(g, "Transpose"), 0);
+  EXPECT_EQ(testing::CountOps(g, "Transpose"), 0);
 }
 
 // Left alone: a permutation other than a swap of the last two axes (attention's head
@@ -231,7 +225,7 @@ TEST(FoldTransposesTest, OtherTransposesAreLeftAlone) {
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
   // qh, k2t and k3t stay; k's swap is gone.
-  EXPECT_EQ(CountOps(g, "Transpose"), 3);
+  EXPECT_EQ(testing::CountOps(g, "Transpose"), 3);
   const Node* mm0 = g.outputs()[0]->producer;
   EXPECT_EQ(mm0->inputs[0], qh);
   EXPECT_EQ(mm0->inputs[1], k);
@@ -256,7 +250,7 @@ TEST(FoldTransposesTest, Fp8MatMulIsLeftAlone) {
   absl::StatusOr<bool> changed = FoldTransposesPass().Run(g);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
-  EXPECT_EQ(CountOps(g, "Transpose"), 1);
+  EXPECT_EQ(testing::CountOps(g, "Transpose"), 1);
 }
 
 TEST(MemoryPlanTest, ReshapeOfAnActivationSharesItsBytes) {

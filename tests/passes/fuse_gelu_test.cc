@@ -41,12 +41,6 @@ Tensor RunOnCpu(const Graph& g, const Tensor& x) {
   return *(*ex)->Fetch(g.outputs()[0]->name);
 }
 
-int CountOps(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op == op;
-  return n;
-}
-
 // Runs the pass; expects exactly one Gelu with `approximate` and nothing else left, and
 // the fused graph's values equal to the chain's (x in [-4, 4]: both tails and the middle).
 void ExpectFused(const Chain& chain, const std::string& approximate) {
@@ -78,7 +72,7 @@ void ExpectUnchanged(const Chain& chain) {
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
   EXPECT_EQ(g->nodes().size(), nodes);
-  EXPECT_EQ(CountOps(*g, "Gelu"), 0);
+  EXPECT_EQ(testing::CountOps(*g, "Gelu"), 0);
   EXPECT_TRUE(result.fused.empty());
 }
 

@@ -18,12 +18,6 @@ namespace {
 const Shape kX = {4, 6, 40};
 const Shape kNorm = {40};
 
-int CountOps(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op == op;
-  return n;
-}
-
 struct Block {
   std::unique_ptr<Graph> graph = std::make_unique<Graph>();
   Value* x = nullptr;
@@ -105,9 +99,9 @@ TEST(FuseLayerNormEdgesTest, CastsAndGradientSumsFoldWithTheSameValues) {
   EXPECT_EQ(result.accumulated_grads, 2);
   EXPECT_EQ(result.summed_columns, 1);
   EXPECT_EQ(result.narrowed_grads, 1);
-  EXPECT_EQ(CountOps(*after.graph, "Cast"), 0);
-  EXPECT_EQ(CountOps(*after.graph, "Add"), 0);
-  EXPECT_EQ(CountOps(*after.graph, "ReduceSumTo"), 0);
+  EXPECT_EQ(testing::CountOps(*after.graph, "Cast"), 0);
+  EXPECT_EQ(testing::CountOps(*after.graph, "Add"), 0);
+  EXPECT_EQ(testing::CountOps(*after.graph, "ReduceSumTo"), 0);
   // The outputs keep their names, dtypes and shapes; the sum is now written by g3's node,
   // which adds g2's, which adds g1's.
   for (size_t i = 0; i < before.graph->outputs().size(); ++i) {
@@ -148,9 +142,9 @@ TEST(FuseLayerNormEdgesTest, BackendWithoutTheCapabilityKeepsThem) {
   absl::StatusOr<bool> changed = FuseLayerNormEdgesPass(caps, &result).Run(*blk.graph);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
-  EXPECT_EQ(CountOps(*blk.graph, "Cast"), 3);
-  EXPECT_EQ(CountOps(*blk.graph, "Add"), 2);
-  EXPECT_EQ(CountOps(*blk.graph, "ReduceSumTo"), 1);
+  EXPECT_EQ(testing::CountOps(*blk.graph, "Cast"), 3);
+  EXPECT_EQ(testing::CountOps(*blk.graph, "Add"), 2);
+  EXPECT_EQ(testing::CountOps(*blk.graph, "ReduceSumTo"), 1);
 }
 
 TEST(FuseLayerNormEdgesTest, NearMissesAreLeftAlone) {
@@ -184,9 +178,9 @@ TEST(FuseLayerNormEdgesTest, NearMissesAreLeftAlone) {
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
   EXPECT_EQ(result.narrowed_outputs + result.accumulated_grads + result.summed_columns + result.narrowed_grads, 0);
-  EXPECT_EQ(CountOps(g, "Cast"), 3);
-  EXPECT_EQ(CountOps(g, "Add"), 3);
-  EXPECT_EQ(CountOps(g, "ReduceSumTo"), 1);
+  EXPECT_EQ(testing::CountOps(g, "Cast"), 3);
+  EXPECT_EQ(testing::CountOps(g, "Add"), 3);
+  EXPECT_EQ(testing::CountOps(g, "ReduceSumTo"), 1);
 }
 
 }  // namespace

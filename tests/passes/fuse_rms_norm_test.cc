@@ -11,7 +11,6 @@
 
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
-#include "passes/autodiff.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -31,12 +30,6 @@ std::unique_ptr<Graph> Build(const Chain& chain) {
   EXPECT_TRUE(b.status().ok()) << b.status();
   g->SetOutputs(outputs);
   return g;
-}
-
-int CountOps(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op == op;
-  return n;
 }
 
 AttrMap MeanOver(std::vector<int64_t> axes, int64_t keepdims = 1) {
@@ -62,28 +55,16 @@ std::map<std::string, Tensor> Feeds() {
 }
 
 std::vector<Tensor> RunCpu(const Graph& g, const std::vector<std::string>& outputs) {
-  auto ex = testing::ExecutorFor(g, testing::CpuBackend());
-  EXPECT_TRUE(ex.ok()) << ex.status();
-  for (const auto& [name, t] : Feeds()) EXPECT_TRUE((*ex)->SetInput(name, t).ok()) << name;
-  EXPECT_TRUE((*ex)->Run(0, 0).ok());
-  std::vector<Tensor> out;
-  for (const std::string& name : outputs) out.push_back(*(*ex)->Fetch(name));
-  return out;
+  absl::StatusOr<std::vector<Tensor>> out = testing::RunOnce(g, testing::CpuBackend(), Feeds(), outputs);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *out : std::vector<Tensor>();
 }
 
-// Adds loss = sum(y * r) (r a fixed random tensor) and its gradients for x and w; returns
-// {loss, dx, dw} names.
+// loss = sum(y * r) and its gradients for x and w: {loss, dx, dw} names.
 std::vector<std::string> AddLossAndGradients(Graph& g) {
-  GraphBuilder b(&g);
-  Value* r = g.AddConstant("r", testing::RandomTensor(DType::kF32, kShape, 9));
-  AttrMap keep;
-  keep.Set("keepdims", int64_t{0});
-  Value* loss = b.Op("ReduceSum", {b.Mul(g.outputs()[0], r)}, std::move(keep));
-  EXPECT_TRUE(b.status().ok()) << b.status();
-  auto grads = BuildGradients(g, loss, {g.FindValue("x"), g.FindValue("w")});
-  EXPECT_TRUE(grads.ok()) << grads.status();
-  g.SetOutputs({loss, (*grads)[0], (*grads)[1]});
-  return {loss->name, (*grads)[0]->name, (*grads)[1]->name};
+  absl::StatusOr<std::vector<std::string>> names = testing::AddLossAndGradients(g, {"x", "w"});
+  EXPECT_TRUE(names.ok()) << names.status();
+  return names.ok() ? *names : std::vector<std::string>();
 }
 
 struct Spelling {
@@ -129,8 +110,8 @@ TEST(FuseRmsNormTest, EverySpellingBecomesOneRmsNormWithTheChainsValuesAndGradie
     absl::StatusOr<bool> changed = FuseRmsNormPass(caps, &result).Run(*after);
     ASSERT_TRUE(changed.ok()) << changed.status();
     EXPECT_TRUE(*changed);
-    EXPECT_EQ(CountOps(*after, "RmsNorm"), 1);
-    for (const char* op : {"Pow", "ReduceMean", "Sqrt", "Reciprocal", "Div"}) EXPECT_EQ(CountOps(*after, op), 0) << op;
+    EXPECT_EQ(testing::CountOps(*after, "RmsNorm"), 1);
+    for (const char* op : {"Pow", "ReduceMean", "Sqrt", "Reciprocal", "Div"}) EXPECT_EQ(testing::CountOps(*after, op), 0) << op;
     ASSERT_EQ(result.fused.size(), 1u);
     EXPECT_EQ(result.fused[0].scaled, s.scaled);
     EXPECT_EQ(result.fused[0].chain_nodes, s.chain_nodes);
@@ -140,7 +121,7 @@ TEST(FuseRmsNormTest, EverySpellingBecomesOneRmsNormWithTheChainsValuesAndGradie
 
     const std::vector<std::string> names_before = AddLossAndGradients(*before);
     const std::vector<std::string> names_after = AddLossAndGradients(*after);
-    EXPECT_EQ(CountOps(*after, "RmsNormGrad"), 1);
+    EXPECT_EQ(testing::CountOps(*after, "RmsNormGrad"), 1);
     const std::vector<Tensor> want = RunCpu(*before, names_before), got = RunCpu(*after, names_after);
     for (size_t i = 0; i < want.size(); ++i) {
       EXPECT_LT(testing::RelativeError(got[i], want[i]), 1e-5) << names_after[i];
@@ -186,7 +167,7 @@ TEST(FuseRmsNormTest, ChainsThatAreNotAnRmsNormOverTrailingAxesStay) {
     absl::StatusOr<bool> changed = FuseRmsNormPass(caps, &result).Run(*g);
     ASSERT_TRUE(changed.ok()) << changed.status();
     EXPECT_FALSE(*changed) << what;
-    EXPECT_EQ(CountOps(*g, "RmsNorm"), 0) << what;
+    EXPECT_EQ(testing::CountOps(*g, "RmsNorm"), 0) << what;
   }
 }
 
@@ -202,7 +183,7 @@ TEST(FuseRmsNormTest, ABackendWithoutTheKernelsKeepsTheChain) {
   absl::StatusOr<bool> changed = FuseRmsNormPass(caps, &result).Run(*g);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
-  EXPECT_EQ(CountOps(*g, "ReduceMean"), 1);
+  EXPECT_EQ(testing::CountOps(*g, "ReduceMean"), 1);
 }
 
 }  // namespace

@@ -30,12 +30,6 @@ std::unique_ptr<Graph> Build(const Chain& chain) {
   return g;
 }
 
-int CountOps(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op == op;
-  return n;
-}
-
 Tensor RunCpu(const Graph& g, const std::string& output, const Tensor& x) {
   auto ex = testing::ExecutorFor(g, testing::CpuBackend());
   EXPECT_TRUE(ex.ok()) << ex.status();
@@ -82,8 +76,8 @@ TEST(FuseSiluTest, BothOperandOrdersBecomeOneSiluWithTheSameValuesAndGradient) {
       g.SetOutputs({loss, (*grads)[0]});
       grad_name[k] = (*grads)[0]->name;
     }
-    EXPECT_EQ(CountOps(*after, "SiluGrad"), 1);
-    EXPECT_EQ(CountOps(*after, "SigmoidGrad"), 0);
+    EXPECT_EQ(testing::CountOps(*after, "SiluGrad"), 1);
+    EXPECT_EQ(testing::CountOps(*after, "SigmoidGrad"), 0);
     EXPECT_LT(testing::RelativeError(RunCpu(*after, grad_name[1], x), RunCpu(*before, grad_name[0], x)), 1e-6);
   }
 }
@@ -107,7 +101,7 @@ TEST(FuseSiluTest, OtherGatesAndSharedSigmoidsStay) {
     FuseSiluResult result;
     absl::StatusOr<bool> changed = FuseSiluPass(&result).Run(*g);
     ASSERT_TRUE(changed.ok()) << changed.status();
-    EXPECT_EQ(CountOps(*g, "Silu"), i == 2 ? 1 : 0) << "chain " << i;
+    EXPECT_EQ(testing::CountOps(*g, "Silu"), i == 2 ? 1 : 0) << "chain " << i;
     if (i < 2) EXPECT_FALSE(*changed) << "chain " << i;
   }
 }

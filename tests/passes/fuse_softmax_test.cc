@@ -63,12 +63,6 @@ Tensor RunOnCpu(const Graph& g, const Tensor& scores, const Tensor& mask) {
   return *(*ex)->Fetch(g.outputs()[0]->name);
 }
 
-int CountOps(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op == op;
-  return n;
-}
-
 // Runs the pass with the CPU's capabilities; expects one MaskedSoftmax (masked or not,
 // with `scale`) in place of Softmax, Where and Mul/Div, and equal values, NaN rows equal.
 void ExpectFused(const Chain& chain, bool masked, double scale, const Tensor& mask = Causal(false),
@@ -80,8 +74,8 @@ void ExpectFused(const Chain& chain, bool masked, double scale, const Tensor& ma
   absl::StatusOr<bool> changed = FuseSoftmaxPass(caps, &result).Run(*after);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
-  EXPECT_EQ(CountOps(*after, "MaskedSoftmax"), 1);
-  for (const char* op : {"Softmax", "Where", "Mul", "Div"}) EXPECT_EQ(CountOps(*after, op), 0) << op;
+  EXPECT_EQ(testing::CountOps(*after, "MaskedSoftmax"), 1);
+  for (const char* op : {"Softmax", "Where", "Mul", "Div"}) EXPECT_EQ(testing::CountOps(*after, op), 0) << op;
   const Node* fused = after->outputs()[0]->producer;
   ASSERT_EQ(fused->op, "MaskedSoftmax");
   EXPECT_EQ(fused->inputs[0]->name, "scores");
@@ -119,7 +113,7 @@ void ExpectUnchanged(const Chain& chain, const Capabilities* caps = nullptr) {
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
   EXPECT_EQ(g->nodes().size(), nodes);
-  EXPECT_EQ(CountOps(*g, "MaskedSoftmax"), 0);
+  EXPECT_EQ(testing::CountOps(*g, "MaskedSoftmax"), 0);
   EXPECT_TRUE(result.fused.empty());
 }
 
