@@ -40,7 +40,15 @@ Options (CPU):
     --steps S / --warmup W           timed steps (default 20) after W warm-up steps (default 3)
     --threads T                      threads for both (default: os.cpu_count(), which is what mpc's
                                      OpenMP uses by default)
-    --torch-blas onednn,system       PyTorch variants, see "PyTorch's BLAS" below
+    --torch-blas V1,V2,...           comparison variants (default all; --quick: onednn): onednn, system
+                                     (Debian's PyTorch 1.13 on the oneDNN sgemm shim / as installed, see
+                                     "PyTorch's BLAS" below), torch2, torch2-compile (PyTorch 2.x from
+                                     --torch2-python, default .venv/bin/python: eager / torch.compile(model),
+                                     default mode, the warm-up absorbing the compile, step 1 recorded), ort
+                                     (ONNX Runtime training, tools/bench/ort_training_worker.py, run by
+                                     --torch2-python with PYTHONPATH=--ort-pythonpath; f32 only). Each row's
+                                     "mpc / fastest torch" is against the fastest PyTorch variant of it
+    --variant-timeout SEC            limit for one torch2/torch2-compile/ort child (default 1800)
     --mpc-timing fifo|diff           how mpc's per-step times are taken, see "Method"
     --batch B                        override every model's batch size
     --machine NAME                   name in the results file (default 'dev')
@@ -134,6 +142,16 @@ BUILD_DIR = BUILD   # where mpc and mpc-train are (--build-dir); scratch output 
 MPC_TRAIN = os.path.join(BUILD, "mpc-train")
 MPC = os.path.join(BUILD, "mpc")
 PY = "/usr/bin/python3"
+# CPU comparison variants (--torch-blas): Debian's PyTorch 1.13 on two BLAS (run by PY), PyTorch 2.x from the
+# development venv (--torch2-python) eager and torch.compile'd, and ONNX Runtime training (ort_training_worker.py).
+TORCH_VARIANTS = ("onednn", "system", "torch2", "torch2-compile")
+CPU_VARIANTS = TORCH_VARIANTS + ("ort",)
+CPU_VARIANT_LABEL = {"onednn": "torch 1.13, oneDNN sgemm (shim)", "system": "torch 1.13, system libblas",
+                     "torch2": "torch 2.x eager", "torch2-compile": "torch 2.x torch.compile",
+                     "ort": "ONNX Runtime training"}
+TORCH2_PY = os.path.join(ROOT, ".venv", "bin", "python")
+ORT_PYTHONPATH = ":".join(os.path.join(ROOT, d, "lib", "python3.11", "site-packages") for d in (".venv-ort", ".venv"))
+ORT_WORKER = os.path.join(HERE, "ort_training_worker.py")
 
 MODELS = {
     "seed_mlp": {
@@ -798,6 +816,8 @@ def torch_worker(cfg_json):
         opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
                                 eps=cfg["eps"], weight_decay=cfg["weight_decay"])
     model.train()
+    if cfg.get("compile"):
+        model = torch.compile(model)   # default mode; the warm-up steps absorb the compilation
     loss_fn = nn.CrossEntropyLoss()
     b = cfg["batch"]
     nb = X.shape[0] // b
@@ -834,6 +854,7 @@ def torch_worker(cfg_json):
         ts.append(time.perf_counter() - t0)
     print(json.dumps({
         "step_times": timed, "median_s": statistics.median(timed), "mean_s": statistics.fmean(timed),
+        "first_step_s": times[0], "compiled": bool(cfg.get("compile")), "python": platform.python_version(),
         "losses": losses, "max_rss": max_rss, "rss_before_model": rss_before,
         "rss_growth": max_rss - rss_before, "blas_libs": blas,
         "torch_matmul_gflops": 2.0 * n ** 3 / statistics.median(ts) / 1e9,
@@ -842,25 +863,83 @@ def torch_worker(cfg_json):
     }), flush=True)
 
 
-def bench_torch(name, cfg, assets, batch, warmup, steps, threads, variant, shim, precision):
+def last_json_line(text):
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    return None
+
+
+def error_line(stderr):
+    """The last informative line of a failed worker's stderr (the exception), for the row."""
+    lines = [l.strip() for l in stderr.strip().splitlines() if l.strip()]
+    for l in reversed(lines):
+        if not l.startswith(("File ", "^", "~")) and "Warning" not in l:
+            return l[:240]
+    return (lines[-1] if lines else "no output")[:240]
+
+
+def bench_torch(name, cfg, assets, batch, warmup, steps, threads, variant, shim, precision,
+                torch2_python=TORCH2_PY, timeout=None):
+    """One PyTorch measurement in a child process. torch 1.13 variants fail loudly; the torch 2.x ones
+    (another interpreter, torch.compile) return {"error": ...} for the row instead."""
     onnx_path, feats, labels = assets
     wcfg = dict(cfg, onnx=onnx_path, features=feats, labels=labels, batch=batch, warmup=warmup, steps=steps,
-                threads=threads, precision=precision)
+                threads=threads, precision=precision, compile=variant == "torch2-compile")
     wcfg.pop("describe", None)
+    wcfg.pop("_macs", None)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     env.pop("LD_PRELOAD", None)
+    env.pop("PYTHONPATH", None)
     if variant == "onednn":
         env["LD_PRELOAD"] = shim
+    python = torch2_python if variant.startswith("torch2") else PY
     probe = LoadProbe()
-    out = subprocess.run([PY, os.path.abspath(__file__), "--_torch-worker", json.dumps(wcfg)],
-                         capture_output=True, text=True, env=env)
+    try:
+        out = subprocess.run([python, os.path.abspath(__file__), "--_torch-worker", json.dumps(wcfg)],
+                             capture_output=True, text=True, env=env, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        if not variant.startswith("torch2"):
+            raise
+        return {"error": first_line(e), "load": probe.finish(), "interpreter": python}
     load = probe.finish()
     if out.returncode != 0:
+        if variant.startswith("torch2"):
+            return {"error": error_line(out.stderr), "load": load, "interpreter": python}
         raise RuntimeError(f"torch worker failed:\n{out.stderr[-3000:]}")
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = last_json_line(out.stdout)
     res["load"] = load
+    res["interpreter"] = python
     if variant == "onednn" and not any("dnnl_sgemm_shim" in l for l in res["blas_libs"]):
         raise RuntimeError("the sgemm shim was not loaded into the torch worker")
+    return res
+
+
+def bench_ort(name, cfg, assets, batch, warmup, steps, threads, precision, python=TORCH2_PY,
+              pythonpath=ORT_PYTHONPATH, timeout=None):
+    """ONNX Runtime training on the ONNX file the mpc row trains (tools/bench/ort_training_worker.py, a child
+    process). f32 only: ORT training has no CPU autocast. Returns {"error": ...} when ORT cannot train it."""
+    onnx_path, feats, labels = assets
+    wcfg = {k: v for k, v in cfg.items() if k not in ("describe", "_macs")}
+    wcfg.update(onnx=onnx_path, features=feats, labels=labels, batch=batch, warmup=warmup, steps=steps,
+                threads=threads, precision=precision)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=pythonpath)
+    env.pop("LD_PRELOAD", None)
+    probe = LoadProbe()
+    try:
+        out = subprocess.run([python, ORT_WORKER, json.dumps(wcfg)], capture_output=True, text=True, env=env,
+                             timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"error": first_line(e), "load": probe.finish()}
+    load = probe.finish()
+    res = last_json_line(out.stdout)
+    if res is None:
+        res = {"error": f"worker exited {out.returncode}: {error_line(out.stderr)}"}
+    res["load"] = load
+    res["interpreter"] = f"PYTHONPATH={pythonpath} {python}"
     return res
 
 
@@ -877,6 +956,18 @@ def middle_run(runs):
     mid["repeat_medians"] = [r["median_s"] for r in runs]
     mid["noisy_runs"] = sum(1 for r in runs if r["load"]["other_cpu_pct"] > 10)
     return mid
+
+
+def variant_result(runs):
+    """middle_run over a variant's successful runs; its first error when none succeeded."""
+    ok = [r for r in runs if "error" not in r]
+    return middle_run(ok) if ok else dict(runs[0], repeat_medians=[], noisy_runs=0)
+
+
+def fastest_torch(row):
+    """(variant, result) of the fastest successful PyTorch variant of a row (ORT is not PyTorch), or None."""
+    ok = [(v, t) for v, t in row.get("torch", {}).items() if v in TORCH_VARIANTS and "error" not in t]
+    return min(ok, key=lambda vt: vt[1]["median_s"]) if ok else None
 
 
 def mib(x):
@@ -2465,7 +2556,20 @@ def main():
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--quick", action="store_true", help="few steps (smoke test); results under build/bench/")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--torch-blas", default=None, help="comma list of onednn, system (default both; --quick: onednn)")
+    ap.add_argument("--torch-blas", default=None,
+                    help="comparison variants (PyTorch variants and ORT), comma list of onednn, system (PyTorch 1.13 "
+                         "on the oneDNN sgemm shim / as installed), torch2, torch2-compile (PyTorch 2.x from "
+                         "--torch2-python, eager / torch.compile), ort (ONNX Runtime training, f32 only); 'all' for "
+                         "every one (default: all; --quick: onednn)")
+    ap.add_argument("--torch2-python", default=TORCH2_PY,
+                    help="interpreter with PyTorch 2.x for the torch2 variants and ORT (default .venv/bin/python "
+                         "under the repository root)")
+    ap.add_argument("--ort-pythonpath", default=ORT_PYTHONPATH,
+                    help="PYTHONPATH that makes onnxruntime.training importable for the ort variant (default "
+                         ".venv-ort's then .venv's site-packages)")
+    ap.add_argument("--variant-timeout", type=float, default=1800,
+                    help="seconds allowed to one torch2 / torch2-compile / ort child (default 1800); past it the "
+                         "row says so")
     ap.add_argument("--mpc-timing", choices=["fifo", "diff"], default="fifo")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--machine", default=None, help="name in the results file (default dev; --device cuda: from "
@@ -2545,10 +2649,12 @@ def main():
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
     if warmup < 1 or steps < 1:
         ap.error("--warmup and --steps must be >= 1 (step times are gaps between records)")
-    variants = (args.torch_blas or ("onednn" if args.quick else "onednn,system")).split(",")
+    variants = (args.torch_blas or ("onednn" if args.quick else "all")).split(",")
+    if variants == ["all"]:
+        variants = list(CPU_VARIANTS)
     for v in variants:
-        if v not in ("onednn", "system"):
-            ap.error(f"unknown --torch-blas variant {v!r}")
+        if v not in CPU_VARIANTS:
+            ap.error(f"unknown --torch-blas variant {v!r} (have {', '.join(CPU_VARIANTS)}, all)")
     models = args.models.split(",")
     for m in models:
         if m not in MODELS:
@@ -2628,13 +2734,26 @@ def main():
                 for v in variants:
                     if v == "system" and rep_i > 0:
                         continue  # once is enough for the slow as-installed variant
-                    log(f"{name} {precision}: torch, {v} BLAS")
+                    if v == "ort" and precision != "f32":
+                        continue  # ORT training has no CPU autocast; the table says "not applicable"
+                    if any("error" in x for x in row["torch_runs"].get(v, [])):
+                        continue  # it failed once; it fails again
+                    log(f"{name} {precision}: {CPU_VARIANT_LABEL[v]}")
                     w, n = (1, args.system_blas_steps) if v == "system" else (mw, ms)
-                    res = measured(f"{name} {precision} torch[{v}]", lambda: bench_torch(
-                        name, cfg, assets, batch, w, n, args.threads, v, shim, precision))
+                    if v == "ort":
+                        fn = lambda: bench_ort(name, cfg, assets, batch, w, n, args.threads, precision,
+                                               args.torch2_python, args.ort_pythonpath, args.variant_timeout)
+                    else:
+                        fn = lambda: bench_torch(name, cfg, assets, batch, w, n, args.threads, v, shim, precision,
+                                                 args.torch2_python,
+                                                 args.variant_timeout if v.startswith("torch2") else None)
+                    res = measured(f"{name} {precision} {v}", fn)
                     res.update(warmup=w, steps=n)
                     row["torch_runs"].setdefault(v, []).append(res)
-                    log(f"  torch[{v}] {fmt_ms(res['median_s'])} ms/step")
+                    if "error" in res:
+                        log(f"  {v} failed: {res['error']}")
+                    else:
+                        log(f"  {v} {fmt_ms(res['median_s'])} ms/step (step 1: {fmt_ms(res['first_step_s'])} ms)")
                 if not args.no_profile and rep_i == 0:
                     log(f"{name} {precision}: mpc-train --profile")
                     profiles[(name, precision)] = mpc_profile(
@@ -2642,7 +2761,7 @@ def main():
     for row in results:
         if not row.get("unsupported"):
             row["mpc"] = middle_run(row["mpc_runs"])
-            row["torch"] = {v: middle_run(runs) for v, runs in row["torch_runs"].items()}
+            row["torch"] = {v: variant_result(runs) for v, runs in row["torch_runs"].items()}
     log("measuring the oneDNN matmul rate again")
     rate_after = measured("matmul rate", lambda: dnnl_matmul_rate(probe_bin, args.threads))
     bw_after = measured("memory bandwidth", lambda: memory_bandwidth(args.threads))
@@ -2661,10 +2780,10 @@ def main():
         return needed / ((rates[row["precision"]] or rate) * 1e9) + (opt_bytes / (bandwidth * 1e9) if bandwidth else 0)
 
     # ------------------------------------------------------------------ table
-    head = ("| model | precision | torch BLAS | mpc ms/step | torch ms/step | mpc/torch | mpc ex/s | torch ex/s "
-            "| mpc GFLOP/s | torch GFLOP/s | mpc % of rate | torch % of rate | floor ms | mpc/floor "
+    head = ("| model | precision | compared with | mpc ms/step | its ms/step | mpc/it | mpc / fastest torch "
+            "| mpc ex/s | its ex/s | mpc GFLOP/s | its GFLOP/s | mpc % of rate | its % of rate | floor ms | mpc/floor "
             "| mpc memory (plan; peak RSS) "
-            "| torch memory (RSS growth; peak RSS) |")
+            "| its memory (RSS growth; peak RSS) |")
     ncols = head.count("|") - 1
     lines = [head, "|" + "---|" * ncols]
     for row in results:
@@ -2679,19 +2798,34 @@ def main():
         prate = rates[row["precision"]] or rate
         plan = m["arena_bytes"] + m["outside_arena_bytes"]
         mpc_mem = f"{mib(plan)} MiB ({mib(m['arena_bytes'])} arena + {mib(m['outside_arena_bytes'])} other); {mib(m['max_rss'])} MiB"
-        for v, t in row["torch"].items():
-            tgf = needed / t["median_s"] / 1e9
-            cells = [row["model"], row["precision"], "oneDNN sgemm (shim)" if v == "onednn" else "system libblas",
-                     fmt_ms(m["median_s"]), fmt_ms(t["median_s"]), f"{m['median_s'] / t['median_s']:.2f}",
-                     f"{row['batch'] / m['median_s']:.0f}", f"{row['batch'] / t['median_s']:.0f}",
-                     f"{mpc_gf:.1f}", f"{tgf:.1f}", f"{100 * mpc_gf / prate:.0f}%", f"{100 * tgf / prate:.0f}%",
-                     fmt_ms(floor_s(row)), f"{m['median_s'] / floor_s(row):.2f}", mpc_mem, f"{mib(t['rss_growth'])} MiB; {mib(t['max_rss'])} MiB"]
+        fast = fastest_torch(row)
+        vs_fast = f"{m['median_s'] / fast[1]['median_s']:.2f} ({CPU_VARIANT_LABEL[fast[0]]})" if fast else "—"
+        shown = [v for v in variants if v in row["torch"] or (v == "ort" and row["precision"] != "f32")]
+        for v in shown:
+            label = CPU_VARIANT_LABEL[v]
+            t = row["torch"].get(v)
+            if t is None:   # ort at bf16
+                cells = [row["model"], row["precision"], label, fmt_ms(m["median_s"]),
+                         "not applicable: ORT training has no bf16 autocast on the CPU", "—", vs_fast] + \
+                        ["—"] * (ncols - 7)
+            elif "error" in t:
+                cells = [row["model"], row["precision"], label, fmt_ms(m["median_s"]),
+                         "fails: " + t["error"].replace("|", "\\|"), "—", vs_fast] + ["—"] * (ncols - 7)
+            else:
+                tgf = needed / t["median_s"] / 1e9
+                cells = [row["model"], row["precision"], label,
+                         fmt_ms(m["median_s"]), fmt_ms(t["median_s"]), f"{m['median_s'] / t['median_s']:.2f}", vs_fast,
+                         f"{row['batch'] / m['median_s']:.0f}", f"{row['batch'] / t['median_s']:.0f}",
+                         f"{mpc_gf:.1f}", f"{tgf:.1f}", f"{100 * mpc_gf / prate:.0f}%", f"{100 * tgf / prate:.0f}%",
+                         fmt_ms(floor_s(row)), f"{m['median_s'] / floor_s(row):.2f}", mpc_mem,
+                         f"{mib(t['rss_growth'])} MiB; {mib(t['max_rss'])} MiB"]
             lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     print(table)
 
     # ------------------------------------------------------------------ results file
-    any_torch = next((t for r in results for t in r.get("torch", {}).values()), None)
+    any_torch = next((t for r in results for v, t in r.get("torch", {}).items()
+                      if v in ("onednn", "system") and "error" not in t), None)
     commit = run_text(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
     dirty = run_text(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])
     mtime = datetime.datetime.fromtimestamp(os.path.getmtime(MPC_TRAIN)).astimezone()
@@ -2703,14 +2837,16 @@ def main():
     except OSError:
         pass
     noisy = [(f"{r['model']} {r['precision']}", k, x["load"]) for r in results if not r.get("unsupported")
-             for k, runs in [("mpc", r["mpc_runs"])] + [(f"torch[{v}]", rs) for v, rs in r["torch_runs"].items()]
+             for k, runs in [("mpc", r["mpc_runs"])] + [(f"{v}", rs) for v, rs in r["torch_runs"].items()]
              for x in runs if x["load"]["other_cpu_pct"] > 10]
     noisy += [("matmul rate", k, x["load"]) for k, x in (("before", rate_before), ("after", rate_after))
               if x["load"]["other_cpu_pct"] > 10]
     md = []
     md.append(f"# mpc vs PyTorch, CPU, {', '.join(models)} — {start_time:%Y-%m-%d %H:%M %Z}\n")
     md.append(table + "\n")
-    md.append("Lower mpc/torch is better for mpc. GFLOP/s counts the matmul work one step needs (see Method); "
+    md.append("Lower is better for mpc. One row per comparison variant; *mpc/it* is against that row's variant, "
+              "*mpc / fastest torch* against the fastest PyTorch variant (1.13 or 2.x, eager or compiled; ORT "
+              "excluded) of that model and precision, named in the cell. GFLOP/s counts the matmul work one step needs (see Method); "
               "% of rate is against the oneDNN matmul rate of the row's precision measured in this run "
               f"(f32: {rates['f32']:.0f} GFLOP/s; bf16 inputs, f32 accumulation: {rates['bf16']:.0f} GFLOP/s). "
               "mpc memory: the compiler's plan (activation arena + parameters/optimizer state/inputs outside it) "
@@ -2728,13 +2864,35 @@ def main():
               f"`{os.path.relpath(MPC_TRAIN, ROOT)}` built {mtime:%Y-%m-%d %H:%M} ({build_type}), oneDNN "
               f"{rate_before.get('onednn')}")
     if any_torch:
-        md.append(f"- torch {any_torch['torch']}, numpy {any_torch['numpy']}, onnx {any_torch['onnx']}, "
-                  f"Python {platform.python_version()}; AdamW foreach={any_torch['foreach']}")
-        for r in results:
-            for v, t in r.get("torch", {}).items():
+        md.append(f"- torch 1.13 variants: torch {any_torch['torch']}, numpy {any_torch['numpy']}, onnx "
+                  f"{any_torch['onnx']}, Python {platform.python_version()} (`{PY}`); AdamW foreach={any_torch['foreach']}")
+    seen_v = set()
+    for r in results:
+        for v, t in r.get("torch", {}).items():
+            if v in seen_v or "error" in t or v in ("onednn", "system"):
+                continue
+            seen_v.add(v)
+            if v == "ort":
+                md.append(f"- {CPU_VARIANT_LABEL[v]}: onnxruntime(-training) {t.get('onnxruntime')}, numpy "
+                          f"{t.get('numpy')}, onnx {t.get('onnx')}, Python {t.get('python')} (`{t['interpreter']}`), "
+                          f"CPU execution provider, {t.get('threads')} intra-op threads")
+            else:
+                md.append(f"- {CPU_VARIANT_LABEL[v]}: torch {t['torch']}, numpy {t['numpy']}, onnx {t['onnx']}, "
+                          f"Python {t.get('python')} (`{t['interpreter']}`); AdamW foreach={t['foreach']}")
+    for r in results:
+        for v, t in r.get("torch", {}).items():
+            if "error" in t:
+                md.append(f"- {CPU_VARIANT_LABEL[v]} ({r['model']}, {r['precision']}): fails: `{t['error']}`")
+            elif v == "ort":
+                md.append(f"- ORT worker ({r['model']}, {r['precision']}): {t['optimizer']}; "
+                          f"{t['trained_initializers']} trained initializers, {t['frozen_initializers']} frozen; "
+                          f"step 1 (session warm-up included) {fmt_ms(t['first_step_s'])} ms")
+            else:
                 md.append(f"- torch worker [{v}] ({r['model']}, {r['precision']}): BLAS-related libraries mapped: "
-                          f"{', '.join(t['blas_libs'])}; torch's own 2048³ f32 matmul: "
-                          f"{t['torch_matmul_gflops']:.1f} GFLOP/s; torch threads {t['threads']}")
+                          f"{', '.join(t['blas_libs']) or 'none (linked into libtorch)'}; torch's own 2048³ f32 "
+                          f"matmul: {t['torch_matmul_gflops']:.1f} GFLOP/s; torch threads {t['threads']}"
+                          + (f"; step 1 {fmt_ms(t['first_step_s'])} ms" if "first_step_s" in t else "")
+                          + (" (torch.compile's compilation included)" if t.get("compiled") else ""))
     md.append(f"- oneDNN matmul rate (2048³, median of 10, {args.threads} threads): f32 "
               f"{rate_before['f32'].get('median_gflops')} GFLOP/s before, {rate_after['f32'].get('median_gflops')} after "
               f"(`{rate_before['f32'].get('impl')}`); bf16 inputs/f32 out {rate_before['bf16'].get('median_gflops')} "
@@ -2747,13 +2905,17 @@ def main():
     md.append(f"- command: `{command}`\n")
 
     md.append("## Per-run details\n")
-    md.append("| model | precision | run | warm-up + timed steps | median ms | mean ms | min–max ms | loss step 1 | last loss (step) "
-              "| other processes' CPU share | load 1-min start→end | attempts |")
-    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    md.append("| model | precision | run | warm-up + timed steps | median ms | mean ms | min–max ms | step 1 ms "
+              "| loss step 1 | last loss (step) | other processes' CPU share | load 1-min start→end | attempts |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         if r.get("unsupported"):
             continue
-        for k, x in [("mpc", r["mpc"])] + [(f"torch [{v}]", t) for v, t in r["torch"].items()]:
+        for k, x in [("mpc", r["mpc"])] + [(CPU_VARIANT_LABEL[v], t) for v, t in r["torch"].items()]:
+            if "error" in x:
+                md.append(f"| {r['model']} | {r['precision']} | {k} | fails: {x['error'][:160].replace('|', '/')} "
+                          "| — | — | — | — | — | — | — | — | — |")
+                continue
             st = x["step_times"]
             w, n = x.get("warmup", r["warmup"]), x.get("steps", r["steps"])
             if x.get("merged_reads"):
@@ -2763,11 +2925,24 @@ def main():
                 med += " (runs: " + " / ".join(fmt_ms(m) for m in x["repeat_medians"]) + ")"
             md.append(f"| {r['model']} | {r['precision']} | {k} | {w} + {n} | {med} | {fmt_ms(x['mean_s'])} | "
                       f"{fmt_ms(min(st))}–{fmt_ms(max(st))} | "
+                      f"{fmt_ms(x['first_step_s']) if x.get('first_step_s') is not None else '—'} | "
                       f"{x['losses'][0]:.6f} | {x['losses'][-1]:.6f} ({len(x['losses'])}) | {x['load']['other_cpu_pct']}% | "
                       f"{x['load']['load_start']}→{x['load']['load_end']} | {x['attempts']} |")
     for label, x in (("before", rate_before), ("after", rate_after)):
-        md.append(f"| — | — | oneDNN matmul rate ({label}) | 2 + 10 | — | — | — | — | — | {x['load']['other_cpu_pct']}% | "
+        md.append(f"| — | — | oneDNN matmul rate ({label}) | 2 + 10 | — | — | — | — | — | — | {x['load']['other_cpu_pct']}% | "
                   f"{x['load']['load_start']}→{x['load']['load_end']} | {x['attempts']} |")
+    md.append("")
+    md.append("### Losses of the first steps\n")
+    md.append("| model | precision | run | step 1 | step 2 | step 3 | step 4 | step 5 |")
+    md.append("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        if r.get("unsupported"):
+            continue
+        for k, x in [("mpc", r["mpc"])] + [(CPU_VARIANT_LABEL[v], t) for v, t in r["torch"].items()]:
+            if "error" in x:
+                continue
+            ls = [f"{l:.6f}" for l in x["losses"][:5]] + ["—"] * max(0, 5 - len(x["losses"]))
+            md.append(f"| {r['model']} | {r['precision']} | {k} | " + " | ".join(ls) + " |")
     md.append("")
     md.append("Same weights (the ONNX initializers), same batches in the same order and the same optimizer, so "
               "the step-1 losses agree to float precision and the losses track each other to about 3 decimals for "
@@ -2818,6 +2993,21 @@ def main():
               f"used meanwhile; a measurement where that exceeded 10% is repeated (up to {args.retry_noisy} more "
               "times, after waiting for a 5-second window with the CPUs under 15% busy); the quietest attempt is "
               "kept and flagged if it stays noisy.")
+    md.append("- torch 2.x variants (`torch2`, `torch2-compile`): the same worker, run by --torch2-python (the "
+              "development venv's PyTorch 2.x, its own bundled BLAS/oneDNN, no shim), same weights (checked against "
+              "the ONNX initializers as above), batches, optimizer and bf16 autocast. `torch2-compile` wraps the "
+              "module in torch.compile (default mode, inductor's C++ code on the CPU; the optimizer step stays "
+              "eager); the warm-up steps absorb the compilation, and step 1's time (the compile) is listed under "
+              "Machine and versions.")
+    md.append("- ONNX Runtime training (`ort`, f32 only): tools/bench/ort_training_worker.py in a child process. "
+              "onnxruntime.training.artifacts.generate_artifacts on the ONNX file mpc trains (requires_grad: every "
+              "finite float initializer except BatchNorm running statistics; loss CrossEntropyLoss on the logits, "
+              "reshaped to [N·T, V] for per-position labels; AdamW with the row's betas, eps and weight decay in "
+              "ORT's adam_mode 1, or ORT's SGD, which has neither momentum nor weight decay), then "
+              "onnxruntime.training.api Module/Optimizer on the CPU execution provider with --threads intra-op "
+              "threads, the same batches; each step (batch copy, forward+backward, optimizer step, lazy_reset_grad, "
+              "the loss as a float) timed; warm-up dropped; median. Where ORT cannot train the model, the row gives "
+              "the first line of its error. bf16: not applicable (ORT training has no CPU autocast).")
     md.append("- torch BLAS variants: `system libblas` is torch as installed (Debian's torch is built with "
               "BLAS_INFO=generic and calls libblas.so.3; here that is whichever BLAS the alternatives select — see "
               "the mapped libraries above). `oneDNN sgemm (shim)` LD_PRELOADs tools/bench/dnnl_sgemm_shim.c, which "
