@@ -376,6 +376,17 @@ def _read_idx(path):
 
 # --------------------------------------------------------------------------- training
 
+def backward_and_step(loss, opt, scaler):
+    """loss.backward() and the optimizer step, through the fp16 GradScaler when there is one."""
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        opt.step()
+
+
 def set_tf32(torch, on):
     """Turns TF32 matmuls and cuDNN convolutions on or off with whichever API this torch has; returns what was set.
     (cuDNN's convolutions default to TF32 in PyTorch, unlike its matmuls: an f32 CNN row must turn both off.)"""
@@ -577,13 +588,7 @@ def train(cfg):
             xb = xb.contiguous(memory_format=torch.channels_last)
         opt.zero_grad(set_to_none=True)
         loss = step_fn(xb, yb)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
+        backward_and_step(loss, opt, scaler)
         if cuda:
             events[step][1].record()
         losses.append(loss.item())
@@ -667,13 +672,7 @@ def max_batch(cfg):
                 with torch.autocast(device_type=device, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
                     out = model(x)
                     loss = loss_fn(out.float().reshape(-1, out.shape[-1]), y.reshape(-1))
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                    scaler.step(opt)
-                    scaler.update()
-                else:
-                    loss.backward()
-                    opt.step()
+                backward_and_step(loss, opt, scaler)
                 loss.item()
                 ts.append(time.perf_counter() - t0)
             trial.update(ok=True, median_s=statistics.median(ts[1:]))
