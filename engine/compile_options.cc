@@ -25,7 +25,24 @@ Fp8Options Fp8(const TrainSpec& spec) {
   const Fp8Spec& f = spec.fp8();
   Fp8Options o;
   o.enabled = spec.precision().compute() == PrecisionSpec::FP8;
-  o.e4m3_gradients = f.format() == Fp8Spec::E4M3;
+  switch (f.recipe()) {
+    case Fp8Spec::CURRENT:
+      o.recipe = Fp8Recipe::kCurrent;
+      break;
+    case Fp8Spec::ROWWISE:
+      o.recipe = Fp8Recipe::kRowwise;
+      break;
+    case Fp8Spec::BLOCK:
+      o.recipe = Fp8Recipe::kBlock;
+      break;
+    case Fp8Spec::DELAYED:
+      o.recipe = Fp8Recipe::kDelayed;
+      break;
+  }
+  o.power_of_two_scales = f.power_of_two_scales();
+  // The block recipe is E4M3 everywhere (DeepSeek-V3, TE's Float8BlockScaling) unless the
+  // spec names a format.
+  o.e4m3_gradients = f.has_format() ? f.format() == Fp8Spec::E4M3 : o.recipe == Fp8Recipe::kBlock;
   o.margin = f.margin();
   o.amax_history_len = f.amax_history_len();
   o.most_recent = f.amax_compute_algo() == Fp8Spec::MOST_RECENT;

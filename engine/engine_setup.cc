@@ -61,9 +61,16 @@ CheckpointIdentity Identity(const Program& program, const TrainSpec& spec) {
   bool dynamic = false;
   for (const auto& node : program.graph->nodes()) dynamic = dynamic || node->op == "UpdateLossScale";
   const LossScalingResult& scaling = program.results.loss_scaling;
-  const std::string precision =
+  std::string precision =
       absl::StrCat("precision ", absl::AsciiStrToLower(PrecisionSpec::Compute_Name(spec.precision().compute())),
                    ", loss scaling ", scaling.loss_scale ? (dynamic ? "dynamic" : "static") : "off");
+  // Another FP8 recipe is another precision: a resume says what it carried and reset. The
+  // delayed recipe (the only one before recipes existed) adds nothing, so its checkpoints
+  // keep their identity.
+  if (spec.precision().compute() == PrecisionSpec::FP8 && spec.fp8().recipe() != Fp8Spec::DELAYED) {
+    absl::StrAppend(&precision, ", fp8 recipe ", absl::AsciiStrToLower(Fp8Spec::Recipe_Name(spec.fp8().recipe())),
+                    spec.fp8().power_of_two_scales() ? " (power-of-two scales)" : "");
+  }
   std::vector<const Value*> persistent;
   for (const auto& v : program.graph->values()) {
     if (v->persistent()) persistent.push_back(v.get());
@@ -130,7 +137,8 @@ absl::Status Engine::Impl::ResolveSpec(const EngineOptions& opts) {
   options = opts;
   MPC_ASSIGN_OR_RETURN(spec, ReadSpec(options));
   MPC_RETURN_IF_ERROR(ApplySpecOverrides({options.precision, options.loss_scaling, options.pad_multiple,
-                                          options.check_numerics, options.tensor_stats_every_n_steps},
+                                          options.check_numerics, options.tensor_stats_every_n_steps,
+                                          options.fp8_recipe},
                                          &spec));
   // A spec file's relative paths are relative to its directory; spec text's to base_dir
   // (empty: the current directory).

@@ -76,6 +76,7 @@ struct EngineOptions {
   bool fused_attention = false;
   std::string precision;               // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16, fp8
   std::string loss_scaling;            // overrides TrainSpec.loss_scaling: off, dynamic, static:S
+  std::string fp8_recipe;              // overrides TrainSpec.fp8.recipe: delayed, current, rowwise, block
   int pad_multiple = 0;                // overrides TrainSpec.padding.multiple when > 0 (1 = off)
   // Overrides TrainSpec.numerics: check every op's outputs and stop at the first non-finite
   // one, naming it (a debugging mode: a host copy of every output); and tensor statistics
@@ -240,7 +241,7 @@ struct OpProfile {
 // two part ways.
 struct ParityOptions {
   EngineOptions engine;   // the spec and its overrides (engine.precision is ignored)
-  std::string precision;  // compared with f32: tf32, bf16, fp16 (f16) or fp8
+  std::string precision;  // compared with f32: tf32, bf16, fp16 (f16) or fp8 (engine.fp8_recipe: its recipe)
   int64_t steps = 0;      // steps of both runs; 0: the spec's whole schedule
   // 1-based steps at which every node output and parameter gradient is compared; empty:
   // the first and the last step.
@@ -278,6 +279,7 @@ struct ParityProbe {
   std::vector<ParityValue> values;
   std::vector<ParityValue> gradients;  // the gradient the optimizer applies, per parameter
   int first_past_tolerance = -1;       // index into values: where the divergence starts (-1: none)
+  int first_gemm_past_tolerance = -1;  // index into values: the first GEMM (Gemm, MatMul) past it
   int64_t not_compared = 0;            // outputs only one program has (casts, fusions)
 };
 

@@ -300,8 +300,12 @@ ParityProbe CompareStep(const Program& f32, const CaptureObserver& ref, const Pr
         continue;
       }
       probe.values.push_back(row(v->name, v, o->second, r->second, ref_name));
-      if (probe.first_past_tolerance < 0 && !(probe.values.back().relative_error <= probe.values.back().tolerance)) {
-        probe.first_past_tolerance = static_cast<int>(probe.values.size()) - 1;
+      const ParityValue& last = probe.values.back();
+      if (!(last.relative_error <= last.tolerance)) {
+        const int index = static_cast<int>(probe.values.size()) - 1;
+        if (probe.first_past_tolerance < 0) probe.first_past_tolerance = index;
+        const bool gemm = last.op == "Gemm" || last.op == "MatMul" || last.op == "Fp8Gemm";
+        if (gemm && probe.first_gemm_past_tolerance < 0) probe.first_gemm_past_tolerance = index;
       }
     }
   }
@@ -393,6 +397,8 @@ absl::StatusOr<ParityReport> Engine::Parity(const ParityOptions& options) {
 
   ParityReport report;
   report.precision = options.precision;
+  // FP8: the recipe the other program compiled with (the spec's, or --fp8-recipe's).
+  if (!b.train_program.results.fp8.recipe.empty()) report.precision += " (" + b.train_program.results.fp8.recipe + ")";
   report.steps = options.steps > 0 ? std::min(options.steps, a.total_steps) : a.total_steps;
   report.planned_peak_bytes_f32 = f32->planned_peak_bytes();
   report.planned_peak_bytes_other = other->planned_peak_bytes();

@@ -244,10 +244,23 @@ absl::Status ParseLossScalingFlag(const std::string& flag, LossScalingSpec* spec
   return absl::OkStatus();
 }
 
+absl::StatusOr<Fp8Spec::Recipe> ParseFp8Recipe(const std::string& name) {
+  Fp8Spec::Recipe recipe;
+  if (!Fp8Spec::Recipe_Parse(absl::AsciiStrToUpper(name), &recipe)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fp8-recipe '", name, "': expected delayed, current, rowwise or block"));
+  }
+  return recipe;
+}
+
 absl::Status ApplySpecOverrides(const SpecOverrides& o, TrainSpec* spec) {
   if (!o.precision.empty()) {
     MPC_ASSIGN_OR_RETURN(PrecisionSpec::Compute compute, ParsePrecision(o.precision));
     spec->mutable_precision()->set_compute(compute);
+  }
+  if (!o.fp8_recipe.empty()) {
+    MPC_ASSIGN_OR_RETURN(Fp8Spec::Recipe recipe, ParseFp8Recipe(o.fp8_recipe));
+    spec->mutable_fp8()->set_recipe(recipe);
   }
   if (o.pad_multiple > 0) spec->mutable_padding()->set_multiple(o.pad_multiple);
   if (!o.loss_scaling.empty()) MPC_RETURN_IF_ERROR(ParseLossScalingFlag(o.loss_scaling, spec->mutable_loss_scaling()));

@@ -25,11 +25,14 @@ struct SpecOverrides {
   int pad_multiple = 0;                // > 0 -> padding.multiple
   bool check_numerics = false;         // true -> numerics.check_every_op
   int tensor_stats_every_n_steps = 0;  // > 0 -> numerics.tensor_stats_every_n_steps
+  std::string fp8_recipe;              // delayed, current, rowwise, block -> fp8.recipe
 };
 absl::Status ApplySpecOverrides(const SpecOverrides& overrides, TrainSpec* spec);
 
 // "f32" | "tf32" | "bf16" | "fp16" (also "f16") | "fp8" -> the spec enum; error otherwise.
 absl::StatusOr<PrecisionSpec::Compute> ParsePrecision(const std::string& name);
+// "delayed" | "current" | "rowwise" | "block" -> the spec enum; error otherwise.
+absl::StatusOr<Fp8Spec::Recipe> ParseFp8Recipe(const std::string& name);
 // "off" | "dynamic" | "static:S" -> fields of `spec`; error otherwise.
 absl::Status ParseLossScalingFlag(const std::string& flag, LossScalingSpec* spec);
 

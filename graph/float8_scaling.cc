@@ -29,4 +29,19 @@ float UpdateFp8Meta(float* history, int64_t len, float* scale, float* scale_inv,
   return amax;
 }
 
+float Fp8DynamicScale(float amax, const Fp8DynamicRecipe& r) {
+  if (!std::isfinite(amax)) return 1.0f;
+  amax = std::max(amax, r.amax_floor);
+  if (!(amax > 0)) return 1.0f;
+  float s = (r.fp8_max / amax) / std::ldexp(1.0f, r.margin);
+  if (std::isinf(s)) s = std::numeric_limits<float>::max();
+  if (!(s > 0)) return 1.0f;  // a margin past the f32 range
+  if (r.power_of_two) {
+    int exponent = 0;
+    std::frexp(s, &exponent);  // s = m * 2^exponent, m in [0.5, 1)
+    s = std::ldexp(1.0f, exponent - 1);
+  }
+  return s;
+}
+
 }  // namespace mpc

@@ -32,4 +32,20 @@ struct Fp8ScaleRecipe {
 // otherwise freeze the scale for len steps. Returns the amax used.
 float UpdateFp8Meta(float* history, int64_t len, float* scale, float* scale_inv, const Fp8ScaleRecipe& recipe);
 
+// Just-in-time scaling (the current, rowwise and block recipes, passes/fp8.h): the scale of
+// one group of values (a tensor, a row, a 1x128 tile or a 128x128 block) from that group's
+// own amax, as the Fp8QuantizeDynamic op computes it.
+struct Fp8DynamicRecipe {
+  float fp8_max = 448.0f;
+  int margin = 0;
+  float amax_floor = 0.0f;    // amax raised to it first (torchao's clamp to an epsilon)
+  bool power_of_two = false;  // scale rounded down to a power of two (exact dequantization)
+};
+// amax = max(amax, amax_floor); scale = (fp8_max / amax) / 2^margin in f32; an infinite
+// result (tiny amax) becomes FLT_MAX; an amax of 0 (all-zero group) or a non-finite one (the
+// group holds inf/NaN, which then saturate or propagate: a loss scaler must still see them)
+// gives scale 1. With power_of_two the scale is rounded down to 2^floor(log2 scale), so
+// amax * scale stays <= fp8_max and the inverse is exact.
+float Fp8DynamicScale(float amax, const Fp8DynamicRecipe& recipe);
+
 }  // namespace mpc

@@ -31,6 +31,12 @@ absl::StatusOr<bool> AccumulateGradientsPass::Run(Graph& g) {
 
   result.first = g.AddInput("grad_accum/first", DType::kF32, {});
   result.hold = g.AddInput("grad_accum/hold", DType::kF32, {});
+  // FP8 delayed scaling: one scale update per optimizer step (see the header).
+  for (const auto& n : g.nodes()) {
+    if (n->op != "Fp8UpdateScales" || n->attrs.GetInt("held", 0) != 0) continue;
+    g.InsertNodeInput(n.get(), static_cast<int>(n->inputs.size()), result.hold);
+    n->attrs.Set("held", int64_t{1});
+  }
   for (const auto& [param, grad] : autodiff_->param_grads) {
     Value* acc = g.AddState(param->name + ".grad_accum", Tensor(DType::kF32, param->shape));
     acc->logical_shape = param->logical_shape;  // padded like its parameter, unpadded in checkpoints

@@ -187,7 +187,11 @@ struct Fp8Result {
     std::string node;
     std::string format_a, format_b;  // operand formats, "e4m3" | "e5m2"
     std::string forward_node;        // the forward GEMM (itself for a forward GEMM)
+    // How each operand is scaled: "delayed" (per tensor, from the amax history), or just in
+    // time per "tensor", "rows", "1x128 tiles", "128x128 blocks".
+    std::string scaling_a, scaling_b;
   };
+  std::string recipe;                                        // fp8.recipe: delayed, current, rowwise, block
   std::vector<Gemm> gemms;                                   // forward and backward, in FP8
   std::vector<std::pair<std::string, std::string>> skipped;  // forward GEMMs left alone: (node, reason)
   std::vector<std::string> tensors;                          // "<gemm>/input" etc.; their states add ".fp8_scale"...

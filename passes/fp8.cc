@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <tuple>
 #include <regex>
 
 #include "absl/container/flat_hash_map.h"
@@ -11,12 +13,29 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "graph/float8.h"
+#include "graph/float8_groups.h"
 #include "graph/graph_builder.h"
 #include "graph/op_registry.h"
 
 namespace mpc {
 
+const char* Fp8RecipeName(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::kDelayed:
+      return "delayed";
+    case Fp8Recipe::kCurrent:
+      return "current";
+    case Fp8Recipe::kRowwise:
+      return "rowwise";
+    case Fp8Recipe::kBlock:
+      return "block";
+  }
+  return "?";
+}
+
 namespace {
+
+constexpr int64_t kFp8Tile = 128;  // the block recipe's tile and block edge
 
 bool IsGemm(const Node* n) { return n->op == "Gemm" || n->op == "MatMul"; }
 
@@ -71,11 +90,32 @@ class Converter {
     return q;
   }
 
+  // Just-in-time quantization of `x` for one GEMM operand: its scale groups along `axis`
+  // (the operand's contraction axis). One node per (value, format, groups), shared.
+  Value* QuantizeDynamic(Value* x, float fp8_max, Fp8Granularity granularity, int64_t axis) {
+    const int64_t rank = static_cast<int64_t>(x->shape.size());
+    if (axis < 0) axis += rank;
+    if (granularity == Fp8Granularity::kTensor) axis = 0;
+    const auto key = std::make_tuple(x, fp8_max, static_cast<int>(granularity), axis);
+    if (auto it = dynamic_.find(key); it != dynamic_.end()) return it->second;
+    AttrMap attrs;
+    attrs.Set("format", std::string(FormatName(fp8_max)));
+    attrs.Set("granularity", std::string(Fp8GranularityName(granularity)));
+    attrs.Set("axis", axis);
+    attrs.Set("tile", kFp8Tile);
+    attrs.Set("margin", static_cast<int64_t>(options_.margin));
+    attrs.Set("amax_floor", options_.amax_floor);
+    attrs.Set("power_of_two", static_cast<int64_t>(options_.power_of_two_scales ? 1 : 0));
+    Value* q = b_.Op("Fp8QuantizeDynamic", {x}, std::move(attrs));
+    dynamic_[key] = q;
+    return q;
+  }
+
   // Points the GEMM at f32 quantized operands; its product is cast back to the dtype the
   // rest of the graph expects. The product's Value (its uses, its name, and whatever
   // refers to it, a parameter gradient for one) moves behind that cast.
   absl::Status Convert(Node* n, Value* qa, Value* qb, const std::string& fa, const std::string& fb,
-                       const std::string& forward) {
+                       const std::string& forward, const std::string& scaling_a, const std::string& scaling_b) {
     Value* out = n->outputs[0];
     const DType out_dtype = out->dtype;
     g_.SetNodeInput(n, 0, qa);
@@ -90,7 +130,7 @@ class Converter {
       return absl::Status(types.status().code(),
                           absl::StrCat("node '", n->name, "' with FP8 operands: ", types.status().message()));
     }
-    result_.gemms.push_back({n->name, fa, fb, forward});
+    result_.gemms.push_back({n->name, fa, fb, forward, scaling_a, scaling_b});
     const DType product_dtype = (*types)[0].dtype;
     if (product_dtype == out_dtype) return absl::OkStatus();
 
@@ -136,6 +176,7 @@ class Converter {
   GraphBuilder b_;
   std::vector<std::unique_ptr<Meta>> metas_;
   std::vector<Node*> quantizers_;
+  std::map<std::tuple<const Value*, float, int, int64_t>, Value*> dynamic_;
 };
 
 // Why a forward GEMM cannot run in FP8 by its shapes and dtypes ("" when it can).
@@ -279,7 +320,7 @@ absl::Status ConvertGemmFamily(Converter& conv, Node* n, const std::vector<Backw
                           conv.MakeMeta(n->name + "/weight", kF8E4M3Max)};
   Value* q[2] = {conv.Quantize(n->inputs[0], *metas[0]), conv.Quantize(n->inputs[1], *metas[1])};
   MPC_RETURN_IF_ERROR(conv.builder().status());
-  MPC_RETURN_IF_ERROR(conv.Convert(n, q[0], q[1], "e4m3", "e4m3", n->name));
+  MPC_RETURN_IF_ERROR(conv.Convert(n, q[0], q[1], "e4m3", "e4m3", n->name, "delayed", "delayed"));
 
   const Meta* grad_meta = nullptr;
   absl::flat_hash_map<const Value*, Value*> q_grad;  // dY -> its quantized value (shared by dX and dW)
@@ -297,7 +338,92 @@ absl::Status ConvertGemmFamily(Converter& conv, Node* n, const std::vector<Backw
     ops[bw.other_index] = qx;
     const std::string fmt[2] = {bw.grad_index == 0 ? FormatName(grad_max) : "e4m3",
                                 bw.grad_index == 1 ? FormatName(grad_max) : "e4m3"};
-    MPC_RETURN_IF_ERROR(conv.Convert(bw.node, ops[0], ops[1], fmt[0], fmt[1], n->name));
+    MPC_RETURN_IF_ERROR(conv.Convert(bw.node, ops[0], ops[1], fmt[0], fmt[1], n->name, "delayed", "delayed"));
+  }
+  return absl::OkStatus();
+}
+
+// The contraction axis of operand `i` of a GEMM, in that operand's own shape (negative:
+// from the end).
+int64_t ContractionAxis(const Node* n, int i) {
+  if (n->op == "Gemm") {
+    if (i == 0) return n->attrs.GetInt("transA", 0) != 0 ? 0 : 1;
+    return n->attrs.GetInt("transB", 0) != 0 ? 1 : 0;
+  }
+  return i == 0 ? -1 : -2;
+}
+
+// How a just-in-time recipe groups one operand's scales. `weight`: the forward GEMM's
+// second operand (or its use in a backward GEMM).
+Fp8Granularity GranularityOf(Fp8Recipe recipe, const Value* operand, bool weight) {
+  switch (recipe) {
+    case Fp8Recipe::kRowwise:
+      return Fp8Granularity::kRows;
+    case Fp8Recipe::kBlock:
+      return weight && operand->shape.size() == 2 ? Fp8Granularity::kBlocks : Fp8Granularity::kTiles;
+    default:
+      return Fp8Granularity::kTensor;
+  }
+}
+
+// What the report says of an operand's scaling.
+std::string ScalingName(Fp8Granularity g) {
+  switch (g) {
+    case Fp8Granularity::kTensor:
+      return "tensor";
+    case Fp8Granularity::kRows:
+      return "rows";
+    case Fp8Granularity::kTiles:
+      return absl::StrCat("1x", kFp8Tile, " tiles");
+    case Fp8Granularity::kBlocks:
+      return absl::StrCat(kFp8Tile, "x", kFp8Tile, " blocks");
+  }
+  return "?";
+}
+
+// The just-in-time recipes (current, rowwise, block) for one forward GEMM and its backward
+// GEMMs: every GEMM quantizes its operands along its own contraction axis. Where the groups
+// do not depend on the axis (a whole tensor; 128x128 blocks of a matrix) a backward GEMM
+// reuses the forward quantization (transposed where it reads a transpose), as the delayed
+// recipe does; otherwise it quantizes the high-precision operand it reads.
+absl::Status ConvertGemmFamilyJustInTime(Converter& conv, Fp8Recipe recipe, Node* n,
+                                         const std::vector<Backward>& backward, float grad_max) {
+  Value* forward_operand[2] = {n->inputs[0], n->inputs[1]};
+  Fp8Granularity gran[2];
+  Value* q[2];
+  for (int i = 0; i < 2; ++i) {
+    gran[i] = GranularityOf(recipe, forward_operand[i], i == 1);
+    q[i] = conv.QuantizeDynamic(forward_operand[i], kF8E4M3Max, gran[i], ContractionAxis(n, i));
+  }
+  MPC_RETURN_IF_ERROR(conv.builder().status());
+  MPC_RETURN_IF_ERROR(
+      conv.Convert(n, q[0], q[1], "e4m3", "e4m3", n->name, ScalingName(gran[0]), ScalingName(gran[1])));
+
+  for (const Backward& bw : backward) {
+    Value* ops[2];
+    std::string scaling[2], fmt[2];
+    Value* dy = bw.node->inputs[bw.grad_index];
+    const Fp8Granularity grad_gran = GranularityOf(recipe, dy, false);
+    ops[bw.grad_index] = conv.QuantizeDynamic(dy, grad_max, grad_gran, ContractionAxis(bw.node, bw.grad_index));
+    scaling[bw.grad_index] = ScalingName(grad_gran);
+    fmt[bw.grad_index] = FormatName(grad_max);
+
+    const Fp8Granularity other_gran = GranularityOf(recipe, forward_operand[bw.role], bw.role == 1);
+    const bool transpose_invariant = other_gran == Fp8Granularity::kTensor || other_gran == Fp8Granularity::kBlocks;
+    Value* other;
+    if (transpose_invariant) {
+      other = q[bw.role];
+      if (bw.transpose) other = conv.builder().Op("Transpose", {other}, bw.transpose->attrs);
+    } else {
+      Value* x = bw.node->inputs[bw.other_index];
+      other = conv.QuantizeDynamic(x, kF8E4M3Max, GranularityOf(recipe, x, bw.role == 1),
+                                   ContractionAxis(bw.node, bw.other_index));
+    }
+    MPC_RETURN_IF_ERROR(conv.builder().status());
+    ops[bw.other_index] = other;
+    scaling[bw.other_index] = ScalingName(other_gran);
+    fmt[bw.other_index] = "e4m3";
+    MPC_RETURN_IF_ERROR(conv.Convert(bw.node, ops[0], ops[1], fmt[0], fmt[1], n->name, scaling[0], scaling[1]));
   }
   return absl::OkStatus();
 }
@@ -316,9 +442,17 @@ absl::StatusOr<bool> Fp8Pass::Run(Graph& g) {
 
   // The device: FP8 tensor cores, or kernels that emulate them (the CPU's).
   const DType low = autocast_->compute_dtype == DType::kF32 ? DType::kBF16 : autocast_->compute_dtype;
-  if (!caps_.fp8 && !caps_.HasKernel("Fp8Quantize", low)) {
+  const bool delayed = f.recipe == Fp8Recipe::kDelayed;
+  result.recipe = Fp8RecipeName(f.recipe);
+  // The just-in-time recipes run emulated wherever they run (fp8-lower takes only the
+  // delayed recipe's quantizations), so they need the Fp8QuantizeDynamic kernel.
+  const bool supported = delayed ? caps_.fp8 || caps_.HasKernel("Fp8Quantize", low)
+                                 : caps_.HasKernel("Fp8QuantizeDynamic", low);
+  if (!supported) {
     const std::string why =
-        absl::StrCat("device ", caps_.device, " has no FP8 support (FP8 GEMMs need sm_89 or newer)");
+        delayed ? absl::StrCat("device ", caps_.device, " has no FP8 support (FP8 GEMMs need sm_89 or newer)")
+                : absl::StrCat("device ", caps_.device, " has no kernel for the FP8 recipe '", result.recipe,
+                               "' (Fp8QuantizeDynamic; the CPU and CUDA backends have it)");
     if (!f.fallback_to_bf16) {
       return absl::FailedPreconditionError(
           absl::StrCat(why, "; use --precision bf16, or set fp8 { fallback_to_bf16: true } in the spec"));
@@ -349,7 +483,11 @@ absl::StatusOr<bool> Fp8Pass::Run(Graph& g) {
       result.skipped.emplace_back(n->name, reason);
       continue;
     }
-    MPC_RETURN_IF_ERROR(ConvertGemmFamily(conv, n, backward_of[n], grad_max));
+    if (delayed) {
+      MPC_RETURN_IF_ERROR(ConvertGemmFamily(conv, n, backward_of[n], grad_max));
+    } else {
+      MPC_RETURN_IF_ERROR(ConvertGemmFamilyJustInTime(conv, f.recipe, n, backward_of[n], grad_max));
+    }
   }
   MPC_RETURN_IF_ERROR(conv.AddUpdate());
   MPC_RETURN_IF_ERROR(conv.builder().status());

@@ -1,6 +1,27 @@
-// fp8: runs eligible GEMMs in FP8 with per-tensor delayed scaling (Transformer Engine's
-// DelayedScaling recipe). It runs after autodiff in the training pipeline (and after
-// pad-dims in the evaluation pipeline) when precision.compute is FP8.
+// fp8: runs eligible GEMMs in FP8 under one of four scaling recipes (fp8.recipe). It runs
+// after autodiff in the training pipeline (and after pad-dims in the evaluation pipeline)
+// when precision.compute is FP8.
+//
+// Recipes (how an operand's scale is chosen):
+//   delayed  one scale per tensor from the amax history of earlier steps (Transformer
+//            Engine's DelayedScaling; the default). Described below.
+//   current  one scale per tensor from this tensor's own amax, computed just before it is
+//            quantized (TE's Float8CurrentScaling, torchao's dynamic tensorwise scaling).
+//   rowwise  one scale per row along each GEMM's contraction axis (torchao's rowwise):
+//            X [M,K] per row, W [K,N] per column, so a scale factors out of every dot
+//            product. The backward GEMMs contract other axes, so they quantize their own
+//            operands again from the high-precision values (dY per row for dX, dY and X per
+//            column for dW); fp8.power_of_two_scales rounds every scale down to a power of 2.
+//   block    DeepSeek-V3's and TE's Float8BlockScaling: activations and gradients in 1x128
+//            tiles along the contraction axis, weights (a GEMM's second operand when it is a
+//            matrix) in 128x128 blocks, E4M3 everywhere unless fp8.format says otherwise. A
+//            weight's blocks are the blocks of its transpose, so dX reuses the forward's.
+// The just-in-time recipes quantize with Fp8QuantizeDynamic (graph/ops_fp8.cc): no state, no
+// update node, nothing to checkpoint; the evaluation program quantizes the same way. Their
+// emulation accumulates every GEMM in f32 (what a GPU does when it promotes partial sums to
+// f32 after every product); a GPU's split accumulation is a lowering matter. fp8-lower
+// lowers only the delayed recipe: the others run emulated on every backend that has the
+// Fp8QuantizeDynamic kernel (CPU, CUDA).
 //
 // Which GEMMs: forward Gemm/MatMul nodes whose contraction (K) and output (N) dims are
 // multiples of 16 after pad-dims, not matched by fp8.exclude, and not the first or last
@@ -49,11 +70,16 @@
 
 namespace mpc {
 
+enum class Fp8Recipe { kDelayed, kCurrent, kRowwise, kBlock };
+const char* Fp8RecipeName(Fp8Recipe recipe);  // "delayed", "current", "rowwise", "block"
+
 struct Fp8Options {
-  bool enabled = false;         // precision.compute is FP8
+  bool enabled = false;  // precision.compute is FP8
+  Fp8Recipe recipe = Fp8Recipe::kDelayed;
+  bool power_of_two_scales = false;  // just-in-time recipes: scales rounded down to powers of 2
   bool e4m3_gradients = false;  // format E4M3 (E4M3 everywhere) instead of HYBRID (E5M2 dY)
   int margin = 0;               // scale = (fp8_max / amax) / 2^margin
-  int amax_history_len = 1024;
+  int amax_history_len = 1024;  // delayed only
   bool most_recent = false;  // amax_compute_algo MOST_RECENT instead of MAX
   float amax_floor = 0;
   std::vector<std::string> exclude;  // node-name regexes (whole match) kept out of FP8

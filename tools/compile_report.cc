@@ -80,8 +80,10 @@ std::string CompileReportJson(const Program& p) {
   }
   std::vector<std::string> fp8;
   for (const Fp8Result::Gemm& d : r.fp8.gemms) {
-    fp8.push_back(absl::StrFormat("{\"node\":\"%s\",\"format_a\":\"%s\",\"format_b\":\"%s\",\"forward\":\"%s\"}",
-                                  JsonEscape(d.node), d.format_a, d.format_b, JsonEscape(d.forward_node)));
+    fp8.push_back(absl::StrFormat(
+        "{\"node\":\"%s\",\"format_a\":\"%s\",\"format_b\":\"%s\",\"scaling_a\":\"%s\",\"scaling_b\":\"%s\","
+        "\"forward\":\"%s\"}",
+        JsonEscape(d.node), d.format_a, d.format_b, d.scaling_a, d.scaling_b, JsonEscape(d.forward_node)));
   }
   std::vector<std::string> fp8_skipped;
   for (const auto& [node, reason] : r.fp8.skipped) {
@@ -137,6 +139,7 @@ std::string CompileReportJson(const Program& p) {
                       r.fuse_layer_norm_edges.summed_columns, r.fuse_layer_norm_edges.narrowed_grads),
       "\"padding\":[", absl::StrJoin(padding, ","), "],", "\"channels_last\":{\"converted\":[",
       absl::StrJoin(channels_last, ","), absl::StrFormat("],\"transposes\":%d},", r.channels_last.transposes),
+      r.fp8.recipe.empty() ? "" : absl::StrCat("\"fp8_recipe\":\"", r.fp8.recipe, "\","),
       "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
       "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","),
       "],", r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
@@ -253,9 +256,9 @@ std::string CompileSummaryText(const Program& p) {
       else
         ++backward;
     }
-    absl::StrAppendFormat(&out, "fp8: %d of %d forward GEMMs in FP8 (%s) + %d backward; %d left in %s\n",
+    absl::StrAppendFormat(&out, "fp8: %d of %d forward GEMMs in FP8 (%s) + %d backward; %d left in %s; recipe %s\n",
                           forward.size(), forward.size() + r.fp8.skipped.size(), absl::StrJoin(forward, ", "), backward,
-                          r.fp8.skipped.size(), DTypeName(r.autocast.compute_dtype));
+                          r.fp8.skipped.size(), DTypeName(r.autocast.compute_dtype), r.fp8.recipe);
     if (!r.fp8_lower.lowered.empty() || !r.fp8_lower.emulated.empty()) {
       // Only on a backend with FP8 tensor cores; elsewhere every FP8 GEMM is emulated.
       absl::StrAppendFormat(&out, "fp8: %d GEMMs run as FP8 tensor-core GEMMs, %d emulated%s\n",

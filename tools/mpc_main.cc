@@ -40,6 +40,9 @@ ABSL_FLAG(std::string, disable_passes, "", "comma-separated pass names to skip")
 ABSL_FLAG(std::string, o, "", "write the compiled training program as ONNX (domain mpc for our ops)");
 ABSL_FLAG(std::string, device, "", "compile for this backend's capabilities (cpu, cuda); overrides the spec");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides the spec's precision.compute");
+ABSL_FLAG(std::string, fp8_recipe, "",
+          "delayed, current, rowwise or block: the FP8 scaling recipe with --precision fp8; overrides the spec's "
+          "fp8.recipe");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0,
           "pad Gemm, MatMul and Conv weights to this multiple (1: no padding); overrides the spec");
@@ -75,7 +78,8 @@ int Compile() {
   auto spec = mpc::LoadTrainSpec(spec_path);
   if (!spec.ok()) return Fail(std::string(spec.status().message()));
   if (auto st = mpc::ApplySpecOverrides(
-          {absl::GetFlag(FLAGS_precision), absl::GetFlag(FLAGS_loss_scaling), absl::GetFlag(FLAGS_pad_multiple)},
+          {absl::GetFlag(FLAGS_precision), absl::GetFlag(FLAGS_loss_scaling), absl::GetFlag(FLAGS_pad_multiple),
+           false, 0, absl::GetFlag(FLAGS_fp8_recipe)},
           &*spec);
       !st.ok()) {
     return Fail(std::string(st.message()));
@@ -145,6 +149,7 @@ int Parity() {
   options.engine.model_path = absl::GetFlag(FLAGS_model);
   options.engine.device = absl::GetFlag(FLAGS_device);
   options.engine.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
+  options.engine.fp8_recipe = absl::GetFlag(FLAGS_fp8_recipe);
   options.engine.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
   options.steps = absl::GetFlag(FLAGS_steps);
   for (const std::string& s : absl::GetFlag(FLAGS_probe_steps)) {
@@ -290,9 +295,10 @@ int main(int argc, char** argv) {
       "the mpc compiler tool.\n"
       "usage: mpc compile --spec S [--model M] [--report FILE.json] [--dump-after REGEX --dump-dir DIR]\n"
       "                   [--disable-passes a,b] [--fused-attention] [-o FILE.onnx] [--eval] [--precision f32|tf32|bf16|fp16|fp8]\n"
+      "                   [--fp8-recipe delayed|current|rowwise|block]\n"
       "       mpc run --model M [--precision P] [--device cpu|cuda|auto] --input NAME=FILE.npy ...\n"
       "               --output-dir DIR [--check-numerics]\n"
-      "       mpc parity --spec S --precision bf16|fp16|fp8|tf32 [--steps N] [--probe-steps 1,N]\n"
+      "       mpc parity --spec S --precision bf16|fp16|fp8|tf32 [--fp8-recipe R] [--steps N] [--probe-steps 1,N]\n"
       "                  [--max-accuracy-drop 0.01] [--report FILE.json]");
   auto storage = mpc::NormalizeFlagNames(argc, argv);
   const std::vector<std::string> inputs = ExtractInputFlags(argc, argv);

@@ -44,6 +44,9 @@ ABSL_FLAG(bool, export_external_data, false,
 ABSL_FLAG(std::string, export_ema_onnx, "",
           "after training, write the model with the moving average of its weights here (needs `ema` in the spec)");
 ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides the spec's precision.compute");
+ABSL_FLAG(std::string, fp8_recipe, "",
+          "delayed, current, rowwise or block: the FP8 scaling recipe with --precision fp8; overrides the spec's "
+          "fp8.recipe");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0,
           "pad Gemm, MatMul and Conv weights to this multiple (1: no padding); overrides the spec");
@@ -83,7 +86,8 @@ int main(int argc, char** argv) {
       "trains a model on the CPU (or GPU) backend.\n"
       "usage: mpc-train --spec S [--model M] [--metrics FILE] [--tensorboard DIR] [--checkpoint_dir DIR]\n"
       "                 [--device cpu|cuda|auto]\n"
-      "                 [--precision f32|tf32|bf16|fp16|fp8] [--loss-scaling off|dynamic|static:S]\n"
+      "                 [--precision f32|tf32|bf16|fp16|fp8] [--fp8-recipe delayed|current|rowwise|block]\n"
+      "                 [--loss-scaling off|dynamic|static:S]\n"
       "                 [--pad-multiple N] [--resume | --resume_if_present | --overwrite_checkpoints]\n"
       "                 [--export_onnx FILE [--export_external_data]] [--export_ema_onnx FILE] [--profile]\n"
       "                 [--check-numerics] [--tensor-stats N] [--disable-passes a,b]");
@@ -107,6 +111,7 @@ int main(int argc, char** argv) {
   options.fused_attention = absl::GetFlag(FLAGS_fused_attention);
   options.precision = absl::GetFlag(FLAGS_precision);
   options.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
+  options.fp8_recipe = absl::GetFlag(FLAGS_fp8_recipe);
   options.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
   options.check_numerics = absl::GetFlag(FLAGS_check_numerics);
   options.tensor_stats_every_n_steps = absl::GetFlag(FLAGS_tensor_stats);

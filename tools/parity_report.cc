@@ -119,6 +119,10 @@ std::string ParityReportText(const ParityReport& r, double max_accuracy_drop, in
     } else {
       absl::StrAppend(&out, "  every compared value is within its tolerance\n");
     }
+    if (probe.first_gemm_past_tolerance >= 0 && probe.first_gemm_past_tolerance != probe.first_past_tolerance) {
+      absl::StrAppend(&out, "  first GEMM past tolerance: ",
+                      DescribeValue(probe.values[static_cast<size_t>(probe.first_gemm_past_tolerance)]), "\n");
+    }
     absl::StrAppendFormat(&out, "  largest errors:\n    %-10s %-8s %-6s %-9s %-22s %s\n", "rel.error", "tol", "dtype",
                           "phase", "op", "value");
     const std::vector<size_t> order = ByError(probe.values);
@@ -158,8 +162,14 @@ std::string ParityReportJson(const ParityReport& r, double max_accuracy_drop) {
         probe.first_past_tolerance >= 0
             ? absl::StrCat("\"", JsonEscape(probe.values[static_cast<size_t>(probe.first_past_tolerance)].value), "\"")
             : std::string("null");
+    const std::string first_gemm =
+        probe.first_gemm_past_tolerance >= 0
+            ? absl::StrCat("\"", JsonEscape(probe.values[static_cast<size_t>(probe.first_gemm_past_tolerance)].value),
+                           "\"")
+            : std::string("null");
     probes.push_back(absl::StrCat("{\"step\":", probe.step, ",\"loss_f32\":", JsonNumber(probe.loss_f32),
                                   ",\"loss_other\":", JsonNumber(probe.loss_other), ",\"first_past_tolerance\":", first,
+                                  ",\"first_gemm_past_tolerance\":", first_gemm,
                                   ",\"not_compared\":", probe.not_compared, ",\"values\":[", absl::StrJoin(values, ","),
                                   "],\"gradients\":[", absl::StrJoin(grads, ","), "]}"));
   }

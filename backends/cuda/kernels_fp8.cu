@@ -12,6 +12,11 @@
 //     FLT_MAX; a non-positive result keeps the old scale), else the old scale stays;
 //     scale_inv = 1/scale; last_amax = amax; the history rolls left by one with this step's
 //     amax (zeroed if non-finite) moving to the last slot and slot 0 cleared.
+//   Fp8QuantizeDynamic(x) -> q (f32)   just-in-time scaling (the current, rowwise and block
+//     recipes): one block per scale group (graph/float8_groups.h) takes the group's amax
+//     (NaN wins), its scale by Fp8DynamicScale's rule (graph/float8_scaling.h) and writes
+//     the group's dequantized FP8 values. The emulation on the GPU, as on the CPU; the FP8
+//     tensor-core lowering of these recipes is not written yet.
 // Scales, histories and amaxes stay in device memory; nothing synchronises with the host.
 //
 // The amax: every element's |x| is compared as the int bits of a non-negative float, whose
@@ -31,6 +36,7 @@
 #include "backends/cuda/float8_device.cuh"
 #include "backends/cuda/fp8_amax.cuh"
 #include "base/status_macros.h"
+#include "graph/float8_groups.h"
 
 namespace mpc::cuda {
 namespace {
@@ -157,7 +163,10 @@ __device__ float BlockMaxNanWins(float v) {
 
 // One block per tensor of the batch: UpdateFp8Meta (graph/float8_scaling.cc) in parallel.
 __global__ void __launch_bounds__(kUpdateThreads)
-    Fp8UpdateScalesKernel(const __grid_constant__ Fp8MetaBatch b, Fp8Recipe r) {
+    Fp8UpdateScalesKernel(const __grid_constant__ Fp8MetaBatch b, Fp8Recipe r, const float* hold) {
+  // Gradient accumulation: a micro-batch that does not end the step leaves the meta as it is
+  // (every thread of the block reads the same flag, so the barriers below stay uniform).
+  if (hold != nullptr && *hold != 0.0f) return;
   const int t = blockIdx.x;
   float* history = b.history[t];
   const int64_t len = b.len[t];
@@ -203,7 +212,8 @@ class CudaFp8UpdateScales : public Kernel {
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
     MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
     const std::vector<float> fp8_max = node.attrs.GetFloats("fp8_max", {});
-    if (node.inputs.size() != 4 * fp8_max.size()) {
+    const bool held = node.attrs.GetInt("held", 0) != 0;
+    if (node.inputs.size() != 4 * fp8_max.size() + (held ? 1 : 0)) {
       return absl::InvalidArgumentError(absl::StrCat("Fp8UpdateScales node '", node.name, "' has ", node.inputs.size(),
                                                      " inputs and ", fp8_max.size(),
                                                      " fp8_max values; expected 4 inputs (scale, scale_inv, "
@@ -216,6 +226,7 @@ class CudaFp8UpdateScales : public Kernel {
     }
     auto k = std::unique_ptr<CudaFp8UpdateScales>(new CudaFp8UpdateScales());
     k->stream_ = cuda->stream();
+    k->held_ = held;
     k->recipe_.margin_factor = std::ldexp(1.0f, static_cast<int>(node.attrs.GetInt("margin", 0)));
     k->recipe_.amax_floor = node.attrs.GetFloat("amax_floor", 0.0f);
     k->recipe_.most_recent = algo == "most_recent";
@@ -236,6 +247,7 @@ class CudaFp8UpdateScales : public Kernel {
   }
 
   absl::Status Run(KernelContext& ctx) override {
+    const float* hold = held_ ? ctx.inputs.back().as<float>() : nullptr;
     size_t t = 0;
     for (Fp8MetaBatch& b : batches_) {
       for (int j = 0; j < b.count; ++j, ++t) {
@@ -244,7 +256,7 @@ class CudaFp8UpdateScales : public Kernel {
         b.history[j] = ctx.inputs[4 * t + 2].as<float>();
         b.last_amax[j] = ctx.inputs[4 * t + 3].as<float>();
       }
-      Fp8UpdateScalesKernel<<<b.count, kUpdateThreads, 0, stream_>>>(b, recipe_);
+      Fp8UpdateScalesKernel<<<b.count, kUpdateThreads, 0, stream_>>>(b, recipe_, hold);
       MPC_RETURN_IF_ERROR(LaunchStatus("Fp8UpdateScalesKernel"));
     }
     return absl::OkStatus();
@@ -253,14 +265,98 @@ class CudaFp8UpdateScales : public Kernel {
  private:
   CudaFp8UpdateScales() = default;
   cudaStream_t stream_ = nullptr;
+  bool held_ = false;
   Fp8Recipe recipe_{};
   std::vector<Fp8MetaBatch> batches_;
+};
+
+// ---- Fp8QuantizeDynamic ---------------------------------------------------------------
+
+struct DynamicRecipe {
+  float fp8_max;
+  float margin_factor;  // 2^margin
+  float amax_floor;
+  bool power_of_two;
+};
+
+// Fp8DynamicScale (graph/float8_scaling.cc) on the device.
+__device__ float DynamicScale(float amax, const DynamicRecipe& r) {
+  if (!isfinite(amax)) return 1.0f;
+  amax = amax < r.amax_floor ? r.amax_floor : amax;
+  if (!(amax > 0.0f)) return 1.0f;
+  float s = __fdiv_rn(__fdiv_rn(r.fp8_max, amax), r.margin_factor);
+  if (isinf(s)) s = FLT_MAX;
+  if (!(s > 0.0f)) return 1.0f;
+  if (r.power_of_two) {
+    int exponent = 0;
+    frexpf(s, &exponent);
+    s = ldexpf(1.0f, exponent - 1);
+  }
+  return s;
+}
+
+// The view [outer, p, q] cut into chunk_p x chunk_q groups (Fp8ScaleGroups).
+struct GroupGeometry {
+  int64_t outer, p, q, chunk_p, chunk_q, groups_p, groups_q;
+};
+
+// Block b takes groups b, b + gridDim.x, ...: the group's amax over its elements, then
+// its elements rounded with the group's scale.
+template <typename T, bool kE4M3>
+__global__ void __launch_bounds__(kUpdateThreads)
+    Fp8QuantizeDynamicKernel(const T* x, float* q, GroupGeometry g, DynamicRecipe r) {
+  __shared__ float group_scale;
+  const int64_t count = g.outer * g.groups_p * g.groups_q;
+  for (int64_t k = blockIdx.x; k < count; k += gridDim.x) {
+    const int64_t o = k / (g.groups_p * g.groups_q), gi = (k / g.groups_q) % g.groups_p, gj = k % g.groups_q;
+    const int64_t i0 = gi * g.chunk_p, j0 = gj * g.chunk_q;
+    const int64_t ni = min(g.chunk_p, g.p - i0), nj = min(g.chunk_q, g.q - j0), size = ni * nj;
+    auto at = [&](int64_t e) { return (o * g.p + i0 + e / nj) * g.q + j0 + e % nj; };
+    float local = 0.0f;
+    for (int64_t e = threadIdx.x; e < size; e += blockDim.x) local = MaxNanWins(local, fabsf(ToAcc<T>(x[at(e)])));
+    const float amax = BlockMaxNanWins(local);
+    if (threadIdx.x == 0) group_scale = DynamicScale(amax, r);
+    __syncthreads();
+    const float scale = group_scale, scale_inv = __fdiv_rn(1.0f, scale);
+    for (int64_t e = threadIdx.x; e < size; e += blockDim.x) {
+      const int64_t idx = at(e);
+      q[idx] = QuantizeDequantize<kE4M3>(ToAcc<T>(x[idx]), scale, scale_inv);
+    }
+    __syncthreads();  // group_scale and BlockMaxNanWins' shared memory are reused by the next group
+  }
+}
+
+template <typename T>
+struct Fp8QuantizeDynamicFactory {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(Fp8DynamicQuantization d, Fp8DynamicQuantizationOf(node));
+    const bool e4m3 = d.e4m3;
+    const Fp8ScaleGroups& groups = d.groups;
+    const GroupGeometry g{groups.outer,   groups.p,          groups.q,         groups.chunk_p,
+                          groups.chunk_q, groups.groups_p(), groups.groups_q()};
+    const DynamicRecipe r{d.recipe.fp8_max, std::ldexp(1.0f, d.recipe.margin), d.recipe.amax_floor,
+                          d.recipe.power_of_two};
+    const int64_t count = groups.count();
+    const unsigned blocks = static_cast<unsigned>(count < 1 ? 1 : (count > 65535 ? 65535 : count));
+    return MakeCudaKernel(backend, [e4m3, g, r, count, blocks](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+      if (count == 0 || ctx.inputs[0].num_elements() == 0) return absl::OkStatus();
+      const T* x = ctx.inputs[0].as<T>();
+      float* q = ctx.outputs[0].as<float>();
+      if (e4m3) {
+        Fp8QuantizeDynamicKernel<T, true><<<blocks, kUpdateThreads, 0, stream>>>(x, q, g, r);
+      } else {
+        Fp8QuantizeDynamicKernel<T, false><<<blocks, kUpdateThreads, 0, stream>>>(x, q, g, r);
+      }
+      return LaunchStatus("Fp8QuantizeDynamicKernel");
+    });
+  }
 };
 
 }  // namespace
 
 void RegisterCudaFp8Kernels(KernelRegistry& r) {
   RegisterCudaFloatKernels<Fp8QuantizeFactory>(r, "Fp8Quantize");
+  RegisterCudaFloatKernels<Fp8QuantizeDynamicFactory>(r, "Fp8QuantizeDynamic");
   r.Register("Fp8UpdateScales", "cuda", DType::kF32, CudaFp8UpdateScales::Create);
 }
 

@@ -11,10 +11,17 @@
 //            f32(code) * scale_inv in float64. No f32 output: Hopper's FP8 tensor cores
 //            accumulate with fewer than f32's bits between cuBLASLt's promotions, which
 //            the conformance test's f32 tolerance (1e-5) would flag.
+//   Fp8QuantizeDynamic  just-in-time scaling (the current, rowwise and block recipes): per
+//            tensor, per row along either matrix axis, 1x128 tiles with a short last tile,
+//            128x128 blocks with partial blocks, rank 3, power-of-two scales, E4M3 and E5M2
+//            from f32, bf16 and f16; the reference groups elements by their index (not through
+//            graph/float8_groups.h), takes each group's amax and scale as the recipe states
+//            and rounds with the float64 rounding below, bit for bit.
 // Every input has a fixed dtype (the ops are not float-dtype generic), so each case is the
 // same graph in every run dtype; there are no gradient cases (the ops have none).
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "tests/graph/op_cases.h"
 
@@ -163,8 +170,94 @@ std::vector<OpCase> Fp8GemmCases() {
   return cases;
 }
 
+// The recipe's scale from a group's amax (graph/float8_scaling.h's rule, restated).
+float RefDynamicScale(double amax, bool e4m3, bool power_of_two) {
+  if (!(amax > 0) || !std::isfinite(amax)) return 1.0f;
+  float s = (e4m3 ? 448.0f : 57344.0f) / static_cast<float>(amax);
+  if (std::isinf(s)) s = 3.4028234663852886e38f;
+  if (power_of_two) s = static_cast<float>(std::exp2(std::floor(std::log2(static_cast<double>(s)))));
+  return s;
+}
+
+std::vector<OpCase> Fp8QuantizeDynamicCases() {
+  std::vector<OpCase> cases;
+  struct Variant {
+    const char* name;
+    const char* granularity;
+    int64_t axis;
+    Shape shape;
+    DType x;
+    bool e4m3;
+    bool power_of_two;
+    double hi;
+  };
+  for (const Variant& v : {
+           Variant{"Tensor_E4M3_F32", "tensor", 0, {24, 40}, DType::kF32, true, false, 3.0},
+           Variant{"Tensor_E5M2_Bf16_Pow2", "tensor", 0, {17, 33}, DType::kBF16, false, true, 0.02},
+           Variant{"Rows_Axis1_E4M3_F32", "rows", 1, {24, 5}, DType::kF32, true, false, 1e-3},
+           Variant{"Rows_Axis0_E5M2_Bf16", "rows", 0, {6, 40}, DType::kBF16, false, false, 200.0},
+           Variant{"Rows_Axis1_E4M3_F32_Pow2_Rank3", "rows", -1, {3, 8, 7}, DType::kF32, true, true, 5.0},
+           Variant{"Tiles_Axis1_E4M3_Bf16", "tiles", 1, {5, 300}, DType::kBF16, true, false, 1.0},
+           Variant{"Tiles_Axis0_E5M2_F32", "tiles", 0, {260, 6}, DType::kF32, false, false, 1e-4},
+           Variant{"Blocks_E4M3_F32", "blocks", 0, {200, 136}, DType::kF32, true, false, 2.0},
+           Variant{"Blocks_E4M3_Bf16_Rank3", "blocks", -1, {2, 130, 129}, DType::kBF16, true, false, 7.0},
+           Variant{"Tiles_Axis0_E5M2_F16_Pow2", "tiles", 0, {200, 24}, DType::kF16, false, true, 30.0}}) {
+    OpCase c;
+    c.name = absl::StrCat("Fp8QuantizeDynamic_", v.name);
+    c.op = "Fp8QuantizeDynamic";
+    c.attrs.Set("format", std::string(v.e4m3 ? "e4m3" : "e5m2"));
+    c.attrs.Set("granularity", std::string(v.granularity));
+    c.attrs.Set("axis", v.axis);
+    c.attrs.Set("tile", int64_t{128});
+    if (v.power_of_two) c.attrs.Set("power_of_two", int64_t{1});
+    In x = XTyped("x", v.shape, v.x);
+    x.lo = -v.hi;
+    x.hi = v.hi;
+    c.inputs = {x};
+    c.out_dtypes = {DType::kF32};
+    c.exact = true;
+    c.gradient = false;
+    const std::string granularity = v.granularity;
+    const int64_t axis = v.axis;
+    const bool e4m3 = v.e4m3, pow2 = v.power_of_two;
+    c.ref = [granularity, axis, e4m3, pow2](const std::vector<Tensor>& in) {
+      const Tensor& x = in[0];
+      const Shape& shape = x.shape();
+      const int64_t rank = static_cast<int64_t>(shape.size()), n = x.num_elements();
+      const int64_t a = axis < 0 ? axis + rank : axis;
+      auto group_of = [&](int64_t flat) {
+        std::vector<int64_t> idx = Unravel(flat, shape);
+        if (granularity == "tensor") return std::vector<int64_t>{};
+        if (granularity == "rows") idx[a] = 0;
+        if (granularity == "tiles") idx[a] /= 128;
+        if (granularity == "blocks") {
+          idx[rank - 1] /= 128;
+          idx[rank - 2] /= 128;
+        }
+        return idx;
+      };
+      std::map<std::vector<int64_t>, double> amax;
+      for (int64_t i = 0; i < n; ++i) {
+        double& m = amax[group_of(i)];
+        m = std::max(m, std::fabs(P(x)[i]));
+      }
+      Tensor y = F64(shape);
+      for (int64_t i = 0; i < n; ++i) {
+        const float scale = RefDynamicScale(amax[group_of(i)], e4m3, pow2);
+        const double scaled = static_cast<double>(static_cast<float>(P(x)[i]) * scale);  // scaled in f32
+        const float rounded = static_cast<float>(RefRoundFp8(scaled, e4m3));
+        P(y)[i] = static_cast<double>(rounded * (1.0f / scale));  // dequantized in f32
+      }
+      return std::vector<Tensor>{y};
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
 std::vector<OpCase> Fp8Cases() {
   std::vector<OpCase> cases = Fp8CastCases();
+  for (OpCase& c : Fp8QuantizeDynamicCases()) cases.push_back(std::move(c));
   for (OpCase& c : Fp8GemmCases()) cases.push_back(std::move(c));
   return cases;
 }

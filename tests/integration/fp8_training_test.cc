@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "engine/mpc.h"
 #include "gtest/gtest.h"
@@ -109,6 +110,62 @@ TEST(Fp8TrainingTest, Fp8MetaResumesExactly) {
     EXPECT_EQ(s->loss, all[i].loss) << "step " << i + 1;
   }
   EXPECT_EQ(testing::SnapshotState(**straight), testing::SnapshotState(**resumed));
+}
+
+// Another FP8 recipe on resume is another precision: the weights and optimizer state carry
+// over, and the notice says what of the FP8 state was set aside or reset. The just-in-time
+// recipes have no state, so one resumes exactly.
+TEST(Fp8TrainingTest, ResumingUnderAnotherRecipeSaysWhatItReset) {
+  const std::string dir = testing::MakeTempDir("fp8_recipe_resume");
+  EngineOptions options;
+  options.spec_path = testing::WriteGoldenSpec("adamw", "fp8 { amax_history_len: 4 }", dir, "fp8.spec");
+  options.precision = "fp8";
+  options.pad_multiple = 16;
+  auto delayed = Engine::Create(options);
+  ASSERT_TRUE(delayed.ok()) << delayed.status();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*delayed)->Step().ok());
+  ASSERT_TRUE((*delayed)->SaveCheckpoint(dir + "/delayed").ok());
+
+  EngineOptions rowwise = options;
+  rowwise.fp8_recipe = "rowwise";
+  rowwise.checkpoint_dir = dir + "/delayed";
+  rowwise.resume = true;
+  auto resumed = Engine::Create(rowwise);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ((*resumed)->step(), 4);
+  std::string notices = absl::StrJoin((*resumed)->notices(), "\n");
+  EXPECT_NE(notices.find("fp8 recipe rowwise"), std::string::npos) << notices;
+  EXPECT_NE(notices.find("not used"), std::string::npos) << notices;
+  EXPECT_NE(notices.find("FP8 scaling state (amax history, scales) of 6 tensors"), std::string::npos) << notices;
+  for (const std::string& name : (*delayed)->ParameterNames()) {
+    EXPECT_EQ(*(*resumed)->GetParameter(name), *(*delayed)->GetParameter(name)) << name;
+  }
+
+  // rowwise -> its own checkpoint -> rowwise again: nothing to reset, the same losses.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*resumed)->Step().ok());
+  ASSERT_TRUE((*resumed)->SaveCheckpoint(dir + "/rowwise").ok());
+  rowwise.checkpoint_dir = dir + "/rowwise";
+  auto again = Engine::Create(rowwise);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE((*again)->notices().empty()) << absl::StrJoin((*again)->notices(), "\n");
+  for (int i = 0; i < 3; ++i) {
+    auto a = (*resumed)->Step();
+    auto b = (*again)->Step();
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->loss, b->loss) << "step " << 8 + i;
+  }
+
+  // rowwise checkpoint -> delayed: the delayed recipe's scales start again from 1.
+  again->reset();  // the engines that hold the checkpoint directories
+  resumed->reset();
+  EngineOptions back = options;
+  back.checkpoint_dir = dir + "/rowwise";
+  back.resume = true;
+  auto delayed_again = Engine::Create(back);
+  ASSERT_TRUE(delayed_again.ok()) << delayed_again.status();
+  notices = absl::StrJoin((*delayed_again)->notices(), "\n");
+  EXPECT_NE(notices.find("reset"), std::string::npos) << notices;
+  EXPECT_NE(notices.find("fp8"), std::string::npos) << notices;
 }
 
 }  // namespace

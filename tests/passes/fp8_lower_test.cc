@@ -26,6 +26,7 @@
 #include "passes/memory_plan.h"
 #include "passes/pad_dims.h"
 #include "passes/simplify.h"
+#include "tests/passes/fp8_pass_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
@@ -242,36 +243,11 @@ TEST(Fp8GemmTest, EqualsTheEmulatedQuantizeGemmCast) {
 
 // ---- The pass ----
 
-struct Model {
-  std::unique_ptr<Graph> g = std::make_unique<Graph>();
-  Value* loss = nullptr;
-};
+using fp8_testing::Model;
 
 // x[B,in] -> (Gemm(transB=1) -> Relu)* -> Gemm -> SoftmaxCrossEntropyLoss; Gemm i is "gemm<i>".
 Model Mlp(const std::vector<int64_t>& widths, int64_t batch, bool with_loss = true) {
-  Model m;
-  GraphBuilder b(m.g.get());
-  Value* h = m.g->AddInput("x", DType::kF32, {batch, widths[0]});
-  for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    Value* w = m.g->AddParameter("w" + std::to_string(i),
-                                 testing::RandomTensor(DType::kF32, {widths[i + 1], widths[i]}, 10 + i, -0.3, 0.3));
-    Value* bias =
-        m.g->AddParameter("b" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1]}, 20 + i));
-    AttrMap attrs;
-    attrs.Set("transB", int64_t{1});
-    h = b.Op("Gemm", {h, w, bias}, attrs);
-    b.last_node()->name = "gemm" + std::to_string(i);
-    if (i + 2 < widths.size()) h = b.Op("Relu", {h});
-  }
-  if (with_loss) {
-    Value* labels = m.g->AddInput("labels", DType::kI64, {batch});
-    m.loss = b.Op("SoftmaxCrossEntropyLoss", {h, labels});
-    m.g->SetOutputs({m.loss});
-  } else {
-    m.g->SetOutputs({h});
-  }
-  EXPECT_TRUE(b.status().ok()) << b.status();
-  return m;
+  return fp8_testing::Mlp(widths, with_loss, batch);
 }
 
 // One MLP through the passes by hand, as the training pipeline runs them (the evaluation

@@ -19,10 +19,15 @@
 #include "passes/memory_plan.h"
 #include "passes/pad_dims.h"
 #include "passes/simplify.h"
+#include "tests/passes/fp8_pass_util.h"
 #include "tests/test_util.h"
 
 namespace mpc {
 namespace {
+
+using fp8_testing::Mlp;
+using fp8_testing::Model;
+using fp8_testing::PassRun;
 
 // ---- Reference OCP FP8 rounding in float64 ----
 
@@ -283,82 +288,6 @@ TEST(Fp8ScaleUpdateTest, KernelUpdatesEveryTensorWithItsFormat) {
 
 // ---- The pass ----
 
-struct Model {
-  std::unique_ptr<Graph> g = std::make_unique<Graph>();
-  Value* loss = nullptr;
-};
-
-// x[B,in] -> (Gemm -> Relu)* -> Gemm -> SoftmaxCrossEntropyLoss; Gemm i is "gemm<i>".
-Model Mlp(const std::vector<int64_t>& widths, bool with_loss = true, int64_t batch = 8) {
-  Model m;
-  GraphBuilder b(m.g.get());
-  Value* h = m.g->AddInput("x", DType::kF32, {batch, widths[0]});
-  for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    Value* w = m.g->AddParameter("w" + std::to_string(i),
-                                 testing::RandomTensor(DType::kF32, {widths[i + 1], widths[i]}, 10 + i, -0.3, 0.3));
-    Value* bias =
-        m.g->AddParameter("b" + std::to_string(i), testing::RandomTensor(DType::kF32, {widths[i + 1]}, 20 + i));
-    AttrMap attrs;
-    attrs.Set("transB", int64_t{1});
-    h = b.Op("Gemm", {h, w, bias}, attrs);
-    b.last_node()->name = "gemm" + std::to_string(i);
-    if (i + 2 < widths.size()) h = b.Op("Relu", {h});
-  }
-  if (with_loss) {
-    Value* labels = m.g->AddInput("labels", DType::kI64, {batch});
-    m.loss = b.Op("SoftmaxCrossEntropyLoss", {h, labels});
-    m.g->SetOutputs({m.loss});
-  } else {
-    m.g->SetOutputs({h});
-  }
-  EXPECT_TRUE(b.status().ok()) << b.status();
-  return m;
-}
-
-// The passes up to fp8 run by hand with their options, as the training pipeline would
-// (the evaluation pipeline when the model has no loss).
-struct PassRun {
-  AutocastOptions autocast;
-  PadDimsOptions pad;
-  Fp8Options fp8;
-  CompileResults results;
-  Capabilities caps;
-  PassRun() {
-    autocast.precision = Precision::kFP8;
-    fp8.enabled = true;
-  }
-  // autocast, pad-dims, (autodiff), fp8.
-  absl::StatusOr<bool> Compile(Model& m) {
-    CompileResults& r = results;
-    r.loss.loss = m.loss;
-    if (auto s = AutocastPass(autocast, caps, &r.autocast).Run(*m.g); !s.ok()) return s.status();
-    if (auto s = PadDimsPass(pad, caps, &r.pad_dims).Run(*m.g); !s.ok()) return s.status();
-    if (m.loss) {
-      if (auto s = AutodiffPass(&r.loss, &r.autodiff).Run(*m.g); !s.ok()) return s.status();
-    }
-    return Fp8Pass(fp8, caps, &r.autocast, m.loss ? &r.autodiff : nullptr, &r.fp8).Run(*m.g);
-  }
-  std::vector<std::string> Fp8Nodes(bool forward_only) const {
-    std::vector<std::string> out;
-    for (const auto& d : results.fp8.gemms) {
-      if (!forward_only || d.node == d.forward_node) out.push_back(d.node);
-    }
-    return out;
-  }
-  std::string SkipReason(const std::string& node) const {
-    for (const auto& [n, why] : results.fp8.skipped) {
-      if (n == node) return why;
-    }
-    return "";
-  }
-};
-
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op == op;
-  return n;
-}
-
 TEST(Fp8PassTest, FirstAndLastGemmStayBf16ByDefault) {
   Model m = Mlp({32, 64, 48, 16});
   PassRun r;
@@ -384,8 +313,8 @@ TEST(Fp8PassTest, FirstAndLastGemmStayBf16ByDefault) {
   }
   // input, weight, grad_output; each quantized once (backward reuses the forward ones).
   EXPECT_EQ(r.results.fp8.tensors, (std::vector<std::string>{"gemm1/input", "gemm1/weight", "gemm1/grad_output"}));
-  EXPECT_EQ(Count(*m.g, "Fp8Quantize"), 3);
-  EXPECT_EQ(Count(*m.g, "Fp8UpdateScales"), 1);
+  EXPECT_EQ(testing::CountOps(*m.g, "Fp8Quantize"), 3);
+  EXPECT_EQ(testing::CountOps(*m.g, "Fp8UpdateScales"), 1);
   const Node* update = nullptr;
   for (const auto& n : m.g->nodes()) {
     if (n->op == "Fp8UpdateScales") update = n.get();
@@ -443,7 +372,7 @@ TEST(Fp8PassTest, EvaluationQuantizesWithTheCurrentScalesOnly) {
   PassRun r;
   ASSERT_TRUE(r.Compile(m).ok());
   EXPECT_EQ(r.Fp8Nodes(false), (std::vector<std::string>{"gemm1"}));
-  EXPECT_EQ(Count(*m.g, "Fp8UpdateScales"), 0);
+  EXPECT_EQ(testing::CountOps(*m.g, "Fp8UpdateScales"), 0);
   for (const auto& n : m.g->nodes()) {
     if (n->op == "Fp8Quantize") {
       EXPECT_EQ(n->inputs.size(), 3u);  // no amax history
@@ -473,7 +402,7 @@ TEST(Fp8PassTest, DeviceWithoutFp8FailsOrFallsBackToBf16) {
   EXPECT_FALSE(*changed);
   EXPECT_TRUE(f.results.fp8.gemms.empty());
   EXPECT_NE(f.results.fp8.fallback.find("left in bf16"), std::string::npos);
-  EXPECT_EQ(Count(*m2.g, "Fp8Quantize"), 0);
+  EXPECT_EQ(testing::CountOps(*m2.g, "Fp8Quantize"), 0);
 
   // The CPU emulates FP8 exactly: no error although caps.fp8 is false.
   Model m3 = Mlp({32, 64, 48, 16});

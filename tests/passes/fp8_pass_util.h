@@ -1,0 +1,45 @@
+// Shared by the fp8 pass tests (fp8_test.cc, fp8_recipes_test.cc): a small MLP graph and
+// the passes up to fp8 run by hand, as the training or evaluation pipeline would.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/capabilities.h"
+#include "graph/graph.h"
+#include "passes/autocast.h"
+#include "passes/compile_results.h"
+#include "passes/fp8.h"
+#include "passes/pad_dims.h"
+
+namespace mpc::fp8_testing {
+
+struct Model {
+  std::unique_ptr<Graph> g = std::make_unique<Graph>();
+  Value* loss = nullptr;
+};
+
+// x[B,in] -> (Gemm -> Relu)* -> Gemm -> SoftmaxCrossEntropyLoss; Gemm i is "gemm<i>"
+// (transB = 1, weights [out, in]).
+Model Mlp(const std::vector<int64_t>& widths, bool with_loss = true, int64_t batch = 8);
+
+struct PassRun {
+  AutocastOptions autocast;
+  PadDimsOptions pad;
+  Fp8Options fp8;
+  CompileResults results;
+  Capabilities caps;
+  PassRun() {
+    autocast.precision = Precision::kFP8;
+    fp8.enabled = true;
+  }
+  // autocast, pad-dims, (autodiff when the model has a loss), fp8.
+  absl::StatusOr<bool> Compile(Model& m);
+  // The GEMMs in FP8 (forward only: without their backward GEMMs).
+  std::vector<std::string> Fp8Nodes(bool forward_only) const;
+  std::string SkipReason(const std::string& node) const;
+};
+
+}  // namespace mpc::fp8_testing
