@@ -95,7 +95,8 @@ class Converter {
   Value* QuantizeDynamic(Value* x, float fp8_max, Fp8Granularity granularity, int64_t axis) {
     const int64_t rank = static_cast<int64_t>(x->shape.size());
     if (axis < 0) axis += rank;
-    if (granularity == Fp8Granularity::kTensor) axis = 0;
+    // Per tensor and per 128x128 block the groups do not depend on the axis: one key.
+    if (granularity == Fp8Granularity::kTensor || granularity == Fp8Granularity::kBlocks) axis = rank - 1;
     const auto key = std::make_tuple(x, fp8_max, static_cast<int>(granularity), axis);
     if (auto it = dynamic_.find(key); it != dynamic_.end()) return it->second;
     AttrMap attrs;

@@ -60,6 +60,13 @@ std::string Analyze(const Graph& g, Node* n, const Capabilities* caps, Plan* pla
   plan->gemm = n;
   for (int i = 0; i < 2; ++i) {
     auto src = ResolveOperand(n->inputs[i]);
+    const Node* producer = n->inputs[i]->producer;
+    if (!src && producer && producer->op == "Transpose") producer = producer->inputs[0]->producer;
+    if (!src && producer && producer->op == "Fp8QuantizeDynamic") {
+      return absl::StrCat("operand ", i, " is scaled just in time (fp8.recipe ",
+                          producer->attrs.GetString("granularity", "tensor") == "tensor" ? "current" : "rowwise/block",
+                          "): only the delayed recipe lowers to FP8 tensor cores yet; it runs emulated");
+    }
     if (!src) {
       return absl::StrCat("operand ", i, " '", n->inputs[i]->name,
                           "' does not come from an Fp8Quantize (or a 2-D Transpose of one)");

@@ -145,7 +145,8 @@ struct Fp8Recipe {
 // The CPU's combine: NaN wins, else the larger (the first of equal values stays).
 __device__ __forceinline__ float MaxNanWins(float a, float b) { return (isnan(b) || b > a) ? b : a; }
 
-// Over the block; valid in thread 0. Once per kernel.
+// Over the block; valid in thread 0. A block calling it again must pass a __syncthreads()
+// first (warp_max is reused).
 __device__ float BlockMaxNanWins(float v) {
   __shared__ float warp_max[32];
   for (int offset = 16; offset > 0; offset >>= 1) v = MaxNanWins(v, __shfl_down_sync(0xffffffffu, v, offset));

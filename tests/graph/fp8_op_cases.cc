@@ -201,7 +201,12 @@ std::vector<OpCase> Fp8QuantizeDynamicCases() {
            Variant{"Tiles_Axis0_E5M2_F32", "tiles", 0, {260, 6}, DType::kF32, false, false, 1e-4},
            Variant{"Blocks_E4M3_F32", "blocks", 0, {200, 136}, DType::kF32, true, false, 2.0},
            Variant{"Blocks_E4M3_Bf16_Rank3", "blocks", -1, {2, 130, 129}, DType::kBF16, true, false, 7.0},
-           Variant{"Tiles_Axis0_E5M2_F16_Pow2", "tiles", 0, {200, 24}, DType::kF16, false, true, 30.0}}) {
+           Variant{"Tiles_Axis0_E5M2_F16_Pow2", "tiles", 0, {200, 24}, DType::kF16, false, true, 30.0},
+           // Past the CPU kernel's 32768-element threshold: its threaded loops.
+           Variant{"Rows_Axis1_E4M3_F32_Threaded", "rows", 1, {300, 130}, DType::kF32, true, false, 2.0},
+           Variant{"Rows_Axis0_E5M2_Bf16_Threaded", "rows", 0, {130, 300}, DType::kBF16, false, false, 2.0},
+           Variant{"Tiles_Axis1_E4M3_F32_Threaded", "tiles", 1, {150, 300}, DType::kF32, true, false, 2.0},
+           Variant{"Tensor_E4M3_Bf16_Threaded", "tensor", 0, {200, 200}, DType::kBF16, true, false, 2.0}}) {
     OpCase c;
     c.name = absl::StrCat("Fp8QuantizeDynamic_", v.name);
     c.op = "Fp8QuantizeDynamic";

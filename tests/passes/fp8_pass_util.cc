@@ -1,6 +1,7 @@
 // The fp8 pass tests' model and pass runner (see fp8_pass_util.h).
 #include "tests/passes/fp8_pass_util.h"
 
+#include "backends/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "graph/graph_builder.h"
 #include "passes/autodiff.h"
@@ -58,6 +59,29 @@ std::string PassRun::SkipReason(const std::string& node) const {
     if (n == node) return why;
   }
   return "";
+}
+
+std::vector<float> QuantizeDynamicOnCpu(const Tensor& x, const std::string& granularity, int64_t axis, bool e4m3) {
+  Graph g;
+  Value* xv = g.AddInput("x", x.dtype(), x.shape());
+  AttrMap attrs;
+  attrs.Set("format", std::string(e4m3 ? "e4m3" : "e5m2"));
+  attrs.Set("granularity", granularity);
+  attrs.Set("axis", axis);
+  auto node = g.AddNode("Fp8QuantizeDynamic", {xv}, attrs, "q");
+  EXPECT_TRUE(node.ok()) << node.status();
+  if (!node.ok()) return {};
+  auto backend = CreateCpuBackend();
+  auto kernel = backend->CreateKernel(**node);
+  EXPECT_TRUE(kernel.ok()) << kernel.status();
+  if (!kernel.ok()) return {};
+  Tensor xs = x;
+  Tensor q(DType::kF32, x.shape());
+  KernelContext ctx;
+  ctx.inputs = {{xs.raw(), x.dtype(), x.shape()}};
+  ctx.outputs = {{q.raw(), DType::kF32, x.shape()}};
+  EXPECT_TRUE((*kernel)->Run(ctx).ok());
+  return std::vector<float>(q.data<float>(), q.data<float>() + q.num_elements());
 }
 
 }  // namespace mpc::fp8_testing

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "graph/capabilities.h"
 #include "graph/graph.h"
+#include "graph/tensor.h"
 #include "passes/autocast.h"
 #include "passes/compile_results.h"
 #include "passes/fp8.h"
@@ -41,5 +42,10 @@ struct PassRun {
   std::vector<std::string> Fp8Nodes(bool forward_only) const;
   std::string SkipReason(const std::string& node) const;
 };
+
+// One Fp8QuantizeDynamic (E4M3 unless e4m3 is false, tile 128) run by the CPU backend's
+// kernel: the dequantized values.
+std::vector<float> QuantizeDynamicOnCpu(const Tensor& x, const std::string& granularity, int64_t axis,
+                                        bool e4m3 = true);
 
 }  // namespace mpc::fp8_testing

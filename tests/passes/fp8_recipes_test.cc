@@ -131,6 +131,49 @@ TEST(Fp8RecipesPassTest, EvaluationProgramAndDeviceWithoutTheKernel) {
   EXPECT_NE(s.status().message().find("fallback_to_bf16"), std::string::npos) << s.status();
 }
 
+// A NaN or an inf makes its group's amax non-finite: that group is quantized with scale 1
+// (the NaN stays NaN, an inf saturates in E4M3), every other group as without it — in each
+// of the CPU kernel's layouts (runs, columns, blocks), above its threading threshold.
+TEST(Fp8RecipesPassTest, ANonFiniteValueGivesItsGroupScaleOneAndLeavesTheOthers) {
+  constexpr int64_t R = 300, C = 140;
+  const Tensor clean = testing::RandomTensor(DType::kF32, {R, C}, 77, -0.01, 0.01);
+  for (const float bad : {NAN, INFINITY}) {
+    Tensor dirty = clean;
+    dirty.data<float>()[150 * C + 70] = bad;
+    for (const auto& [granularity, axis] : std::vector<std::pair<std::string, int64_t>>{
+             {"rows", 1}, {"rows", 0}, {"tiles", 1}, {"tiles", 0}, {"blocks", 1}, {"tensor", 0}}) {
+      SCOPED_TRACE(granularity + " axis " + std::to_string(axis) + (std::isnan(bad) ? " NaN" : " inf"));
+      const std::vector<float> want = fp8_testing::QuantizeDynamicOnCpu(clean, granularity, axis);
+      const std::vector<float> got = fp8_testing::QuantizeDynamicOnCpu(dirty, granularity, axis);
+      auto in_bad_group = [&](int64_t r, int64_t c) {
+        if (granularity == "tensor") return true;
+        if (granularity == "rows") return axis == 1 ? r == 150 : c == 70;
+        if (granularity == "tiles") return axis == 1 ? (r == 150 && c / 128 == 0) : (c == 70 && r / 128 == 1);
+        return r / 128 == 1 && c / 128 == 0;
+      };
+      int64_t scale_one = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        for (int64_t c = 0; c < C; ++c) {
+          const size_t i = static_cast<size_t>(r * C + c);
+          if (r == 150 && c == 70) {
+            if (std::isnan(bad)) {
+              EXPECT_TRUE(std::isnan(got[i]));
+            } else {
+              EXPECT_EQ(got[i], kF8E4M3Max);  // inf * 1 saturates
+            }
+          } else if (in_bad_group(r, c)) {
+            ASSERT_EQ(got[i], RoundToF8E4M3(clean.data<float>()[i])) << r << "," << c;  // scale 1
+            ++scale_one;
+          } else {
+            ASSERT_EQ(got[i], want[i]) << r << "," << c;
+          }
+        }
+      }
+      EXPECT_GT(scale_one, 0);
+    }
+  }
+}
+
 // ---- One GEMM through the executor against float64 ----
 
 enum class Groups { kTensor, kRows, kTiles, kBlocks };
@@ -200,10 +243,12 @@ std::vector<double> Transposed(const std::vector<double>& x, int64_t rows, int64
   return t;
 }
 
-// Y = X W^T (Gemm, transB = 1; X [16, 256] and W [32, 256] both parameters), loss =
+// Y = X W^T (Gemm, transB = 1; X [144, 256] and W [160, 256] both parameters), loss =
 // sum(Y * R): so dY = R, dX = R W and dW = R^T X, each a GEMM the recipe quantizes.
 TEST(Fp8RecipesPassTest, ForwardProductAndBothGradientsMatchFloat64PerRecipe) {
-  constexpr int64_t M = 16, N = 32, K = 256;
+  // M and N past 128: the backward GEMMs' tiles along M and N are not whole rows, and W
+  // has partial 128x128 blocks in both directions.
+  constexpr int64_t M = 144, N = 160, K = 256;
   const std::vector<float> xv = Bf16Values(M * K, 31, -3, 3), wv = Bf16Values(N * K, 32, -0.5, 0.5),
                            rv = Bf16Values(M * N, 33, -1e-3, 1e-3);
   for (Fp8Recipe recipe : {Fp8Recipe::kCurrent, Fp8Recipe::kRowwise, Fp8Recipe::kBlock}) {

@@ -15,7 +15,9 @@
 
 #include "graph/float8.h"
 #include "graph/float8_scaling.h"
+#include "graph/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/passes/fp8_pass_util.h"
 
 namespace mpc {
 namespace {
@@ -107,46 +109,49 @@ TEST(Fp8SpikeTest, DelayedScalingClipsTheSpikeThenStaysSmallForTheWholeWindow) {
   }
 }
 
-// Just-in-time scaling: the spike step's scale comes from the spike; with rows only the
-// spike's row changes (with 1x128 tiles, the same here: a row is one tile).
-TEST(Fp8SpikeTest, JustInTimeScalingKeepsTheSpikeAndRecoversTheNextStep) {
-  Fp8DynamicRecipe recipe;
+// Just-in-time scaling, through the Fp8QuantizeDynamic CPU kernel: the spike step's scale
+// comes from the spike. Per tensor (current) every value of that step pays; per row
+// (rowwise; 1x128 tiles are the same here, a row being one tile) only the spike's row,
+// every other row quantizing bit for bit as without the spike. Nothing carries over: the
+// step after quantizes as if the spike had never been.
+TEST(Fp8SpikeTest, JustInTimeScalingKeepsTheSpikeAndOnlyItsGroupPays) {
+  const int spike_index = 5 * kCols + 7;
   for (const bool rowwise : {false, true}) {
-    double rms_spike_step = 0, rms_after = 0, rms_before = 0;
-    float spike_q = 0;
-    for (int step = kSpikeStep - 1; step <= kSpikeStep + 1; ++step) {
-      const std::vector<float> x = StepTensor(step);
-      std::vector<float> scale(x.size());
-      for (int r = 0; r < kRows; ++r) {
-        float amax = 0;
-        for (int c = 0; c < kCols; ++c) {
-          const int from = rowwise ? r : 0, to = rowwise ? r + 1 : kRows;
-          if (c == 0) {
-            for (int rr = from; rr < to; ++rr) {
-              for (int cc = 0; cc < kCols; ++cc) amax = std::max(amax, std::fabs(x[rr * kCols + cc]));
-            }
-          }
-          scale[r * kCols + c] = Fp8DynamicScale(amax, recipe);
-        }
+    const std::string granularity = rowwise ? "rows" : "tensor";
+    auto quantize = [&](const std::vector<float>& x) {
+      return fp8_testing::QuantizeDynamicOnCpu(Tensor::FromVector<float>({kRows, kCols}, x), granularity, 1);
+    };
+    auto rms = [&](const std::vector<float>& x, const std::vector<float>& q) {
+      double err = 0, ref = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (static_cast<int>(i) == spike_index) continue;
+        err += (double(q[i]) - x[i]) * (double(q[i]) - x[i]);
+        ref += double(x[i]) * x[i];
       }
-      const StepError e = Measure(x, scale);
-      if (step == kSpikeStep - 1) rms_before = e.rms;
-      if (step == kSpikeStep) {
-        rms_spike_step = e.rms;
-        spike_q = e.spike;
-      }
-      if (step == kSpikeStep + 1) rms_after = e.rms;
-    }
+      return std::sqrt(err / ref);
+    };
+    const std::vector<float> before = StepTensor(kSpikeStep - 1), spiked = StepTensor(kSpikeStep),
+                             after = StepTensor(kSpikeStep + 1);
+    std::vector<float> unspiked = spiked;
+    unspiked[spike_index] = 0.5f;
+    const std::vector<float> q_before = quantize(before), q_spiked = quantize(spiked), q_after = quantize(after),
+                             q_unspiked = quantize(unspiked);
+    const double rms_before = rms(before, q_before), rms_spike_step = rms(spiked, q_spiked),
+                 rms_after = rms(after, q_after), rms_unspiked = rms(spiked, q_unspiked);
     std::printf("%s: spike %.0f quantized to %.1f; relative RMS error of the other values %.4f before, %.4f in the "
-                "spike step, %.4f the step after\n",
-                rowwise ? "rowwise" : "current", kSpike, spike_q, rms_before, rms_spike_step, rms_after);
-    EXPECT_NEAR(spike_q, kSpike, kSpike * 1e-6);  // scaled to 448 exactly; back through 1/scale in f32
-    EXPECT_LT(rms_after, 1.5 * rms_before);  // back to normal at once
-    if (rowwise) {
-      EXPECT_LT(rms_spike_step, 1.5 * rms_before);  // one row of 32 pays
-    } else {
-      EXPECT_GT(rms_spike_step, 2 * rms_before);  // the whole tensor pays in that step
+                "spike step (%.4f without the spike), %.4f the step after\n",
+                rowwise ? "rowwise" : "current", kSpike, q_spiked[spike_index], rms_before, rms_spike_step,
+                rms_unspiked, rms_after);
+    EXPECT_NEAR(q_spiked[spike_index], kSpike, kSpike * 1e-6);  // scaled to 448 exactly; back through 1/scale in f32
+    int changed = 0;
+    for (size_t i = 0; i < spiked.size(); ++i) {
+      if (static_cast<int>(i) != spike_index) changed += q_spiked[i] != q_unspiked[i];
+      if (rowwise && static_cast<int>(i) / kCols != 5) {
+        ASSERT_EQ(q_spiked[i], q_unspiked[i]) << "row " << i / kCols << ": only the spike's row may change";
+      }
     }
+    EXPECT_GT(changed, rowwise ? kCols / 2 : kRows * kCols / 2);
+    if (!rowwise) EXPECT_GT(rms_spike_step, 2 * rms_unspiked);  // the whole tensor pays in that step
   }
 }
 
