@@ -149,6 +149,18 @@ CompileOptions CompileOptionsFromSpec(const TrainSpec& spec) {
   o.data_parallel.zero_stage = spec.distributed().zero_stage();
   o.freeze.assign(spec.freeze().begin(), spec.freeze().end());
   o.ema.enabled = spec.has_ema();
+  switch (spec.memory().recompute()) {
+    case MemorySpec::NONE:
+      o.recompute.policy = RecomputeOptions::Policy::kNone;
+      break;
+    case MemorySpec::SELECTIVE:
+      o.recompute.policy = RecomputeOptions::Policy::kSelective;
+      break;
+    case MemorySpec::FULL:
+      o.recompute.policy = RecomputeOptions::Policy::kFull;
+      break;
+  }
+  o.recompute.boundaries = spec.memory().boundaries();
   o.ema.decay = spec.ema().decay();
   return o;
 }

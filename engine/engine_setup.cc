@@ -138,7 +138,7 @@ absl::Status Engine::Impl::ResolveSpec(const EngineOptions& opts) {
   MPC_ASSIGN_OR_RETURN(spec, ReadSpec(options));
   MPC_RETURN_IF_ERROR(ApplySpecOverrides({options.precision, options.loss_scaling, options.pad_multiple,
                                           options.check_numerics, options.tensor_stats_every_n_steps,
-                                          options.fp8_recipe},
+                                          options.fp8_recipe, options.recompute},
                                          &spec));
   // A spec file's relative paths are relative to its directory; spec text's to base_dir
   // (empty: the current directory).

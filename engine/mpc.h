@@ -77,6 +77,7 @@ struct EngineOptions {
   std::string precision;               // overrides TrainSpec.precision.compute: f32, tf32, bf16, fp16, fp8
   std::string loss_scaling;            // overrides TrainSpec.loss_scaling: off, dynamic, static:S
   std::string fp8_recipe;              // overrides TrainSpec.fp8.recipe: delayed, current, rowwise, block
+  std::string recompute;               // overrides TrainSpec.memory.recompute: none, selective, full
   int pad_multiple = 0;                // overrides TrainSpec.padding.multiple when > 0 (1 = off)
   // Overrides TrainSpec.numerics: check every op's outputs and stop at the first non-finite
   // one, naming it (a debugging mode: a host copy of every output); and tensor statistics

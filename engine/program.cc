@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "engine/compile_options.h"
+#include "engine/memory_budget.h"
 #include "graph/onnx_import.h"
 
 namespace mpc {
@@ -112,6 +113,8 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   if (results.memory_plan.order.empty() && !g.nodes().empty()) {
     return absl::InvalidArgumentError("the memory-plan pass cannot be disabled: the executor needs its plan");
   }
+  // The per-rank limit: known now, before anything runs.
+  MPC_RETURN_IF_ERROR(CheckMemoryLimit(program, spec, caps, options));
   return program;
 }
 

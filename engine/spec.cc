@@ -253,7 +253,19 @@ absl::StatusOr<Fp8Spec::Recipe> ParseFp8Recipe(const std::string& name) {
   return recipe;
 }
 
+absl::StatusOr<MemorySpec::Recompute> ParseRecompute(const std::string& name) {
+  MemorySpec::Recompute policy;
+  if (!MemorySpec::Recompute_Parse(absl::AsciiStrToUpper(name), &policy)) {
+    return absl::InvalidArgumentError(absl::StrCat("--recompute '", name, "': expected none, selective or full"));
+  }
+  return policy;
+}
+
 absl::Status ApplySpecOverrides(const SpecOverrides& o, TrainSpec* spec) {
+  if (!o.recompute.empty()) {
+    MPC_ASSIGN_OR_RETURN(MemorySpec::Recompute policy, ParseRecompute(o.recompute));
+    spec->mutable_memory()->set_recompute(policy);
+  }
   if (!o.precision.empty()) {
     MPC_ASSIGN_OR_RETURN(PrecisionSpec::Compute compute, ParsePrecision(o.precision));
     spec->mutable_precision()->set_compute(compute);

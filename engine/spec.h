@@ -26,6 +26,7 @@ struct SpecOverrides {
   bool check_numerics = false;         // true -> numerics.check_every_op
   int tensor_stats_every_n_steps = 0;  // > 0 -> numerics.tensor_stats_every_n_steps
   std::string fp8_recipe;              // delayed, current, rowwise, block -> fp8.recipe
+  std::string recompute;               // none, selective, full -> memory.recompute
 };
 absl::Status ApplySpecOverrides(const SpecOverrides& overrides, TrainSpec* spec);
 
@@ -33,6 +34,8 @@ absl::Status ApplySpecOverrides(const SpecOverrides& overrides, TrainSpec* spec)
 absl::StatusOr<PrecisionSpec::Compute> ParsePrecision(const std::string& name);
 // "delayed" | "current" | "rowwise" | "block" -> the spec enum; error otherwise.
 absl::StatusOr<Fp8Spec::Recipe> ParseFp8Recipe(const std::string& name);
+// "none" | "selective" | "full" -> the spec enum; error otherwise.
+absl::StatusOr<MemorySpec::Recompute> ParseRecompute(const std::string& name);
 // "off" | "dynamic" | "static:S" -> fields of `spec`; error otherwise.
 absl::Status ParseLossScalingFlag(const std::string& flag, LossScalingSpec* spec);
 

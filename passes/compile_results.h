@@ -248,6 +248,22 @@ struct EmaResult {
   std::vector<std::pair<std::string, std::string>> averaged;  // (parameter, its average's state)
 };
 
+// Writer: recompute. Readers: the report, mpc compile's memory table.
+struct RecomputeResult {
+  std::string policy = "none";  // "none" | "selective" | "full"
+  // FULL: the activations kept as block inputs, and how they were found ("residual forks",
+  // "one in K of C cut points", "pattern ...").
+  std::vector<std::string> boundaries;
+  std::string boundaries_from;
+  int saved = 0;              // activations the backward reads from the forward, without recomputation
+  int64_t saved_bytes = 0;
+  int recomputed = 0;         // of them, recomputed in the backward instead of kept
+  int64_t recomputed_bytes = 0;
+  int cloned_nodes = 0;       // forward nodes run again in the backward
+  double extra_flops = 0;     // their FLOPs (graph/flops.h)
+  double step_flops = 0;      // the step's FLOPs without recomputation
+};
+
 // The buffer plan: every activation gets an offset in one arena.
 struct MemoryPlan {
   std::map<const Value*, int64_t> offsets;  // activations only
@@ -290,6 +306,7 @@ struct CompileResults {
   OptimizerResult optimizer;
   EmaResult ema;
   Tf32Result tf32;
+  RecomputeResult recompute;
   MemoryPlanResult memory_plan;
 };
 

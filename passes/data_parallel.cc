@@ -1,6 +1,8 @@
 // The data-parallel pass (see data_parallel.h).
 #include "passes/data_parallel.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "graph/graph_builder.h"
@@ -14,9 +16,9 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
   if (options_.world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world size ", options_.world_size, " must be >= 1"));
   }
-  if (options_.zero_stage != 0 && options_.zero_stage != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec field distributed.zero_stage: ", options_.zero_stage, " is not supported; use 0 or 1"));
+  if (options_.zero_stage < 0 || options_.zero_stage > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field distributed.zero_stage: ", options_.zero_stage,
+                                                   " is not supported; use 0, 1 or 2"));
   }
   if (options_.world_size == 1) return false;
   result.zero_stage = options_.zero_stage;
@@ -29,6 +31,13 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
   if (!loss_->loss) return absl::FailedPreconditionError("no loss; attach-loss must run first");
   const bool accumulating = accumulation_ && !accumulation_->param_grads.empty();
   Value* hold = accumulating ? accumulation_->hold : nullptr;
+  const bool sliced = options_.zero_stage >= 1;
+  if (options_.zero_stage == 2 && accumulating) {
+    return absl::UnimplementedError(absl::StrCat(
+        "spec field distributed.zero_stage: 2 with accumulate_steps ", accumulation_->steps,
+        " is not supported yet (the micro-batches' sums would need whole gradients, which ZeRO-2 frees); use "
+        "zero_stage 1 with accumulation, or a larger batch over more ranks"));
+  }
 
   GraphBuilder b(&g, "data_parallel/");
   // The backward seed becomes seed / N, so each rank's gradients are its examples' share
@@ -62,11 +71,21 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
     if (hold) inputs.push_back(hold);
     AttrMap attrs;
     attrs.Set("held", static_cast<int64_t>(hold != nullptr));
-    if (options_.zero_stage == 1) attrs.Set("world_size", static_cast<int64_t>(options_.world_size));
-    if (options_.zero_stage == 0) attrs.Set("reduce", std::string("sum"));
-    std::vector<Value*> outs =
-        b.OpN(options_.zero_stage == 1 ? "ReduceScatter" : "AllReduce", inputs, std::move(attrs));
+    if (sliced) attrs.Set("world_size", static_cast<int64_t>(options_.world_size));
+    if (!sliced) attrs.Set("reduce", std::string("sum"));
+    std::vector<Value*> outs = b.OpN(sliced ? "ReduceScatter" : "AllReduce", inputs, std::move(attrs));
     MPC_RETURN_IF_ERROR(b.status());
+    if (options_.zero_stage == 2) {
+      // ZeRO-2: the bucket is reduce-scattered as soon as its last gradient exists, so the
+      // whole gradients die there and the plan reuses their bytes for the rest of the
+      // backward; each rank keeps only its slices until the update.
+      Node* scatter = b.last_node();
+      int ready = 0;
+      for (const Value* in : scatter->inputs) {
+        if (in->producer) ready = std::max(ready, in->producer->schedule_rank);
+      }
+      scatter->schedule_rank = ready;
+    }
     for (size_t k = 0; k < bucket.size(); ++k) result.param_grads[bucket[k]].second = outs[k];
     made.node = b.last_node()->name;
     made.bytes = bucket_bytes;

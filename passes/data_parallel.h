@@ -23,6 +23,11 @@
 // updates only that slice of each master weight, with optimizer state that holds only
 // that slice, and all-gathers the updated weights (OptimizerPass). Clipping adds the
 // ranks' sums of squares; the non-finite flag is reduced as above.
+//
+// ZeRO-2 (zero_stage 2): as ZeRO-1, and each ReduceScatter is scheduled as soon as its
+// bucket's last gradient is produced (schedule_rank), not after the whole backward: the
+// whole gradients die at the collective and the memory plan reuses their bytes, so a rank
+// holds the whole gradients of about one bucket at a time plus its slices of the rest.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +40,7 @@ namespace mpc {
 struct DataParallelOptions {
   int world_size = 1;                        // ranks in the job; 1: the pass does nothing
   int64_t bucket_bytes = int64_t{25} << 20;  // spec distributed.bucket_mb
-  int zero_stage = 0;                        // spec distributed.zero_stage: 0 or 1
+  int zero_stage = 0;                        // spec distributed.zero_stage: 0, 1 or 2
 };
 
 class DataParallelPass : public Pass {

@@ -122,7 +122,7 @@ absl::StatusOr<bool> LossScalingPass::Run(Graph& g) {
     AttrMap attrs;
     attrs.Set("max_norm", clip);
     // ZeRO-1: each rank holds slices of the gradients; the kernel adds the ranks' sums of squares.
-    if (data_parallel && data_parallel_->zero_stage == 1) attrs.Set("sharded", int64_t{1});
+    if (data_parallel && data_parallel_->zero_stage >= 1) attrs.Set("sharded", int64_t{1});
     std::vector<Value*> outs = b.OpN("ClipByGlobalNorm", grads, std::move(attrs));
     MPC_RETURN_IF_ERROR(b.status());
     result.grad_norm = outs.back();

@@ -125,7 +125,7 @@ absl::StatusOr<bool> OptimizerPass::Run(Graph& graph) {
   // ZeRO-1: the gradients are this rank's slices; each update works on the slice of its
   // master weight (a Shard copy, updated in place) with state that holds only that slice,
   // and AllGatherInPlace writes every rank's updated slices back into the weights.
-  const bool zero = data_parallel_ && data_parallel_->world_size > 1 && data_parallel_->zero_stage == 1;
+  const bool zero = data_parallel_ && data_parallel_->world_size > 1 && data_parallel_->zero_stage >= 1;
   const int64_t world = zero ? data_parallel_->world_size : 1;
   std::vector<ShardedUpdate> sharded;
   Value* lr = result.learning_rate = graph.AddInput("lr", DType::kF32, {});

@@ -25,6 +25,7 @@
 #include "passes/fuse_softmax.h"
 #include "passes/fuse_updates.h"
 #include "passes/memory_plan.h"
+#include "passes/recompute.h"
 #include "passes/set_mode.h"
 #include "passes/simplify.h"
 #include "passes/tf32.h"
@@ -118,6 +119,10 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // Widening casts (the bf16 conv weight gradients' casts to f32) run next to their first
   // reader: the order the memory plan follows, so it goes right before the plan.
   p.Add(std::make_unique<DeferWideningCastsPass>());
+  // Activations recomputed in the backward instead of kept: on the graph that will run,
+  // after every pass that could merge the copies back (simplify) or reorder them, right
+  // before the plan whose lifetimes it shortens.
+  p.Add(std::make_unique<RecomputePass>(o.recompute, &r->loss, &r->recompute));
   // Order and arena offsets: last, for the graph that will run.
   p.Add(std::make_unique<MemoryPlanPass>(&r->memory_plan));
   return p;

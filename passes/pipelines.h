@@ -6,7 +6,7 @@
 //   training:   set-mode, batch-norm-stats, attach-loss, fuse-gelu, autocast, pad-dims, autodiff,
 //               fp8, fp8-lower, accumulate-gradients, loss-scaling, optimizer, simplify,
 //               fuse-epilogues, fold-transposes, fold-output-casts, tf32, fuse-updates, ema,
-//               defer-widening-casts, memory-plan
+//               defer-widening-casts, recompute, memory-plan
 //   evaluation: set-mode, select-outputs, autocast, pad-dims, fp8, fp8-lower, simplify,
 //               fuse-epilogues, tf32, memory-plan
 #pragma once
@@ -24,6 +24,7 @@
 #include "passes/loss_scaling.h"
 #include "passes/optimizer.h"
 #include "passes/pad_dims.h"
+#include "passes/recompute.h"
 #include "passes/pass_pipeline.h"
 
 namespace mpc {
@@ -40,6 +41,7 @@ struct CompileOptions {
   DataParallelOptions data_parallel;  // ranks of the job (data-parallel)
   std::vector<std::string> freeze;    // parameters not trained (autodiff)
   EmaOptions ema;
+  RecomputeOptions recompute;  // training only
   // Evaluation only: keep every model output instead of the logits (mpc run), and keep
   // the model's own training_mode instead of evaluation mode.
   bool keep_all_outputs = false;

@@ -27,6 +27,18 @@ std::string DataParallelJson(const CompileResults& r) {
                       ",\"buckets\":[", absl::StrJoin(buckets, ","), "]}");
 }
 
+// The recompute pass: policy, block inputs, what it recomputed and what that costs.
+std::string RecomputeJson(const RecomputeResult& rc) {
+  std::vector<std::string> boundaries;
+  for (const std::string& b : rc.boundaries) boundaries.push_back(absl::StrCat("\"", JsonEscape(b), "\""));
+  return absl::StrFormat(
+      "\"recompute\":{\"policy\":\"%s\",\"boundaries_from\":\"%s\",\"boundaries\":[%s],\"saved\":%d,"
+      "\"saved_bytes\":%d,\"recomputed\":%d,\"recomputed_bytes\":%d,\"cloned_nodes\":%d,\"extra_flops\":%.0f,"
+      "\"step_flops\":%.0f},",
+      rc.policy, JsonEscape(rc.boundaries_from), absl::StrJoin(boundaries, ","), rc.saved, rc.saved_bytes,
+      rc.recomputed, rc.recomputed_bytes, rc.cloned_nodes, rc.extra_flops, rc.step_flops);
+}
+
 }  // namespace
 
 std::string CompileReportJson(const Program& p) {
@@ -149,6 +161,7 @@ std::string CompileReportJson(const Program& p) {
       absl::StrFormat("\"memory\":{\"planned_peak_bytes\":%d,\"unplanned_bytes\":%d,\"persistent_bytes\":%d,"
                       "\"unshared_activation_bytes\":%d},",
                       m.peak_bytes, m.unplanned_bytes, m.persistent_bytes, m.total_activation_bytes),
+      RecomputeJson(r.recompute),
       absl::StrFormat("\"model\":{\"forward_nodes\":%d,\"parameters\":%d,\"batch_size\":%d},", p.forward_nodes,
                       p.parameter_count, p.batch_size),
       absl::StrFormat("\"program\":{\"nodes\":%d,\"values\":%d}", p.graph->nodes().size(), p.graph->values().size()),
@@ -302,7 +315,7 @@ std::string CompileSummaryText(const Program& p) {
   if (r.data_parallel.world_size > 1) {
     int64_t bytes = 0;
     for (const DataParallelResult::Bucket& b : r.data_parallel.buckets) bytes += b.bytes;
-    const bool zero = r.data_parallel.zero_stage == 1;
+    const bool zero = r.data_parallel.zero_stage >= 1;
     absl::StrAppendFormat(&out,
                           "data-parallel: %d ranks, %d examples each; gradients summed in %d %s bucket%s "
                           "(%.2f MiB per step)%s, plus the loss\n",
@@ -322,9 +335,25 @@ std::string CompileSummaryText(const Program& p) {
         whole += NumElements(v->sharded_from) * static_cast<int64_t>(DTypeSize(v->dtype));
       }
       absl::StrAppendFormat(&out,
-                            "zero-1: each rank keeps and updates its slice of the optimizer state (%.2f of %.2f MiB) "
-                            "and all-gathers the updated weights\n",
-                            kept / 1048576.0, whole / 1048576.0);
+                            "zero-%d: each rank keeps and updates its slice of the optimizer state (%.2f of %.2f MiB) "
+                            "and all-gathers the updated weights%s\n",
+                            r.data_parallel.zero_stage, kept / 1048576.0, whole / 1048576.0,
+                            r.data_parallel.zero_stage == 2
+                                ? "; each bucket is reduce-scattered as soon as its gradients exist, which frees them"
+                                : "");
+    }
+  }
+  if (r.recompute.policy != "none") {
+    const RecomputeResult& rc = r.recompute;
+    absl::StrAppendFormat(&out,
+                          "recompute: %s; %d of %d saved activations recomputed in the backward (%.2f of %.2f MiB), "
+                          "%d forward nodes run again, +%.1f%% FLOPs per step\n",
+                          rc.policy, rc.recomputed, rc.saved, rc.recomputed_bytes / 1048576.0,
+                          rc.saved_bytes / 1048576.0, rc.cloned_nodes,
+                          rc.step_flops > 0 ? 100.0 * rc.extra_flops / rc.step_flops : 0.0);
+    if (!rc.boundaries.empty()) {
+      absl::StrAppendFormat(&out, "  %d block inputs kept (%s): %s\n", rc.boundaries.size(), rc.boundaries_from,
+                            absl::StrJoin(rc.boundaries, ", "));
     }
   }
   const MemoryPlan& m = r.memory_plan.plan;

@@ -23,6 +23,7 @@
 #include "engine/dataset.h"
 #include "engine/device.h"
 #include "engine/inference.h"
+#include "engine/memory_budget.h"
 #include "engine/mpc.h"
 #include "engine/program.h"
 #include "engine/spec.h"
@@ -43,6 +44,9 @@ ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides t
 ABSL_FLAG(std::string, fp8_recipe, "",
           "delayed, current, rowwise or block: the FP8 scaling recipe with --precision fp8; overrides the spec's "
           "fp8.recipe");
+ABSL_FLAG(std::string, recompute, "",
+          "none, selective or full: activations recomputed in the backward instead of kept; overrides the spec's "
+          "memory.recompute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0,
           "pad Gemm, MatMul and Conv weights to this multiple (1: no padding); overrides the spec");
@@ -52,7 +56,10 @@ ABSL_FLAG(bool, fused_attention, false,
 ABSL_FLAG(bool, eval, false, "compile the evaluation program instead of the training program");
 ABSL_FLAG(int32_t, ranks, 1,
           "mpc compile: the training program of rank 0 of a data-parallel job of this many ranks (its share of "
-          "the batch, the AllReduce buckets)");
+          "the batch, the AllReduce buckets); with more than one, also the per-rank memory table");
+ABSL_FLAG(bool, memory_table, false,
+          "mpc compile: print per-rank memory (weights, gradients, optimizer state, activations, communication) "
+          "for each ZeRO stage and recomputation policy (on by default with --ranks > 1)");
 ABSL_FLAG(std::vector<std::string>, input, {},
           "mpc run: NAME=FILE.npy feeds graph input NAME; repeat the flag once per input");
 ABSL_FLAG(std::string, output_dir, "", "mpc run: write each graph output here as NAME.npy (created if missing)");
@@ -79,7 +86,7 @@ int Compile() {
   if (!spec.ok()) return Fail(std::string(spec.status().message()));
   if (auto st = mpc::ApplySpecOverrides(
           {absl::GetFlag(FLAGS_precision), absl::GetFlag(FLAGS_loss_scaling), absl::GetFlag(FLAGS_pad_multiple),
-           false, 0, absl::GetFlag(FLAGS_fp8_recipe)},
+           false, 0, absl::GetFlag(FLAGS_fp8_recipe), absl::GetFlag(FLAGS_recompute)},
           &*spec);
       !st.ok()) {
     return Fail(std::string(st.message()));
@@ -120,6 +127,11 @@ int Compile() {
   if (!program.ok()) return Fail(std::string(program.status().message()));
 
   std::fputs(mpc::CompileSummaryText(*program).c_str(), stdout);
+  if (options.training && (ranks > 1 || absl::GetFlag(FLAGS_memory_table))) {
+    auto rows = mpc::MemoryConfigurations(*spec, (*backend)->capabilities(), options);
+    if (!rows.ok()) return Fail(std::string(rows.status().message()));
+    std::fputs(mpc::MemoryTableText(*rows, ranks, spec->memory().limit_mb()).c_str(), stdout);
+  }
   const std::string report_path = absl::GetFlag(FLAGS_report);
   if (!report_path.empty()) {
     if (auto st = mpc::WriteFileAtomically(report_path, mpc::CompileReportJson(*program)); !st.ok()) {
@@ -150,6 +162,7 @@ int Parity() {
   options.engine.device = absl::GetFlag(FLAGS_device);
   options.engine.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
   options.engine.fp8_recipe = absl::GetFlag(FLAGS_fp8_recipe);
+  options.engine.recompute = absl::GetFlag(FLAGS_recompute);
   options.engine.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
   options.steps = absl::GetFlag(FLAGS_steps);
   for (const std::string& s : absl::GetFlag(FLAGS_probe_steps)) {

@@ -47,6 +47,9 @@ ABSL_FLAG(std::string, precision, "", "f32, tf32, bf16, fp16 or fp8; overrides t
 ABSL_FLAG(std::string, fp8_recipe, "",
           "delayed, current, rowwise or block: the FP8 scaling recipe with --precision fp8; overrides the spec's "
           "fp8.recipe");
+ABSL_FLAG(std::string, recompute, "",
+          "none, selective or full: activations recomputed in the backward instead of kept; overrides the spec's "
+          "memory.recompute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0,
           "pad Gemm, MatMul and Conv weights to this multiple (1: no padding); overrides the spec");
@@ -112,6 +115,7 @@ int main(int argc, char** argv) {
   options.precision = absl::GetFlag(FLAGS_precision);
   options.loss_scaling = absl::GetFlag(FLAGS_loss_scaling);
   options.fp8_recipe = absl::GetFlag(FLAGS_fp8_recipe);
+  options.recompute = absl::GetFlag(FLAGS_recompute);
   options.pad_multiple = absl::GetFlag(FLAGS_pad_multiple);
   options.check_numerics = absl::GetFlag(FLAGS_check_numerics);
   options.tensor_stats_every_n_steps = absl::GetFlag(FLAGS_tensor_stats);

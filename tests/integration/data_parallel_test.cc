@@ -142,6 +142,9 @@ struct Setup {
   std::string name;
   std::string fields;  // optimizer, batch, accumulation, ZeRO
   int ranks = 2;
+  // Empty: compared with 1 rank on the same fields. Otherwise compared with a job of the
+  // same ranks on these fields (bf16: see the ZeRO-2 cases).
+  std::string reference;
 };
 void PrintTo(const Setup& s, std::ostream* os) { *os << s.name; }
 
@@ -152,10 +155,21 @@ TEST_P(TwoRanksAsOne, SameLossesAndWeightsAsOneRankOnTheGlobalBatch) {
       "dp_" + GetParam().name,
       absl::StrCat(GetParam().fields, " steps: 20 seed: 5 checkpoint { every_n_steps: 0 at_end: true }"));
   const std::string dir = fs::path(spec).parent_path().string();
-  const CommandResult one = RunCommand(
-      Train(absl::StrCat("--spec ", spec, " --metrics ", dir, "/one.jsonl --checkpoint_dir ", dir, "/ckpt_one")));
-  ASSERT_EQ(one.exit_code, 0) << one.output;
   const int ranks = GetParam().ranks;
+  const std::string reference_args =
+      absl::StrCat("--spec ", spec, " --metrics ", dir, "/one.jsonl --checkpoint_dir ", dir, "/ckpt_one");
+  std::string reference_spec = spec;
+  if (!GetParam().reference.empty()) {
+    reference_spec = testing::WriteFashionMlpSpec(
+        "dp_" + GetParam().name + "_reference",
+        absl::StrCat(GetParam().reference, " steps: 20 seed: 5 checkpoint { every_n_steps: 0 at_end: true }"));
+  }
+  const CommandResult one = RunCommand(
+      GetParam().reference.empty()
+          ? Train(reference_args)
+          : Mpirun(ranks, absl::StrCat("--spec ", reference_spec, " --metrics ", dir, "/one.jsonl --checkpoint_dir ",
+                                       dir, "/ckpt_one")));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
   const CommandResult two = RunCommand(Mpirun(
       ranks, absl::StrCat("--spec ", spec, " --metrics ", dir, "/two.jsonl --checkpoint_dir ", dir, "/ckpt_two")));
   ASSERT_EQ(two.exit_code, 0) << two.output;
@@ -166,10 +180,11 @@ TEST_P(TwoRanksAsOne, SameLossesAndWeightsAsOneRankOnTheGlobalBatch) {
   ASSERT_EQ(want.size(), 20u);
   ASSERT_EQ(got.size(), 20u) << "rank 0 writes every step once";
   ASSERT_GT(want.front().loss, want.back().loss) << "the run must train";
-  ExpectSameLosses(got, want, 1, 20, absl::StrCat(ranks, " ranks vs 1"));
+  const std::string versus = GetParam().reference.empty() ? "1" : absl::StrCat(ranks, " without ZeRO");
+  ExpectSameLosses(got, want, 1, 20, absl::StrCat(ranks, " ranks vs ", versus));
   // Under ZeRO-1 the checkpoint holds the optimizer state gathered from the ranks' slices.
-  ExpectSameState(CheckpointState(spec, dir + "/ckpt_two"), CheckpointState(spec, dir + "/ckpt_one"),
-                  absl::StrCat("final state, ", ranks, " ranks vs 1"));
+  ExpectSameState(CheckpointState(spec, dir + "/ckpt_two"), CheckpointState(reference_spec, dir + "/ckpt_one"),
+                  absl::StrCat("final state, ", ranks, " ranks vs ", versus));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -190,7 +205,29 @@ INSTANTIATE_TEST_SUITE_P(
               "batch_size: 32 accumulate_steps: 2 optimizer { adamw { lr: 0.002 } } "
               "distributed { zero_stage: 1 }"},
         Setup{"sgd_momentum_zero1_3ranks",
-              "batch_size: 96 optimizer { sgd { lr: 0.05 momentum: 0.9 } } distributed { zero_stage: 1 }", 3}),
+              "batch_size: 96 optimizer { sgd { lr: 0.05 momentum: 0.9 } } distributed { zero_stage: 1 }", 3},
+        // ZeRO-2: each bucket reduce-scattered as soon as the backward produced it (small
+        // buckets, so the collectives interleave with the backward), at 2 and 4 ranks, f32
+        // and bf16, and with full recomputation. bf16 is held to the same ranks without
+        // ZeRO (the sums are added in the same rank order, so the slices' updates are
+        // exactly the whole update's): against 1 rank a bf16 run parts by ~1e-3 after a few
+        // steps whatever the stage, as a weight's bf16 copy rounds the other way when its
+        // f32 master differs in the last bits (a different summation order).
+        Setup{"adamw_zero2",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } "
+              "distributed { zero_stage: 2 bucket_mb: 0.05 }"},
+        Setup{"adamw_zero2_4ranks",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } "
+              "distributed { zero_stage: 2 bucket_mb: 0.05 }",
+              4},
+        Setup{"adamw_bf16_zero2",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 } "
+              "distributed { zero_stage: 2 bucket_mb: 0.05 }",
+              2, "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 }"},
+        Setup{"adamw_bf16_zero2_4ranks_recompute_full",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 } "
+              "distributed { zero_stage: 2 bucket_mb: 0.05 } memory { recompute: FULL }",
+              4, "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 }"}),
     [](const ::testing::TestParamInfo<Setup>& info) { return info.param.name; });
 
 TEST_F(DataParallelTest, Fp8RanksQuantizeAlike) {
@@ -338,6 +375,42 @@ TEST_F(DataParallelTest, ZeroCheckpointOfTwoRanksResumesAtOneAndAtTwo) {
   ExpectResumesAtOneAndAtTwo("dp_resume_zero1", "distributed { zero_stage: 1 }");
 }
 
+// ZeRO-2 writes the same whole-tensor checkpoint.
+TEST_F(DataParallelTest, Zero2CheckpointOfTwoRanksResumesAtOneAndAtTwo) {
+  ExpectResumesAtOneAndAtTwo("dp_resume_zero2", "distributed { zero_stage: 2 bucket_mb: 0.05 }");
+}
+
+// memory.limit_mb: the Fashion MLP with AdamW at batch 64 needs 4.03 MiB at 1 rank (its
+// optimizer state alone 1.79); under a 3 MiB limit it is refused there, with no
+// configuration that fits, trains on 4 ranks with ZeRO-2 (2.38 MiB: the state and the
+// gradients sliced), and 4 ranks without ZeRO are refused naming ZeRO-1 as the smallest
+// configuration that fits.
+TEST_F(DataParallelTest, AModelOverTheLimitOfOneRankTrainsOnFourWithZero2) {
+  const std::string fields =
+      "batch_size: 64 steps: 3 optimizer { adamw { lr: 0.002 } } memory { limit_mb: 3 recompute: FULL } ";
+  const std::string spec =
+      testing::WriteFashionMlpSpec("dp_limit", fields + "distributed { zero_stage: 2 bucket_mb: 0.05 }");
+  const CommandResult one = RunCommand(Train(absl::StrCat("--spec ", spec, " --checkpoint_dir ", testing::MakeTempDir("dp_limit_one"))));
+  EXPECT_NE(one.exit_code, 0) << one.output;
+  EXPECT_TRUE(absl::StrContains(one.output, "spec field memory.limit_mb: this program needs 4.03 MiB per rank"))
+      << one.output;
+  EXPECT_TRUE(absl::StrContains(one.output, "over the limit of 3.00 MiB")) << one.output;
+  EXPECT_TRUE(absl::StrContains(one.output, "No ZeRO stage and recomputation policy fits at 1 rank")) << one.output;
+
+  const CommandResult four =
+      RunCommand(Mpirun(4, absl::StrCat("--spec ", spec, " --checkpoint_dir ", testing::MakeTempDir("dp_limit_four"))));
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  EXPECT_TRUE(absl::StrContains(four.output, "data-parallel: 4 ranks")) << four.output;
+
+  const std::string plain = testing::WriteFashionMlpSpec("dp_limit_plain", fields);
+  const CommandResult unsharded = RunCommand(
+      Mpirun(4, absl::StrCat("--spec ", plain, " --checkpoint_dir ", testing::MakeTempDir("dp_limit_plain_run"))));
+  EXPECT_NE(unsharded.exit_code, 0) << unsharded.output;
+  EXPECT_TRUE(absl::StrContains(unsharded.output, "The smallest configuration that fits: distributed { zero_stage: 1 } "
+                                                  "memory { recompute: NONE }"))
+      << unsharded.output;
+}
+
 // Starts a long 2-rank job, waits for its third step, does `action` (a kill command) to
 // rank 1, and returns the job's output and how long it took to end after the action.
 struct EndedJob {
@@ -450,6 +523,14 @@ TEST(DataParallelCompileTest, ReportShowsWhatZeroKeepsPerRank) {
                                 "zero-1: each rank keeps and updates its slice of the optimizer state (0.90 "
                                 "of 1.79 MiB)"))
       << r.output;
+  // The per-rank table: a row per stage and recomputation policy; the optimizer column is
+  // the whole 1.79 MiB without ZeRO and half of it under ZeRO-1 and ZeRO-2.
+  EXPECT_TRUE(absl::StrContains(r.output, "memory per rank at 2 ranks (MiB")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "zero  recompute   weights gradients optimizer activations")) << r.output;
+  for (const char* row : {"  0     none           0.90      0.90      1.79", "  1     none           0.90      0.90      0.90",
+                          "  2     none           0.90      0.90      0.90", "  2     full           0.90"}) {
+    EXPECT_TRUE(absl::StrContains(r.output, row)) << row << "\n" << r.output;
+  }
 }
 
 }  // namespace

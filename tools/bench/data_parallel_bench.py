@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Data-parallel on this machine: 2 ranks x 1 thread (mpirun), without and with ZeRO-1,
-against 1 rank x 2 threads.
+"""Data-parallel on this machine: 2 ranks x 1 thread (mpirun), without ZeRO and with ZeRO-1
+and ZeRO-2, against 1 rank x 2 threads, with each configuration's planned memory per rank.
 
 Same spec, model, data and global batch (bench.py's seed_mlp and fashion_cnn assets), f32.
 Step time is the Train() wall time mpc-train reports ("done: N steps in S s"), as the
@@ -9,7 +9,9 @@ setup, data loading and the first steps' primitive creation drop out. The commun
 share is the collectives' time in rank 0's --profile (AllReduce; under ZeRO-1 also
 ReduceScatter and AllGatherInPlace: packing, the MPI calls and the wait for the other rank,
 which includes any imbalance between the ranks) over its step time.
-Every configuration runs --repeat times, interleaved; the table shows the median.
+Every configuration runs --repeat times, interleaved; the table shows the median. Memory per
+rank is the plan's total for that configuration (`mpc compile --ranks N`'s table, recompute
+none: weights, gradients, optimizer state, arena, inputs), known before the run.
 
     /usr/bin/python3 tools/bench/data_parallel_bench.py --out tools/bench/results/X.md
 """
@@ -66,6 +68,14 @@ def with_fields(spec_path, fields, suffix):
     return out
 
 
+def planned_mib(spec_path, ranks, fields):
+    """The per-rank total of the plan for the stage `fields` sets (0 without ZeRO)."""
+    stage = re.search(r"zero_stage: (\d)", fields)
+    text = run([bench.MPC, "compile", "--spec", spec_path, "--ranks", str(ranks), "--memory_table"], 1)
+    row = re.search(r"^\s+" + (stage.group(1) if stage else "0") + r"\s+none\s+(.*)$", text, re.M)
+    return float(row.group(1).split()[-1])
+
+
 def measure(spec_short, spec_long, ranks, threads, steps):
     """(ms per step, collective ms per step, collective calls per step) of one configuration."""
     prefix = MPIRUN + ["-np", str(ranks)] if ranks > 1 else []
@@ -86,7 +96,8 @@ def main():
     args = p.parse_args()
     rows, details = [], []
     configs = [("1 rank x 2 threads", 1, 2, ""), ("2 ranks x 1 thread", 2, 1, ""),
-               ("2 ranks x 1 thread, ZeRO-1", 2, 1, "distributed { zero_stage: 1 }")]
+               ("2 ranks x 1 thread, ZeRO-1", 2, 1, "distributed { zero_stage: 1 }"),
+               ("2 ranks x 1 thread, ZeRO-2", 2, 1, "distributed { zero_stage: 2 bucket_mb: 1 }")]
     for name in args.models.split(","):
         cfg = bench.MODELS[name]
         batch = cfg["batch"]
@@ -94,10 +105,12 @@ def main():
         short = bench.write_spec(name, cfg, onnx_path, feats, labels, batch, args.warmup, "f32")
         long_ = bench.write_spec(name, cfg, onnx_path, feats, labels, batch, args.warmup + args.steps, "f32")
         results = {c[0]: [] for c in configs}
+        memory = {label: planned_mib(with_fields(long_, fields, f".config{i}"), ranks, fields)
+                  for i, (label, ranks, _, fields) in enumerate(configs)}
         for r in range(args.repeat):
-            for label, ranks, threads, fields in configs:
-                ms, comm, calls = measure(with_fields(short, fields, ".zero1"), with_fields(long_, fields, ".zero1"),
-                                          ranks, threads, args.steps)
+            for i, (label, ranks, threads, fields) in enumerate(configs):
+                ms, comm, calls = measure(with_fields(short, fields, f".config{i}"),
+                                          with_fields(long_, fields, f".config{i}"), ranks, threads, args.steps)
                 results[label].append((ms, comm, calls))
                 details.append(f"| {name} | {label} | {r + 1} | {ms:.1f} | {comm:.2f} | {calls:.0f} |")
                 print(details[-1], flush=True)
@@ -106,20 +119,21 @@ def main():
             ms = statistics.median(x[0] for x in results[label])
             comm = statistics.median(x[1] for x in results[label])
             rows.append(f"| {name} | {batch} | {label} | {ms:.1f} | {ms / base:.2f} | "
-                        + (f"{comm:.2f} ms ({100 * comm / ms:.1f}%)" if comm else "—") + " |")
+                        + (f"{comm:.2f} ms ({100 * comm / ms:.1f}%)" if comm else "—") + f" | {memory[label]:.2f} |")
     now = datetime.datetime.now(datetime.timezone.utc)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=bench.ROOT, capture_output=True,
                             text=True).stdout.strip()
     text = f"""# Data-parallel on the CPU: 2 ranks x 1 thread vs 1 rank x 2 threads — {now:%Y-%m-%d %H:%M} UTC
 
-| model | global batch | configuration | ms/step (median of {args.repeat}) | vs 1 rank x 2 threads | collectives per step (share) |
-|---|---|---|---|---|---|
+| model | global batch | configuration | ms/step (median of {args.repeat}) | vs 1 rank x 2 threads | collectives per step (share) | planned MiB per rank |
+|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 Lower is better. Both configurations use the machine's 2 cores and train the same global batch
 (2 ranks: half each); f32, the models' bench.py specs (AdamW, constant rate). ZeRO-1 adds
 `distributed {{ zero_stage: 1 }}`: gradients reduce-scattered, each rank updates half of every
-weight with half of the Adam moments, the updated weights all-gathered.
+weight with half of the Adam moments, the updated weights all-gathered. ZeRO-2 adds
+`zero_stage: 2 bucket_mb: 1`: each 1 MiB bucket reduce-scattered as soon as the backward made it.
 
 ## Method
 - step time: Train() wall time of mpc-train ("done: N steps in S s") for {args.warmup} + {args.steps} steps minus
