@@ -270,6 +270,12 @@ absl::Status Engine::LoadCheckpointFromBytes(std::string_view bytes) {
 
 absl::Status Engine::ExportOnnx(const std::string& path, Weights weights) {
   Impl& m = *impl_;
+  for (const Value* p : m.train_program.graph->ValuesOfKind(ValueKind::kParameter)) {
+    if (p->sharded_from.empty()) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot export ", path, " from a ZeRO-3 job: each rank holds only its slice of '", p->name,
+        "'; save a checkpoint, then resume it in one process (mpc-train --resume without mpirun) and export there"));
+  }
   // The averaged weights: each trained parameter's `<name>.ema` state (frozen ones have none
   // and export as they are).
   std::map<std::string, std::string> source;

@@ -198,8 +198,8 @@ absl::Status Engine::Impl::CheckWhole(const std::string& name, const std::string
   const Value* v = train_program.graph->FindValue(name);
   if (!v || v->sharded_from.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      call, "('", name, "'): under ZeRO-1 (distributed.zero_stage 1) each rank holds only its slice of this ",
-      "optimizer state; read it from a checkpoint (SaveCheckpoint gathers it whole)"));
+      call, "('", name, "'): under ZeRO (distributed.zero_stage ", spec.distributed().zero_stage(),
+      ") each rank holds only its slice of this tensor; read it from a checkpoint (SaveCheckpoint gathers it whole)"));
 }
 
 absl::StatusOr<std::vector<double>> Engine::Impl::GatherStepTimes(double ms_per_step) const {

@@ -116,14 +116,15 @@ MemoryBreakdown BreakdownOf(const Program& program) {
 absl::StatusOr<std::vector<MemoryConfiguration>> MemoryConfigurations(const TrainSpec& spec, const Capabilities& caps,
                                                                       const ProgramOptions& options) {
   std::vector<MemoryConfiguration> rows;
-  const int max_stage = options.world_size > 1 ? 2 : 0;
+  const int max_stage = options.world_size > 1 ? 3 : 0;
   for (MemorySpec::Recompute policy : {MemorySpec::NONE, MemorySpec::SELECTIVE, MemorySpec::FULL}) {
     for (int stage = 0; stage <= max_stage; ++stage) {
       TrainSpec variant = spec;
       variant.mutable_memory()->set_recompute(policy);
       variant.mutable_memory()->clear_limit_mb();
       variant.mutable_distributed()->set_zero_stage(stage);
-      if (stage == 2 && variant.accumulate_steps() > 1) continue;  // not with accumulation yet
+      if (stage >= 2 && variant.accumulate_steps() > 1) continue;  // not with accumulation yet
+      if (stage == 3 && (variant.has_ema() || variant.precision().compute() == PrecisionSpec::FP8)) continue;
       MPC_ASSIGN_OR_RETURN(Program p, CompileProgram(variant, caps, options));
       rows.push_back({stage, absl::AsciiStrToLower(MemorySpec::Recompute_Name(policy)), BreakdownOf(p)});
     }
@@ -173,8 +174,9 @@ absl::Status CheckMemoryLimit(const Program& program, const TrainSpec& spec, con
                                                         MemoryTableText(rows, options.world_size, limit_mb)));
   }
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s. No ZeRO stage and recomputation policy fits at %d rank%s: run on more ranks (ZeRO-1/2 divide the "
-      "optimizer state and gradients by their number), a smaller batch, or a lower precision.\n%s",
+      "%s. No ZeRO stage and recomputation policy fits at %d rank%s: run on more ranks (ZeRO-1/2/3 divide the "
+      "optimizer state, the gradients and, with 3, the weights by their number), a smaller batch, or a lower "
+      "precision.\n%s",
       needs, options.world_size, options.world_size == 1 ? "" : "s",
       MemoryTableText(rows, options.world_size, limit_mb)));
 }

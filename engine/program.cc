@@ -96,6 +96,8 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   compile.loss.batch_size = options.batch_size;
   compile.data_parallel.world_size = options.training ? options.world_size : 1;
   compile.loss_scaling.rank = options.rank;
+  compile.job_ranks = options.world_size;
+  compile.job_rank = options.rank;
   compile.loss.label_row = options.label_row;
   CompileResults& results = program.results;
   Capabilities effective = caps;

@@ -28,6 +28,13 @@
 //   AllGatherInPlace(s1..sN, x1..xN) -> ()    attr world_size
 // Writes every rank's slice si into the persistent xi (the updated master weights back
 // on every rank); side effects, ordered by control dependencies.
+//
+// ZeRO-3 (passes/shard_parameters.h): a parameter is held as this rank's slice and gathered
+// whole where it is read.
+//
+//   AllGather(s) -> x                         attrs world_size, shape
+// x (of `shape`, s's dtype: f32, or the bf16/fp16 copy cast from the slice, half the
+// traffic) is every rank's slice s ([ceil(n/W)]) laid end to end, the padding dropped.
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -175,6 +182,30 @@ void RegisterCollectiveOps(OpRegistry& r) {
     return std::vector<TensorType>{};
   };
   r.Register(gather);
+
+  OpDef all_gather;
+  all_gather.name = "AllGather";
+  all_gather.domain = "mpc";
+  all_gather.min_inputs = all_gather.max_inputs = 1;
+  all_gather.stochastic = true;  // its peers wait for it: never merged with the backward's gather
+  all_gather.infer = [](const Node& n) -> absl::StatusOr<std::vector<TensorType>> {
+    MPC_ASSIGN_OR_RETURN(const int64_t world, WorldSizeOf(n));
+    const Value* s = n.inputs[0];
+    if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", s->name, "' is ", DTypeName(s->dtype), "; AllGather moves f32, bf16 or fp16"));
+    }
+    const Shape whole = n.attrs.GetInts("shape", {});
+    if (whole.empty()) return absl::InvalidArgumentError("attribute shape (the whole tensor's) is required");
+    const int64_t length = ShardLength(NumElements(whole), world);
+    if (s->shape != Shape{length}) {
+      return absl::InvalidArgumentError(absl::StrCat("slice '", s->name, "' is ", ShapeToString(s->shape), "; ",
+                                                     ShapeToString(whole), " over ", world, " ranks needs [", length,
+                                                     "]"));
+    }
+    return std::vector<TensorType>{{s->dtype, whole}};
+  };
+  r.Register(all_gather);
 }
 
 }  // namespace mpc

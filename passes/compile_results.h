@@ -248,6 +248,14 @@ struct EmaResult {
   std::vector<std::pair<std::string, std::string>> averaged;  // (parameter, its average's state)
 };
 
+// Writer: shard-parameters (ZeRO-3). Readers: the report.
+struct ShardParametersResult {
+  std::vector<std::string> sharded;  // parameters held as this rank's slice
+  int gathers = 0;                   // AllGather nodes (forward and backward)
+  int gathers_16bit = 0;             // of them, gathering the bf16/fp16 copy
+  int64_t sharded_bytes = 0;         // the whole parameters' bytes, of which a rank keeps 1/W
+};
+
 // Writer: recompute. Readers: the report, mpc compile's memory table.
 struct RecomputeResult {
   std::string policy = "none";  // "none" | "selective" | "full"
@@ -306,6 +314,7 @@ struct CompileResults {
   OptimizerResult optimizer;
   EmaResult ema;
   Tf32Result tf32;
+  ShardParametersResult shard_parameters;
   RecomputeResult recompute;
   MemoryPlanResult memory_plan;
 };

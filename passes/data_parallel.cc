@@ -16,9 +16,9 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
   if (options_.world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world size ", options_.world_size, " must be >= 1"));
   }
-  if (options_.zero_stage < 0 || options_.zero_stage > 2) {
+  if (options_.zero_stage < 0 || options_.zero_stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("spec field distributed.zero_stage: ", options_.zero_stage,
-                                                   " is not supported; use 0, 1 or 2"));
+                                                   " is not supported; use 0, 1, 2 or 3"));
   }
   if (options_.world_size == 1) return false;
   result.zero_stage = options_.zero_stage;
@@ -32,9 +32,9 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
   const bool accumulating = accumulation_ && !accumulation_->param_grads.empty();
   Value* hold = accumulating ? accumulation_->hold : nullptr;
   const bool sliced = options_.zero_stage >= 1;
-  if (options_.zero_stage == 2 && accumulating) {
+  if (options_.zero_stage >= 2 && accumulating) {
     return absl::UnimplementedError(absl::StrCat(
-        "spec field distributed.zero_stage: 2 with accumulate_steps ", accumulation_->steps,
+        "spec field distributed.zero_stage: ", options_.zero_stage, " with accumulate_steps ", accumulation_->steps,
         " is not supported yet (the micro-batches' sums would need whole gradients, which ZeRO-2 frees); use "
         "zero_stage 1 with accumulation, or a larger batch over more ranks"));
   }
@@ -75,7 +75,7 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
     if (!sliced) attrs.Set("reduce", std::string("sum"));
     std::vector<Value*> outs = b.OpN(sliced ? "ReduceScatter" : "AllReduce", inputs, std::move(attrs));
     MPC_RETURN_IF_ERROR(b.status());
-    if (options_.zero_stage == 2) {
+    if (options_.zero_stage >= 2) {
       // ZeRO-2: the bucket is reduce-scattered as soon as its last gradient exists, so the
       // whole gradients die there and the plan reuses their bytes for the rest of the
       // backward; each rank keeps only its slices until the update.

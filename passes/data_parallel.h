@@ -40,7 +40,7 @@ namespace mpc {
 struct DataParallelOptions {
   int world_size = 1;                        // ranks in the job; 1: the pass does nothing
   int64_t bucket_bytes = int64_t{25} << 20;  // spec distributed.bucket_mb
-  int zero_stage = 0;                        // spec distributed.zero_stage: 0, 1 or 2
+  int zero_stage = 0;                        // spec distributed.zero_stage: 0-3 (3: passes/shard_parameters.h)
 };
 
 class DataParallelPass : public Pass {

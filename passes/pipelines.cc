@@ -27,11 +27,27 @@
 #include "passes/memory_plan.h"
 #include "passes/recompute.h"
 #include "passes/set_mode.h"
+#include "passes/shard_parameters.h"
 #include "passes/simplify.h"
 #include "passes/tf32.h"
 #include "passes/triangular_operands.h"
 
 namespace mpc {
+namespace {
+
+ShardParametersOptions ShardParameters(const CompileOptions& o, bool training) {
+  ShardParametersOptions s;
+  s.zero_stage = o.data_parallel.zero_stage;
+  s.world_size = o.job_ranks;
+  s.rank = o.job_rank;
+  s.training = training;
+  s.freeze = o.freeze;
+  s.ema = o.ema.enabled;
+  s.fp8 = o.fp8.enabled;
+  return s;
+}
+
+}  // namespace
 
 PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& caps, CompileResults* r,
                                   PipelineOptions pipeline) {
@@ -85,6 +101,10 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // The updates on the FP32 master weights, gated on the overflow flag.
   p.Add(std::make_unique<OptimizerPass>(o.optimizer, &r->autodiff, &r->loss_scaling, &r->optimizer,
                                         &r->grad_accumulation, &r->data_parallel));
+  // ZeRO-3: the trained parameters become this rank's slices, gathered where they are
+  // read; after the optimizer, whose Shard nodes name them and whose updates then write the
+  // slices, before simplify (which must not touch the gathers, stochastic ops).
+  p.Add(std::make_unique<ShardParametersPass>(ShardParameters(o, true), &r->loss, &r->shard_parameters));
   // Clean-up of the complete graph: CSE, folding, dead code.
   p.Add(std::make_unique<SimplifyPass>());
   // GEMM + ReLU epilogues: on the simplified graph, where the pattern is canonical.
@@ -146,6 +166,8 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   // FP8 GEMMs with the scales training keeps (shared by name); no amax is recorded.
   p.Add(std::make_unique<Fp8Pass>(o.fp8, caps, &r->autocast, nullptr, &r->fp8));
   p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, caps, &r->fp8_lower));
+  // ZeRO-3: the same slices as the training program (they share them), gathered before use.
+  p.Add(std::make_unique<ShardParametersPass>(ShardParameters(o, false), nullptr, &r->shard_parameters));
   p.Add(std::make_unique<SimplifyPass>());
   p.Add(std::make_unique<FuseEpiloguesPass>());
   p.Add(std::make_unique<Tf32Pass>(o.autocast.precision == Precision::kTF32, &r->tf32));

@@ -25,6 +25,7 @@
 #include "passes/optimizer.h"
 #include "passes/pad_dims.h"
 #include "passes/recompute.h"
+#include "passes/shard_parameters.h"
 #include "passes/pass_pipeline.h"
 
 namespace mpc {
@@ -42,6 +43,10 @@ struct CompileOptions {
   std::vector<std::string> freeze;    // parameters not trained (autodiff)
   EmaOptions ema;
   RecomputeOptions recompute;  // training only
+  // The job this program runs in (both programs; data-parallel reads world_size above,
+  // which evaluation programs set to 1): ZeRO-3's slices are this rank's of this many.
+  int job_ranks = 1;
+  int job_rank = 0;
   // Evaluation only: keep every model output instead of the logits (mpc run), and keep
   // the model's own training_mode instead of evaluation mode.
   bool keep_all_outputs = false;

@@ -104,7 +104,10 @@ class Planner {
   bool Clonable(const Node& n) const {
     if (!forward_.contains(&n) || !n.control_deps.empty()) return false;
     const OpDef* def = OpRegistry::Global().Find(n.op);
-    if (!def || def->has_side_effects || def->stochastic || def->output_is_state_input) return false;
+    // ZeRO-3's AllGather of a parameter slice is the one collective cloned: it gives the same
+    // bytes every time, and every rank runs the same clones in the same order.
+    const bool gather = n.op == "AllGather";
+    if (!def || def->has_side_effects || (def->stochastic && !gather) || def->output_is_state_input) return false;
     for (const Value* out : n.outputs) {
       if (g_.IsOutput(out)) return false;
     }

@@ -26,8 +26,9 @@
 //              full-match regex over value names) names them instead. The segment after the
 //              last block input (the head and the loss) is kept: its backward runs at once.
 //
-// Never cloned: ops with side effects, random draws (Dropout), collectives, nodes ordered
-// by control dependencies, graph outputs. A clone that reads persistent state is ordered
+// Never cloned: ops with side effects, random draws (Dropout), collectives (but ZeRO-3's
+// parameter AllGather, which a recomputed layer runs again), nodes that wait on control
+// dependencies, graph outputs. A clone that reads persistent state is ordered
 // before whatever the original was ordered before (the optimizer update rewriting a weight).
 #pragma once
 

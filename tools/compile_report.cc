@@ -338,9 +338,17 @@ std::string CompileSummaryText(const Program& p) {
                             "zero-%d: each rank keeps and updates its slice of the optimizer state (%.2f of %.2f MiB) "
                             "and all-gathers the updated weights%s\n",
                             r.data_parallel.zero_stage, kept / 1048576.0, whole / 1048576.0,
-                            r.data_parallel.zero_stage == 2
+                            r.data_parallel.zero_stage >= 2
                                 ? "; each bucket is reduce-scattered as soon as its gradients exist, which frees them"
                                 : "");
+      const ShardParametersResult& z3 = r.shard_parameters;
+      if (!z3.sharded.empty()) {
+        absl::StrAppendFormat(&out,
+                              "zero-3: %d parameters held as this rank's slice (%.2f MiB whole), gathered whole "
+                              "before their forward and backward readers: %d AllGathers, %d of them of the bf16/fp16 "
+                              "copy\n",
+                              z3.sharded.size(), z3.sharded_bytes / 1048576.0, z3.gathers, z3.gathers_16bit);
+      }
     }
   }
   if (r.recompute.policy != "none") {

@@ -204,11 +204,47 @@ class AllGatherInPlaceKernel : public Kernel {
   std::vector<float> mine_, all_;
 };
 
+// ZeRO-3's AllGather: every rank's slice end to end, the padding dropped. A bf16/fp16 slice
+// travels as its bytes (in float-sized words: the communicator moves floats).
+class AllGatherKernel : public Kernel {
+ public:
+  AllGatherKernel(const Node& node, Communicator* comm) : name_(node.name), comm_(comm) {}
+
+  absl::Status Run(KernelContext& ctx) override {
+    const TensorView& slice = ctx.inputs[0];
+    TensorView& whole = ctx.outputs[0];
+    const size_t element = DTypeSize(whole.dtype);
+    const size_t slice_bytes = static_cast<size_t>(slice.num_elements()) * element;
+    const int64_t words = static_cast<int64_t>((slice_bytes + sizeof(float) - 1) / sizeof(float));
+    mine_.assign(static_cast<size_t>(words), 0.0f);
+    all_.resize(static_cast<size_t>(words) * comm_->size());
+    std::memcpy(mine_.data(), slice.data, slice_bytes);
+    absl::Status s =
+        comm_->AllGatherFloats(mine_.data(), all_.data(), words, absl::StrCat("'", name_, "' at step ", ctx.step + 1));
+    if (!s.ok()) return s;
+    char* out = static_cast<char*>(whole.data);
+    size_t left = static_cast<size_t>(whole.num_elements()) * element;
+    for (int r = 0; r < comm_->size() && left > 0; ++r) {
+      const size_t n = std::min(left, slice_bytes);
+      std::memcpy(out, all_.data() + static_cast<size_t>(r) * words, n);
+      out += n;
+      left -= n;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string name_;
+  Communicator* const comm_;
+  std::vector<float> mine_, all_;
+};
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreateZeroKernel(const Node& node, Backend& backend) {
   absl::StatusOr<Communicator*> comm = CommunicatorFor(node, backend);
   if (!comm.ok()) return comm.status();
   if (node.op == "ReduceScatter") return std::unique_ptr<Kernel>(new ReduceScatterKernel(node, *comm));
   if (node.op == "Shard") return std::unique_ptr<Kernel>(new ShardKernel(*comm));
+  if (node.op == "AllGather") return std::unique_ptr<Kernel>(new AllGatherKernel(node, *comm));
   return std::unique_ptr<Kernel>(new AllGatherInPlaceKernel(node, *comm));
 }
 
@@ -218,6 +254,7 @@ void RegisterCpuCollectiveKernels(KernelRegistry& r) {
   r.Register("ReduceScatter", "cpu", DType::kF32, CreateZeroKernel);
   r.Register("Shard", "cpu", DType::kF32, CreateZeroKernel);
   r.Register("AllGatherInPlace", "cpu", DType::kF32, CreateZeroKernel);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) r.Register("AllGather", "cpu", t, CreateZeroKernel);
   r.Register("AllReduce", "cpu", DType::kF32, CreateAllReduce);
   r.Register("AllReduceInPlace", "cpu", DType::kF32, CreateAllReduce);
 }

@@ -156,17 +156,23 @@ absl::Status CopySlice(const float* whole, int64_t n, int world, int rank, float
   return absl::OkStatus();
 }
 
+// The job's communicator, of the world size the node was compiled for.
+absl::StatusOr<Communicator*> JobOf(const Node& node, Backend& backend) {
+  Communicator* world = backend.communicator();
+  if (!world || world->size() != node.attrs.GetInt("world_size", 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        node.op, " '", node.name, "' was compiled for a data-parallel job of ", node.attrs.GetInt("world_size", 0),
+        " ranks; start it with mpirun -np ", node.attrs.GetInt("world_size", 0)));
+  }
+  return world;
+}
+
 // ReduceScatter, Shard and AllGatherInPlace (graph/ops_collective.cc).
 class CudaZeroCollective : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
     MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
-    Communicator* world = backend.communicator();
-    if (!world || world->size() != node.attrs.GetInt("world_size", 0)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          node.op, " '", node.name, "' was compiled for a data-parallel job of ", node.attrs.GetInt("world_size", 0),
-          " ranks; start it with mpirun -np ", node.attrs.GetInt("world_size", 0)));
-    }
+    MPC_ASSIGN_OR_RETURN(Communicator * world, JobOf(node, backend));
     auto k = std::unique_ptr<CudaZeroCollective>(new CudaZeroCollective(cuda, world));
     k->name_ = node.name;
     k->op_ = node.op;
@@ -256,9 +262,58 @@ class CudaZeroCollective : public Kernel {
   void* buffer_ = nullptr;
 };
 
+// ZeRO-3's AllGather (graph/ops_collective.cc): the slices gathered end to end into a
+// buffer of world x slice elements, the whole tensor its first n.
+class CudaAllGather : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(CudaBackend * cuda, AsCuda(backend));
+    MPC_ASSIGN_OR_RETURN(Communicator * world, JobOf(node, backend));
+    auto k = std::unique_ptr<CudaAllGather>(new CudaAllGather(cuda));
+    k->name_ = node.name;
+    k->dtype_ = node.inputs[0]->dtype;
+    k->slice_ = NumElements(node.inputs[0]->shape);
+    MPC_ASSIGN_OR_RETURN(k->comm_, cuda->Nccl());
+    const size_t bytes = static_cast<size_t>(k->slice_) * world->size() * DTypeSize(k->dtype_);
+    MPC_ASSIGN_OR_RETURN(k->buffer_, backend.Allocate(std::max<size_t>(bytes, 1)));
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+  ~CudaAllGather() override {
+    if (buffer_) cuda_->Free(buffer_);
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+#ifdef MPC_WITH_NCCL
+    cudaStream_t stream = cuda_->stream();
+    const ncclDataType_t type = dtype_ == DType::kBF16  ? ncclBfloat16
+                                : dtype_ == DType::kF16 ? ncclFloat16
+                                                        : ncclFloat32;
+    MPC_RETURN_IF_ERROR(NcclStatus(ncclAllGather(ctx.inputs[0].data, buffer_, static_cast<size_t>(slice_), type,
+                                                 static_cast<ncclComm_t>(comm_), stream),
+                                   absl::StrCat("ncclAllGather '", name_, "'")));
+    const size_t bytes = static_cast<size_t>(ctx.outputs[0].num_elements()) * DTypeSize(dtype_);
+    MPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ctx.outputs[0].data, buffer_, bytes, cudaMemcpyDeviceToDevice, stream));
+    return absl::OkStatus();
+#else
+    (void)ctx;
+    return absl::FailedPreconditionError("AllGather: this mpc was built without NCCL");
+#endif
+  }
+
+ private:
+  explicit CudaAllGather(CudaBackend* cuda) : cuda_(cuda) {}
+  CudaBackend* cuda_;
+  void* comm_ = nullptr;
+  std::string name_;
+  DType dtype_ = DType::kF32;
+  int64_t slice_ = 0;
+  void* buffer_ = nullptr;
+};
+
 }  // namespace
 
 void RegisterCudaCollectiveKernels(KernelRegistry& r) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) r.Register("AllGather", "cuda", t, CudaAllGather::Create);
   r.Register("ReduceScatter", "cuda", DType::kF32, CudaZeroCollective::Create);
   r.Register("Shard", "cuda", DType::kF32, CudaZeroCollective::Create);
   r.Register("AllGatherInPlace", "cuda", DType::kF32, CudaZeroCollective::Create);

@@ -809,7 +809,7 @@ constexpr std::pair<const char*, int> kLookedUpByInput[] = {{"Where", 1}};
 bool Incomparable(const std::string& op, const std::string& dtype) {
   if ((op == "FusedAttention" || op == "FusedAttentionGrad") && dtype == "f32") return true;
   if (op == "AllReduce" || op == "AllReduceInPlace" || op == "ReduceScatter" || op == "Shard" ||
-      op == "AllGatherInPlace") {
+      op == "AllGatherInPlace" || op == "AllGather") {
     return true;
   }
   return op == "Cast" && (dtype == "f8e4m3" || dtype == "f8e5m2");

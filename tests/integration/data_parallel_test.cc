@@ -227,6 +227,24 @@ INSTANTIATE_TEST_SUITE_P(
         Setup{"adamw_bf16_zero2_4ranks_recompute_full",
               "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 } "
               "distributed { zero_stage: 2 bucket_mb: 0.05 } memory { recompute: FULL }",
+              4, "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 }"},
+        // ZeRO-3: the parameters sliced too, gathered before their forward and backward
+        // readers (bf16: the cast slice gathered in 16 bits, the same bits as casting the
+        // whole weight).
+        Setup{"adamw_zero3",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } "
+              "distributed { zero_stage: 3 bucket_mb: 0.05 }"},
+        Setup{"adamw_zero3_4ranks",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } clip_grad_norm: 0.5 } "
+              "distributed { zero_stage: 3 bucket_mb: 0.05 }",
+              4},
+        Setup{"adamw_bf16_zero3",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 } "
+              "distributed { zero_stage: 3 bucket_mb: 0.05 }",
+              2, "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 }"},
+        Setup{"adamw_bf16_zero3_4ranks_recompute_full",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 } "
+              "distributed { zero_stage: 3 bucket_mb: 0.05 } memory { recompute: FULL }",
               4, "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 }"}),
     [](const ::testing::TestParamInfo<Setup>& info) { return info.param.name; });
 
@@ -327,10 +345,13 @@ TEST_F(DataParallelTest, NonFiniteGradientOnOneRankSkipsTheStepOnBothUnderZero) 
 }
 
 // Saves at step 10 of a 2-rank job, resumes at 1 rank and at 2 ranks (the same spec,
-// `extra_fields` included), and compares steps 11-20 with an uninterrupted 1-rank run.
-void ExpectResumesAtOneAndAtTwo(const std::string& name, const std::string& extra_fields) {
+// `extra_fields` included; and at `also_at` ranks when > 0), and compares steps 11-20 with
+// an uninterrupted 1-rank run.
+void ExpectResumesAtOneAndAtTwo(const std::string& name, const std::string& extra_fields, int batch = 64,
+                                int also_at = 0) {
   // Constant learning rate: the 10-step and 20-step specs schedule the same rates.
-  const std::string fields = "batch_size: 64 seed: 7 optimizer { adamw { lr: 0.002 } } " + extra_fields + " ";
+  const std::string fields =
+      absl::StrCat("batch_size: ", batch, " seed: 7 optimizer { adamw { lr: 0.002 } } ", extra_fields, " ");
   const std::string first =
       testing::WriteFashionMlpSpec(name, fields + "steps: 10 checkpoint { every_n_steps: 0 at_end: true }");
   const std::string dir = fs::path(first).parent_path().string();
@@ -350,6 +371,7 @@ void ExpectResumesAtOneAndAtTwo(const std::string& name, const std::string& extr
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   fs::copy(dir + "/ckpt", dir + "/ckpt_for_one", fs::copy_options::recursive);
   fs::copy(dir + "/ckpt", dir + "/ckpt_for_two", fs::copy_options::recursive);
+  if (also_at > 0) fs::copy(dir + "/ckpt", dir + "/ckpt_for_more", fs::copy_options::recursive);
 
   const CommandResult at_one = RunCommand(Train(absl::StrCat("--spec ", whole, " --resume --checkpoint_dir ", dir,
                                                              "/ckpt_for_one --metrics ", dir, "/one.jsonl")));
@@ -365,6 +387,15 @@ void ExpectResumesAtOneAndAtTwo(const std::string& name, const std::string& extr
   ExpectSameLosses(TrainRecords(dir + "/one.jsonl"), want, 11, 20, "resumed at 1 rank vs uninterrupted");
   ASSERT_EQ(TrainRecords(dir + "/two.jsonl").size(), 10u);
   ExpectSameLosses(TrainRecords(dir + "/two.jsonl"), want, 11, 20, "resumed at 2 ranks vs uninterrupted");
+  if (also_at > 0) {
+    const CommandResult more = RunCommand(Mpirun(also_at, absl::StrCat("--spec ", whole, " --resume --checkpoint_dir ",
+                                                                      dir, "/ckpt_for_more --metrics ", dir,
+                                                                      "/more.jsonl")));
+    ASSERT_EQ(more.exit_code, 0) << more.output;
+    ASSERT_EQ(TrainRecords(dir + "/more.jsonl").size(), 10u);
+    ExpectSameLosses(TrainRecords(dir + "/more.jsonl"), want, 11, 20,
+                     absl::StrCat("resumed at ", also_at, " ranks vs uninterrupted"));
+  }
 }
 
 TEST_F(DataParallelTest, CheckpointOfTwoRanksResumesAtOneAndAtTwo) { ExpectResumesAtOneAndAtTwo("dp_resume", ""); }
@@ -380,21 +411,32 @@ TEST_F(DataParallelTest, Zero2CheckpointOfTwoRanksResumesAtOneAndAtTwo) {
   ExpectResumesAtOneAndAtTwo("dp_resume_zero2", "distributed { zero_stage: 2 bucket_mb: 0.05 }");
 }
 
+// ZeRO-3: the parameters themselves are slices; the checkpoint gathers them whole, and 1, 2
+// and 3 ranks (which slice none of the weights evenly) continue the same losses.
+TEST_F(DataParallelTest, Zero3CheckpointOfTwoRanksResumesAtOneTwoAndThree) {
+  // Batch 48, which 1, 2 and 3 ranks divide. (At 96 with AdamW, 2 ranks part from 1 by 3e-4
+  // in the loss after 10 steps with or without ZeRO: Adam's sign-sized steps on gradient
+  // elements that cancel to near zero, whose sign follows the summation order.)
+  ExpectResumesAtOneAndAtTwo("dp_resume_zero3", "distributed { zero_stage: 3 bucket_mb: 0.05 }", 48, 3);
+}
+
 // memory.limit_mb: the Fashion MLP with AdamW at batch 64 needs 4.03 MiB at 1 rank (its
-// optimizer state alone 1.79); under a 3 MiB limit it is refused there, with no
-// configuration that fits, trains on 4 ranks with ZeRO-2 (2.38 MiB: the state and the
-// gradients sliced), and 4 ranks without ZeRO are refused naming ZeRO-1 as the smallest
-// configuration that fits.
-TEST_F(DataParallelTest, AModelOverTheLimitOfOneRankTrainsOnFourWithZero2) {
+// weights, gradients and optimizer state alone 3.65). Under a 2 MiB limit it is refused
+// there, with no configuration that fits; it trains on 4 ranks with ZeRO-3 and full
+// recomputation (1.71 MiB: parameters, gradients and state sliced); and 4 ranks without
+// ZeRO are refused naming ZeRO-3 as the smallest configuration that fits (ZeRO-1 and 2
+// need 2.39 and 2.38: the whole weights).
+TEST_F(DataParallelTest, AModelOverTheLimitOfOneRankTrainsOnFourWithZero3) {
   const std::string fields =
-      "batch_size: 64 steps: 3 optimizer { adamw { lr: 0.002 } } memory { limit_mb: 3 recompute: FULL } ";
+      "batch_size: 64 steps: 3 optimizer { adamw { lr: 0.002 } } memory { limit_mb: 2 recompute: FULL } ";
   const std::string spec =
-      testing::WriteFashionMlpSpec("dp_limit", fields + "distributed { zero_stage: 2 bucket_mb: 0.05 }");
-  const CommandResult one = RunCommand(Train(absl::StrCat("--spec ", spec, " --checkpoint_dir ", testing::MakeTempDir("dp_limit_one"))));
+      testing::WriteFashionMlpSpec("dp_limit", fields + "distributed { zero_stage: 3 bucket_mb: 0.05 }");
+  const CommandResult one =
+      RunCommand(Train(absl::StrCat("--spec ", spec, " --checkpoint_dir ", testing::MakeTempDir("dp_limit_one"))));
   EXPECT_NE(one.exit_code, 0) << one.output;
   EXPECT_TRUE(absl::StrContains(one.output, "spec field memory.limit_mb: this program needs 4.03 MiB per rank"))
       << one.output;
-  EXPECT_TRUE(absl::StrContains(one.output, "over the limit of 3.00 MiB")) << one.output;
+  EXPECT_TRUE(absl::StrContains(one.output, "over the limit of 2.00 MiB")) << one.output;
   EXPECT_TRUE(absl::StrContains(one.output, "No ZeRO stage and recomputation policy fits at 1 rank")) << one.output;
 
   const CommandResult four =
@@ -406,7 +448,7 @@ TEST_F(DataParallelTest, AModelOverTheLimitOfOneRankTrainsOnFourWithZero2) {
   const CommandResult unsharded = RunCommand(
       Mpirun(4, absl::StrCat("--spec ", plain, " --checkpoint_dir ", testing::MakeTempDir("dp_limit_plain_run"))));
   EXPECT_NE(unsharded.exit_code, 0) << unsharded.output;
-  EXPECT_TRUE(absl::StrContains(unsharded.output, "The smallest configuration that fits: distributed { zero_stage: 1 } "
+  EXPECT_TRUE(absl::StrContains(unsharded.output, "The smallest configuration that fits: distributed { zero_stage: 3 } "
                                                   "memory { recompute: NONE }"))
       << unsharded.output;
 }

@@ -7,6 +7,7 @@
 // the right slices for a rank that is neither first nor last (a fake Communicator plays
 // the others).
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -175,6 +176,67 @@ TEST(ZeroPipelineTest, Zero2ScattersEachBucketAsSoonAsItsGradientsExist) {
   EXPECT_GT(scatter_one, w1_one) << "ZeRO-1: after the whole backward";
 }
 
+// ZeRO-3 (passes/shard_parameters.h), compiled as rank 1 of 3 in bf16: every parameter is
+// its slice (rank 1's initial values), read only through AllGathers of its bf16 cast
+// slice, one before the forward and, where the backward reads it, one before the backward;
+// the updates write the slices after every gather; ZeRO-1's Shard and all-gather are gone.
+// The evaluation program gathers each parameter once.
+TEST(ZeroPipelineTest, Zero3HoldsSlicesOfTheParametersAndGathersThemWhereRead) {
+  for (const bool training : {true, false}) {
+    SCOPED_TRACE(training ? "training" : "evaluation");
+    auto g = SmallMlp();
+    const Tensor w2_initial = g->FindValue("w2")->data;
+    CompileOptions o;
+    o.loss.logits = g->outputs()[0]->name;
+    o.loss.batch_size = 4;
+    o.autocast.precision = Precision::kBF16;
+    o.optimizer.kind = OptimizerOptions::Kind::kAdamW;
+    o.data_parallel.world_size = training ? kRanks : 1;
+    o.data_parallel.zero_stage = 3;
+    o.job_ranks = kRanks;
+    o.job_rank = 1;
+    CompileResults results;
+    PassPipeline p = training ? MakeTrainingPipeline(o, testing::CpuBackend().capabilities(), &results)
+                              : MakeEvaluationPipeline(o, testing::CpuBackend().capabilities(), &results);
+    auto report = p.Run(*g);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(results.shard_parameters.sharded.size(), 4u);
+    EXPECT_TRUE(NodesOf(*g, "Shard").empty());
+    EXPECT_TRUE(NodesOf(*g, "AllGatherInPlace").empty());
+    for (const char* name : {"w1", "b1", "w2", "b2"}) {
+      const Value* param = g->FindValue(name);
+      ASSERT_NE(param, nullptr);
+      ASSERT_FALSE(param->sharded_from.empty()) << name;
+      EXPECT_EQ(param->shape, Shape{ShardLength(NumElements(param->sharded_from), kRanks)}) << name;
+      EXPECT_EQ(param->logical_shape, param->sharded_from) << name;
+      for (const Node* reader : param->consumers) {
+        // (simplify merges the forward's and the backward's casts of the slice: one small
+        // bf16 slice read by both gathers)
+        const bool gathered_cast =
+            reader->op == "Cast" && std::all_of(reader->outputs[0]->consumers.begin(),
+                                                reader->outputs[0]->consumers.end(),
+                                                [](const Node* c) { return c->op == "AllGather"; });
+        EXPECT_TRUE(gathered_cast || reader->op == "AdamWUpdate" || reader->op == "MultiAdamWUpdate" ||
+                    reader->op == "FindNonFinite" || reader->op == "ClipByGlobalNorm")
+            << name << " read by " << reader->name << " (" << reader->op << ")";
+      }
+    }
+    // w2 [5, 3], rank 1 of 3: elements [5, 10) of the flattened weight.
+    const Value* w2 = g->FindValue("w2");
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(w2->data.data<float>()[i], w2_initial.data<float>()[5 + i]);
+    std::map<std::string, int> gathers;
+    for (const Node* n : NodesOf(*g, "AllGather")) {
+      EXPECT_EQ(n->inputs[0]->dtype, DType::kBF16) << n->name << ": the bf16 copy travels, not the f32 weight";
+      ++gathers[n->inputs[0]->producer->inputs[0]->name];
+    }
+    // Training: w2 also for the backward's dX = dY w2; w1 (the input needs no gradient) and
+    // the biases only in the forward.
+    EXPECT_EQ(gathers["w2"], training ? 2 : 1);
+    EXPECT_EQ(gathers["w1"], 1);
+    EXPECT_EQ(gathers["b1"], 1);
+  }
+}
+
 TEST(ZeroPipelineTest, Zero2WithAccumulationIsRefusedSayingWhy) {
   auto g = SmallMlp();
   CompileOptions o;
@@ -198,12 +260,12 @@ TEST(ZeroPipelineTest, RefusesStagesItDoesNotHave) {
   o.loss.logits = g->outputs()[0]->name;
   o.loss.batch_size = 4;
   o.data_parallel.world_size = 2;
-  o.data_parallel.zero_stage = 3;
+  o.data_parallel.zero_stage = 4;
   CompileResults results;
   PassPipeline p = MakeTrainingPipeline(o, testing::CpuBackend().capabilities(), &results);
   auto report = p.Run(*g);
   ASSERT_FALSE(report.ok());
-  EXPECT_NE(report.status().message().find("distributed.zero_stage: 3 is not supported; use 0, 1 or 2"), std::string::npos)
+  EXPECT_NE(report.status().message().find("distributed.zero_stage: 4 is not supported; use 0, 1, 2 or 3"), std::string::npos)
       << report.status();
 }
 
@@ -235,6 +297,58 @@ class MiddleRank : public Communicator {
   void Abort(int) override { std::abort(); }
   int64_t last_count = 0;
 };
+
+// ZeRO-3's AllGather on the CPU: f32 slices with the ranks' chunks told apart, and bf16
+// slices of an odd length (3 bf16 = 6 bytes travel as 2 float-sized words) with every rank
+// holding the same slice: the whole tensor is the slices end to end, the padding dropped.
+class SameSliceEverywhere : public MiddleRank {
+ public:
+  absl::Status AllGatherFloats(const float* mine, float* all, int64_t count, const std::string&) override {
+    last_count = count;
+    for (int r = 0; r < kRanks; ++r) std::copy_n(mine, count, all + r * count);
+    return absl::OkStatus();
+  }
+};
+
+TEST(ZeroKernelTest, AllGatherLaysTheSlicesEndToEnd) {
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Graph g;
+    AttrMap attrs;
+    attrs.Set("world_size", int64_t{kRanks});
+    attrs.Set("shape", std::vector<int64_t>{7});
+    Value* slice = g.AddInput("slice", dtype, {3});
+    auto gather = g.AddNode("AllGather", {slice}, attrs, "gather");
+    ASSERT_TRUE(gather.ok()) << gather.status();
+    EXPECT_EQ((*gather)->outputs[0]->shape, Shape{7});
+    EXPECT_EQ((*gather)->outputs[0]->dtype, dtype);
+    g.SetOutputs({(*gather)->outputs[0]});
+    std::unique_ptr<MiddleRank> world = dtype == DType::kF32 ? std::make_unique<MiddleRank>()
+                                                             : std::make_unique<SameSliceEverywhere>();
+    auto backend = CreateCpuBackend();
+    backend->set_communicator(world.get());
+    auto ex = testing::ExecutorFor(g, *backend);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    const Tensor sv = testing::RandomTensor(dtype, {3}, 11);
+    ASSERT_TRUE((*ex)->SetInput("slice", sv).ok());
+    ASSERT_TRUE((*ex)->Run(0, 0).ok());
+    const Tensor whole = (*(*ex)->Fetch((*gather)->outputs[0]->name)).CastTo(DType::kF32);
+    const Tensor mine = sv.CastTo(DType::kF32);
+    for (int i = 0; i < 7; ++i) {
+      const float factor = dtype == DType::kF32 ? static_cast<float>(i / 3 + 1) : 1.0f;
+      EXPECT_EQ(whole.data<float>()[i], factor * mine.data<float>()[i % 3]) << i;
+    }
+    EXPECT_EQ(world->last_count, dtype == DType::kF32 ? 3 : 2);
+  }
+  // A slice of the wrong length for the whole shape is refused at compile time.
+  Graph g;
+  AttrMap attrs;
+  attrs.Set("world_size", int64_t{kRanks});
+  attrs.Set("shape", std::vector<int64_t>{7});
+  auto bad = g.AddNode("AllGather", {g.AddInput("slice", DType::kF32, {4})}, attrs, "gather");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("over 3 ranks needs [3]"), std::string::npos) << bad.status();
+}
 
 TEST(ZeroKernelTest, ReduceScatterShardAndGatherMoveTheRightSlices) {
   // x: 10 floats (slices of 4: rank 1 owns [4, 8)); y: 2 floats (slices of 1: rank 1 owns [1, 2)).

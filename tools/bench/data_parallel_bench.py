@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Data-parallel on this machine: 2 ranks x 1 thread (mpirun), without ZeRO and with ZeRO-1
-and ZeRO-2, against 1 rank x 2 threads, with each configuration's planned memory per rank.
+"""Data-parallel on this machine: 2 ranks x 1 thread (mpirun), without ZeRO and with ZeRO-1,
+2 and 3, against 1 rank x 2 threads, with each configuration's planned memory per rank.
 
 Same spec, model, data and global batch (bench.py's seed_mlp and fashion_cnn assets), f32.
 Step time is the Train() wall time mpc-train reports ("done: N steps in S s"), as the
@@ -51,7 +51,7 @@ def train_seconds(text):
 def collective_ms(text):
     """(calls, ms) of the collective ops in a --profile."""
     calls, ms = 0, 0.0
-    for op in ("AllReduce", "ReduceScatter", "AllGatherInPlace"):
+    for op in ("AllReduce", "ReduceScatter", "AllGatherInPlace", "AllGather"):
         m = re.search(r"^\s+" + op + r"\s+(\d+) calls\s+([0-9.]+) ms", text, re.M)
         if m:
             calls, ms = calls + int(m.group(1)), ms + float(m.group(2))
@@ -97,7 +97,8 @@ def main():
     rows, details = [], []
     configs = [("1 rank x 2 threads", 1, 2, ""), ("2 ranks x 1 thread", 2, 1, ""),
                ("2 ranks x 1 thread, ZeRO-1", 2, 1, "distributed { zero_stage: 1 }"),
-               ("2 ranks x 1 thread, ZeRO-2", 2, 1, "distributed { zero_stage: 2 bucket_mb: 1 }")]
+               ("2 ranks x 1 thread, ZeRO-2", 2, 1, "distributed { zero_stage: 2 bucket_mb: 1 }"),
+               ("2 ranks x 1 thread, ZeRO-3", 2, 1, "distributed { zero_stage: 3 bucket_mb: 1 }")]
     for name in args.models.split(","):
         cfg = bench.MODELS[name]
         batch = cfg["batch"]
@@ -134,6 +135,8 @@ Lower is better. Both configurations use the machine's 2 cores and train the sam
 `distributed {{ zero_stage: 1 }}`: gradients reduce-scattered, each rank updates half of every
 weight with half of the Adam moments, the updated weights all-gathered. ZeRO-2 adds
 `zero_stage: 2 bucket_mb: 1`: each 1 MiB bucket reduce-scattered as soon as the backward made it.
+ZeRO-3 (`zero_stage: 3`): the parameters held as slices too, each gathered (AllGather) before its
+forward and its backward readers.
 
 ## Method
 - step time: Train() wall time of mpc-train ("done: N steps in S s") for {args.warmup} + {args.steps} steps minus
