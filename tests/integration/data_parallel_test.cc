@@ -570,7 +570,8 @@ TEST(DataParallelCompileTest, ReportShowsWhatZeroKeepsPerRank) {
   EXPECT_TRUE(absl::StrContains(r.output, "memory per rank at 2 ranks (MiB")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "zero  recompute   weights gradients optimizer activations")) << r.output;
   for (const char* row : {"  0     none           0.90      0.90      1.79", "  1     none           0.90      0.90      0.90",
-                          "  2     none           0.90      0.90      0.90", "  2     full           0.90"}) {
+                          "  2     none           0.90      0.90      0.90", "  2     full           0.90",
+                          "  3     none           0.45      0.90      0.90"}) {
     EXPECT_TRUE(absl::StrContains(r.output, row)) << row << "\n" << r.output;
   }
 }
