@@ -330,14 +330,16 @@ std::string CompileSummaryText(const Program& p) {
       // What ZeRO-1 saves: the optimizer state each rank keeps, against all of it.
       int64_t kept = 0, whole = 0;
       for (const auto& v : p.graph->values()) {
-        if (v->sharded_from.empty()) continue;
+        if (v->sharded_from.empty() || v->kind != ValueKind::kState) continue;  // ZeRO-3's parameters: below
         kept += static_cast<int64_t>(v->bytes());
         whole += NumElements(v->sharded_from) * static_cast<int64_t>(DTypeSize(v->dtype));
       }
       absl::StrAppendFormat(&out,
                             "zero-%d: each rank keeps and updates its slice of the optimizer state (%.2f of %.2f MiB) "
-                            "and all-gathers the updated weights%s\n",
+                            "and %s%s\n",
                             r.data_parallel.zero_stage, kept / 1048576.0, whole / 1048576.0,
+                            r.data_parallel.zero_stage == 3 ? "updates its slices of the weights in place"
+                                                            : "all-gathers the updated weights",
                             r.data_parallel.zero_stage >= 2
                                 ? "; each bucket is reduce-scattered as soon as its gradients exist, which frees them"
                                 : "");
