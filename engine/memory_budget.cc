@@ -12,8 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "graph/capabilities.h"
-#include "graph/op_registry.h"
 #include "passes/forward_nodes.h"
+#include "passes/memory_plan.h"
 
 namespace mpc {
 namespace {
@@ -24,9 +24,7 @@ enum class Purpose { kActivation, kGradient, kCommunication };
 
 // A view's output shares its input's bytes (memory_plan.h): only the owner counts.
 bool IsView(const Node& n) {
-  const OpDef* def = OpRegistry::Global().Find(n.op);
-  return def && def->view && !n.inputs.empty() && n.inputs[0] && n.inputs[0]->dtype == n.outputs[0]->dtype &&
-         n.inputs[0]->bytes() == n.outputs[0]->bytes() && n.inputs[0]->kind == ValueKind::kActivation;
+  return !n.inputs.empty() && n.inputs[0] && n.inputs[0]->kind == ValueKind::kActivation && IsPlannedView(n);
 }
 
 std::string ConfigurationSpec(const MemoryConfiguration& c) {

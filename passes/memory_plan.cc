@@ -19,15 +19,15 @@ struct Interval {
 
 int64_t Align(int64_t bytes) { return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
+}  // namespace
+
 // A view op's output (OpDef::view) is planned at its input's offset, so its copy kernel
 // finds src == dst and does nothing. Activations are never written after they are
 // produced, so sharing is safe.
-bool IsView(const Node& n) {
+bool IsPlannedView(const Node& n) {
   const OpDef* def = OpRegistry::Global().Find(n.op);
   return def && def->view && n.inputs[0]->dtype == n.outputs[0]->dtype && n.inputs[0]->bytes() == n.outputs[0]->bytes();
 }
-
-}  // namespace
 
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node*>& order) {
   MemoryPlan plan;
@@ -40,7 +40,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node
   absl::flat_hash_map<const Value*, const Value*> owner;
   for (const Node* n : order) {
     const Value* in = n->inputs.empty() ? nullptr : n->inputs[0];
-    if (IsView(*n) && in->kind == ValueKind::kActivation && in->producer) {
+    if (IsPlannedView(*n) && in->kind == ValueKind::kActivation && in->producer) {
       auto it = owner.find(in);
       owner[n->outputs[0]] = it == owner.end() ? in : it->second;
     }

@@ -24,4 +24,8 @@ class MemoryPlanPass : public Pass {
 
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<Node*>& order);
 
+// Whether the plan places `n`'s output at its input's offset (OpDef::view, same dtype and
+// bytes) when that input is an activation: one buffer for both.
+bool IsPlannedView(const Node& n);
+
 }  // namespace mpc

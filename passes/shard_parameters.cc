@@ -9,7 +9,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "graph/op_registry.h"
 #include "graph/sharding.h"
 #include "passes/forward_nodes.h"
 
