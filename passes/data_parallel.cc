@@ -8,6 +8,37 @@
 #include "graph/graph_builder.h"
 
 namespace mpc {
+namespace {
+
+// ZeRO-2/3 with gradient accumulation: each accumulator (accumulate-gradients made it
+// whole) becomes this rank's slice and sums the reduce-scattered slices of the
+// micro-batches' gradients, so no rank keeps a whole gradient between micro-batches. The
+// accumulator is marked sharded like ZeRO-1's optimizer state, so a checkpoint holds it
+// whole. `result.param_grads` holds the scattered slices on entry and the sums on return.
+absl::Status SliceAccumulators(Graph& g, const GradAccumulationResult& accumulation, DataParallelResult& result) {
+  for (size_t i = 0; i < result.param_grads.size(); ++i) {
+    Value* param = accumulation.param_grads[i].first;
+    Node* sum = accumulation.param_grads[i].second->producer;
+    Value* scattered = result.param_grads[i].second;
+    if (result.param_grads[i].first != param) {
+      return absl::InternalError(absl::StrCat("data-parallel: gradient ", i, " is of '", result.param_grads[i].first->name,
+                                              "', its accumulator of '", param->name, "'"));
+    }
+    Value* acc = sum->inputs[0];
+    if (acc->logical_shape.empty()) acc->logical_shape = param->shape;
+    acc->sharded_from = acc->shape;
+    acc->shape = scattered->shape;
+    acc->data = Tensor(DType::kF32, acc->shape);
+    std::fill_n(acc->data.data<float>(), acc->data.num_elements(), 0.0f);
+    g.SetNodeInput(sum, 1, scattered);
+    sum->outputs[0]->shape = scattered->shape;
+    sum->schedule_rank = scattered->producer->schedule_rank;  // right after the scatter
+    result.param_grads[i].second = sum->outputs[0];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
   DataParallelResult& result = *result_;
@@ -26,17 +57,23 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
     return absl::InvalidArgumentError(absl::StrCat("spec field distributed.bucket_mb: the bucket size (",
                                                    options_.bucket_bytes, " bytes) must be > 0"));
   }
-  const ParamGrads& grads = LatestGradients(*autodiff_, accumulation_, nullptr);
-  if (grads.empty()) return absl::FailedPreconditionError("no gradients; autodiff must run first");
   if (!loss_->loss) return absl::FailedPreconditionError("no loss; attach-loss must run first");
   const bool accumulating = accumulation_ && !accumulation_->param_grads.empty();
-  Value* hold = accumulating ? accumulation_->hold : nullptr;
   const bool sliced = options_.zero_stage >= 1;
-  if (options_.zero_stage >= 2 && accumulating) {
-    return absl::UnimplementedError(absl::StrCat(
-        "spec field distributed.zero_stage: ", options_.zero_stage, " with accumulate_steps ", accumulation_->steps,
-        " is not supported yet (the micro-batches' sums would need whole gradients, which ZeRO-2 frees); use "
-        "zero_stage 1 with accumulation, or a larger batch over more ranks"));
+  // ZeRO-2/3 with accumulation: each micro-batch's gradients are scattered as they are
+  // produced (never held) and each rank sums its slices (SliceAccumulators below).
+  const bool scatter_each_micro_batch = accumulating && options_.zero_stage >= 2;
+  Value* hold = accumulating && !scatter_each_micro_batch ? accumulation_->hold : nullptr;
+  ParamGrads grads = LatestGradients(*autodiff_, accumulation_, nullptr);
+  if (grads.empty()) return absl::FailedPreconditionError("no gradients; autodiff must run first");
+  if (scatter_each_micro_batch) {
+    for (auto& [param, sum] : grads) {
+      if (!sum->producer || sum->producer->op != "AccumulateGradient") {
+        return absl::FailedPreconditionError(absl::StrCat("the accumulated gradient of '", param->name,
+                                                          "' is not an AccumulateGradient's output"));
+      }
+      sum = sum->producer->inputs[1];  // this micro-batch's gradient
+    }
   }
 
   GraphBuilder b(&g, "data_parallel/");
@@ -106,6 +143,7 @@ absl::StatusOr<bool> DataParallelPass::Run(Graph& g) {
     if (bucket_bytes >= options_.bucket_bytes) MPC_RETURN_IF_ERROR(flush());
   }
   MPC_RETURN_IF_ERROR(flush());
+  if (scatter_each_micro_batch) MPC_RETURN_IF_ERROR(SliceAccumulators(g, *accumulation_, result));
 
   // FP8: each rank's amaxes are of its own share; the largest over the ranks, written
   // back into every amax history before the scales are updated, gives every rank the

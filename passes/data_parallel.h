@@ -28,6 +28,11 @@
 // bucket's last gradient is produced (schedule_rank), not after the whole backward: the
 // whole gradients die at the collective and the memory plan reuses their bytes, so a rank
 // holds the whole gradients of about one bucket at a time plus its slices of the rest.
+// With gradient accumulation (ZeRO-2 and 3) every micro-batch's gradients are scattered
+// that way, never held, and each rank's accumulators are its slices of the sums (sharded
+// state, whole in checkpoints): K times the collectives of one optimizer step, in exchange
+// for no whole gradient or accumulator kept between micro-batches (DeepSpeed's ZeRO-2
+// reduces every micro-batch likewise).
 #pragma once
 
 #include <cstdint>

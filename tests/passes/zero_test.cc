@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
 #include "distributed/communicator.h"
 #include "graph/graph_builder.h"
@@ -237,21 +238,54 @@ TEST(ZeroPipelineTest, Zero3HoldsSlicesOfTheParametersAndGathersThemWhereRead) {
   }
 }
 
-TEST(ZeroPipelineTest, Zero2WithAccumulationIsRefusedSayingWhy) {
-  auto g = SmallMlp();
-  CompileOptions o;
-  o.loss.logits = g->outputs()[0]->name;
-  o.loss.batch_size = 4;
-  o.accumulate_steps = 2;
-  o.data_parallel.world_size = 2;
-  o.data_parallel.zero_stage = 2;
-  CompileResults results;
-  PassPipeline p = MakeTrainingPipeline(o, testing::CpuBackend().capabilities(), &results);
-  auto report = p.Run(*g);
-  ASSERT_FALSE(report.ok());
-  EXPECT_NE(report.status().message().find("distributed.zero_stage: 2 with accumulate_steps 2 is not supported yet"),
-            std::string::npos)
-      << report.status();
+// ZeRO-2 and 3 with gradient accumulation: every micro-batch's gradients are scattered
+// (never held), and each accumulator is this rank's slice, summing the scattered slices;
+// the loss scaling and the updates are still held to the step's last micro-batch.
+TEST(ZeroPipelineTest, Zero2And3WithAccumulationSumSlicesOfTheScatteredGradients) {
+  for (const int stage : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    auto g = SmallMlp();
+    CompileOptions o;
+    o.loss.logits = g->outputs()[0]->name;
+    o.loss.batch_size = 4;
+    o.accumulate_steps = 2;
+    o.optimizer.kind = OptimizerOptions::Kind::kAdamW;
+    o.data_parallel.world_size = kRanks;
+    o.data_parallel.zero_stage = stage;
+    o.data_parallel.bucket_bytes = 64;
+    o.job_ranks = kRanks;
+    CompileResults results;
+    PassPipeline p = MakeTrainingPipeline(o, testing::CpuBackend().capabilities(), &results);
+    auto report = p.Run(*g);
+    ASSERT_TRUE(report.ok()) << report.status();
+    const std::vector<const Node*> scatters = NodesOf(*g, "ReduceScatter");
+    ASSERT_EQ(scatters.size(), 2u);
+    for (const Node* scatter : scatters) {
+      EXPECT_EQ(scatter->attrs.GetInt("held", 0), 0) << scatter->name << ": scattered every micro-batch";
+      EXPECT_NE(scatter->inputs.back(), results.grad_accumulation.hold) << scatter->name;
+      for (const Value* in : scatter->inputs) {
+        ASSERT_NE(in->producer, nullptr);
+        EXPECT_NE(in->producer->op, "AccumulateGradient") << "a micro-batch's gradient, not a sum";
+      }
+    }
+    int accumulators = 0;
+    for (const char* name : {"w1", "b1", "w2", "b2"}) {
+      const Value* acc = g->FindValue(std::string(name) + ".grad_accum");
+      ASSERT_NE(acc, nullptr) << name;
+      ++accumulators;
+      const Shape whole = stage == 3 ? g->FindValue(name)->sharded_from : g->FindValue(name)->shape;
+      EXPECT_EQ(acc->sharded_from, whole) << name;
+      EXPECT_EQ(acc->shape, Shape{ShardLength(NumElements(whole), kRanks)}) << name;
+      ASSERT_EQ(acc->consumers.size(), 1u) << name;
+      const Node* sum = acc->consumers[0];
+      EXPECT_EQ(sum->op, "AccumulateGradient");
+      EXPECT_EQ(sum->inputs[1]->producer->op, "ReduceScatter") << name;
+    }
+    EXPECT_EQ(accumulators, 4);
+    // The updates still wait for the step's last micro-batch.
+    EXPECT_NE(results.grad_accumulation.hold, nullptr);
+    EXPECT_FALSE(results.grad_accumulation.hold->consumers.empty());
+  }
 }
 
 TEST(ZeroPipelineTest, RefusesStagesItDoesNotHave) {
