@@ -166,6 +166,30 @@ class ViewStreambuf : public std::streambuf {
   }
 };
 
+// Whether the checkpoint's precision-specific state is the program's. The fingerprints
+// agree, or the precision is the same and so are its loss-scale and FP8 tensors (names,
+// dtypes, model shapes) once the low-precision weight copies (`.lowp`) are left out: those
+// follow the master weights whatever the checkpoint holds (Executor::WritePersistent), and
+// a ZeRO job, whose updates write slices, keeps none. So a checkpoint of a ZeRO job resumed
+// by one process (or the other way round) keeps its loss scale and FP8 scaling state.
+bool SamePrecisionState(const CheckpointManifest& m, const std::vector<const Value*>& values,
+                        const CheckpointIdentity& identity) {
+  if (m.precision_fingerprint() == identity.precision_fingerprint) return true;
+  if (m.precision() != identity.precision) return false;
+  std::map<std::string, const CheckpointTensor*> saved;
+  for (const CheckpointTensor& t : m.tensors()) {
+    if (t.precision_state() && !absl::EndsWith(t.name(), ".lowp")) saved[t.name()] = &t;
+  }
+  size_t matched = 0;
+  for (const Value* v : values) {
+    if (!IsPrecisionState(v->name) || absl::EndsWith(v->name, ".lowp")) continue;
+    auto it = saved.find(v->name);
+    if (it == saved.end() || !CheckCheckpointTensor(*it->second, *v, "").ok()) return false;
+    ++matched;
+  }
+  return matched == saved.size();
+}
+
 // ZeRO-1: this rank's slice (graph/sharding.h) of `whole`, the sliced state `v` in its
 // padded shape, zero-padded to v's length. One process (no `sliced`) is rank 0 of 1.
 Tensor SliceOf(const Tensor& whole, const Value& v, const SlicedState* sliced) {
@@ -190,7 +214,7 @@ absl::StatusOr<TrainingPosition> LoadTensors(const CheckpointManifest& m, std::i
                                              const SlicedState* sliced) {
   const std::vector<const Value*> values = executor.PersistentValues();
   MPC_RETURN_IF_ERROR(CheckModel(m, values, identity, where));
-  const bool same_precision = m.precision_fingerprint() == identity.precision_fingerprint;
+  const bool same_precision = SamePrecisionState(m, values, identity);
   // Every tensor verified before anything is written: a bad checkpoint leaves the state as it was.
   MPC_RETURN_IF_ERROR(VerifyCheckpointData(m, data, data_size, data_path, where, remedy));
   std::map<std::string, const CheckpointTensor*> by_name;
@@ -209,6 +233,8 @@ absl::StatusOr<TrainingPosition> LoadTensors(const CheckpointManifest& m, std::i
       (absl::EndsWith(v->name, ".lowp") ? recomputed : reset).push_back(v->name);
       continue;
     }
+    // A copy the checkpoint lacks (it came from a ZeRO job) follows its master weight.
+    if (it == by_name.end() && absl::EndsWith(v->name, ".lowp")) continue;
     if (it == by_name.end()) {
       return absl::FailedPreconditionError(
           absl::StrCat(where, ": has no tensor '", v->name, "' (", m.precision(), "); the checkpoint is inconsistent"));

@@ -121,7 +121,6 @@ absl::StatusOr<std::vector<MemoryConfiguration>> MemoryConfigurations(const Trai
       variant.mutable_memory()->set_recompute(policy);
       variant.mutable_memory()->clear_limit_mb();
       variant.mutable_distributed()->set_zero_stage(stage);
-      if (stage == 3 && (variant.has_ema() || variant.precision().compute() == PrecisionSpec::FP8)) continue;
       MPC_ASSIGN_OR_RETURN(Program p, CompileProgram(variant, caps, options));
       rows.push_back({stage, absl::AsciiStrToLower(MemorySpec::Recompute_Name(policy)), BreakdownOf(p)});
     }

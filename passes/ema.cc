@@ -40,6 +40,7 @@ absl::StatusOr<bool> EmaPass::Run(Graph& g) {
     if (!writer) return absl::InternalError(absl::StrCat("ema: no update writes parameter '", u.param, "'"));
     Value* average = g.AddState(param->name + ".ema", param->data);
     average->logical_shape = param->logical_shape;
+    average->sharded_from = param->sharded_from;  // ZeRO-3: the average of this rank's slice, whole in checkpoints
     AttrMap attrs;
     attrs.Set("decay", options_.decay);
     std::vector<Value*> inputs{average, param};

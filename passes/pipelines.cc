@@ -42,8 +42,6 @@ ShardParametersOptions ShardParameters(const CompileOptions& o, bool training) {
   s.rank = o.job_rank;
   s.training = training;
   s.freeze = o.freeze;
-  s.ema = o.ema.enabled;
-  s.fp8 = o.fp8.enabled;
   return s;
 }
 

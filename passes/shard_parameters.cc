@@ -143,15 +143,6 @@ class Sharder {
 absl::StatusOr<bool> ShardParametersPass::Run(Graph& graph) {
   *result_ = ShardParametersResult{};
   if (options_.zero_stage != 3 || options_.world_size <= 1) return false;
-  if (options_.ema) {
-    return absl::UnimplementedError(
-        "spec field distributed.zero_stage: 3 with ema is not supported yet (the average would be of this rank's "
-        "slice); use zero_stage 2, or drop ema");
-  }
-  if (options_.fp8) {
-    return absl::UnimplementedError(
-        "spec field distributed.zero_stage: 3 with precision FP8 is not supported yet; use zero_stage 2 or bf16");
-  }
   std::vector<std::pair<Value*, Node*>> targets;  // (parameter, ZeRO-1's Shard of it)
   if (options_.training) {
     for (const auto& n : graph.nodes()) {

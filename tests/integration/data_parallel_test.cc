@@ -50,8 +50,8 @@ struct TrainRecord {
   bool skipped = false;
 };
 
-// The "train" records of a metrics file, in order.
-std::vector<TrainRecord> TrainRecords(const std::string& metrics_path) {
+// The records of a kind ("train", "eval") of a metrics file, in order.
+std::vector<TrainRecord> TrainRecords(const std::string& metrics_path, const std::string& kind = "train") {
   std::vector<TrainRecord> out;
   std::ifstream in(metrics_path);
   auto field = [](const std::string& line, const std::string& name) {
@@ -61,11 +61,11 @@ std::vector<TrainRecord> TrainRecords(const std::string& metrics_path) {
     return line.substr(begin, line.find_first_of(",}", begin) - begin);
   };
   for (std::string line; std::getline(in, line);) {
-    if (!absl::StrContains(line, "\"kind\":\"train\"")) continue;
+    if (!absl::StrContains(line, "\"kind\":\"" + kind + "\"")) continue;
     TrainRecord r;
     EXPECT_TRUE(absl::SimpleAtoi(field(line, "step"), &r.step)) << line;
     EXPECT_TRUE(absl::SimpleAtod(field(line, "loss"), &r.loss)) << line;
-    EXPECT_TRUE(absl::SimpleAtod(field(line, "loss_scale"), &r.loss_scale)) << line;
+    if (kind == "train") EXPECT_TRUE(absl::SimpleAtod(field(line, "loss_scale"), &r.loss_scale)) << line;
     r.skipped = field(line, "skipped") == "true";
     out.push_back(r);
   }
@@ -182,6 +182,14 @@ TEST_P(TwoRanksAsOne, SameLossesAndWeightsAsOneRankOnTheGlobalBatch) {
   ASSERT_GT(want.front().loss, want.back().loss) << "the run must train";
   const std::string versus = GetParam().reference.empty() ? "1" : absl::StrCat(ranks, " on the reference fields");
   ExpectSameLosses(got, want, 1, 20, absl::StrCat(ranks, " ranks vs ", versus));
+  // Evaluations (where the fields ask for them: every rank evaluates the whole set, reading
+  // the same weights, or under ZeRO-3 gathering them).
+  const std::vector<TrainRecord> want_eval = TrainRecords(dir + "/one.jsonl", "eval");
+  ASSERT_EQ(TrainRecords(dir + "/two.jsonl", "eval").size(), want_eval.size());
+  for (size_t i = 0; i < want_eval.size(); ++i) {
+    EXPECT_NEAR(TrainRecords(dir + "/two.jsonl", "eval")[i].loss, want_eval[i].loss, 1e-5 * want_eval[i].loss)
+        << "evaluation " << i << " at step " << want_eval[i].step;
+  }
   // Under ZeRO-1 the checkpoint holds the optimizer state gathered from the ranks' slices.
   ExpectSameState(CheckpointState(spec, dir + "/ckpt_two"), CheckpointState(reference_spec, dir + "/ckpt_one"),
                   absl::StrCat("final state, ", ranks, " ranks vs ", versus));
@@ -258,6 +266,25 @@ INSTANTIATE_TEST_SUITE_P(
               2,
               "batch_size: 32 accumulate_steps: 2 optimizer { adamw { lr: 0.002 } } precision { compute: BF16 } "
               "distributed { zero_stage: 2 bucket_mb: 0.05 }"},
+        // ZeRO-3 with a weight average (each rank averages its slices; the checkpoint holds
+        // the whole averages) and with FP8, delayed and rowwise (the whole weight
+        // gathered and quantized as without ZeRO: held bit for bit to the same ranks).
+        Setup{"adamw_ema_zero3",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 } } ema { decay: 0.9 evaluate: true } "
+              "distributed { zero_stage: 3 bucket_mb: 0.05 } " +
+                  testing::FashionMlpEvalFields(10, 1000)},
+        Setup{"adamw_fp8_zero3",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 } } precision { compute: FP8 } "
+              "fp8 { include_first_last: true } distributed { zero_stage: 3 bucket_mb: 0.05 }",
+              2,
+              "batch_size: 64 optimizer { adamw { lr: 0.002 } } precision { compute: FP8 } "
+              "fp8 { include_first_last: true }"},
+        Setup{"adamw_fp8_rowwise_zero3",
+              "batch_size: 64 optimizer { adamw { lr: 0.002 } } precision { compute: FP8 } "
+              "fp8 { include_first_last: true recipe: ROWWISE } distributed { zero_stage: 3 bucket_mb: 0.05 }",
+              2,
+              "batch_size: 64 optimizer { adamw { lr: 0.002 } } precision { compute: FP8 } "
+              "fp8 { include_first_last: true recipe: ROWWISE }"},
         Setup{"adamw_bf16_zero3_4ranks_recompute_full",
               "batch_size: 64 optimizer { adamw { lr: 0.002 weight_decay: 0.01 } } precision { compute: BF16 } "
               "distributed { zero_stage: 3 bucket_mb: 0.05 } memory { recompute: FULL }",
@@ -426,6 +453,31 @@ TEST_F(DataParallelTest, ZeroCheckpointOfTwoRanksResumesAtOneAndAtTwo) {
 // accumulators too (a step's first micro-batch restarts them, wherever they resume).
 TEST_F(DataParallelTest, Zero2CheckpointOfTwoRanksResumesAtOneAndAtTwo) {
   ExpectResumesAtOneAndAtTwo("dp_resume_zero2", "accumulate_steps: 2 distributed { zero_stage: 2 bucket_mb: 0.05 }");
+}
+
+// The loss scale and FP8 scaling state are the same state in a ZeRO job and in one
+// process (a ZeRO job keeps no low-precision weight copies, which follow the master weights
+// anyway): an fp16 ZeRO-1 checkpoint resumed by one process carries its grown loss scale.
+TEST_F(DataParallelTest, ZeroCheckpointKeepsItsLossScaleInOneProcess) {
+  const std::string fields =
+      "batch_size: 64 seed: 3 optimizer { adamw { lr: 0.002 } } precision { compute: FP16 } "
+      "loss_scaling { mode: DYNAMIC init_scale: 1024 growth_interval: 2 } distributed { zero_stage: 1 } ";
+  const std::string spec = testing::WriteFashionMlpSpec(
+      "dp_resume_fp16_zero1", fields + "steps: 6 checkpoint { every_n_steps: 0 at_end: true }");
+  const std::string dir = fs::path(spec).parent_path().string();
+  const CommandResult saved = RunCommand(
+      Mpirun(2, absl::StrCat("--spec ", spec, " --metrics ", dir, "/two.jsonl --checkpoint_dir ", dir, "/ckpt")));
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::string longer = testing::WriteFashionMlpSpec("dp_resume_fp16_zero1_longer", fields + "steps: 7");
+  const CommandResult resumed = RunCommand(Train(
+      absl::StrCat("--spec ", longer, " --resume --checkpoint_dir ", dir, "/ckpt --metrics ", dir, "/one.jsonl")));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_FALSE(absl::StrContains(resumed.output, "reset")) << resumed.output;
+  const std::vector<TrainRecord> before = TrainRecords(dir + "/two.jsonl"), after = TrainRecords(dir + "/one.jsonl");
+  ASSERT_EQ(before.size(), 6u);
+  ASSERT_EQ(after.size(), 1u);
+  ASSERT_GT(before.back().loss_scale, 1024) << "the scale grew";
+  EXPECT_GE(after[0].loss_scale, before.back().loss_scale) << "step 7 starts from where step 6 left the scale";
 }
 
 // ZeRO-3: the parameters themselves are slices; the checkpoint gathers them whole, and 1, 2

@@ -38,6 +38,13 @@ std::string WriteFashionMlpSpec(const std::string& name, const std::string& fiel
   return path;
 }
 
+std::string FashionMlpEvalFields(int every_n_steps, int examples) {
+  return absl::StrCat("eval { data { idx { images: \"", FashionMnistPath("t10k-images-idx3-ubyte.gz"), "\" labels: \"",
+                      FashionMnistPath("t10k-labels-idx1-ubyte.gz"),
+                      "\" } shuffle: false scale: 0.0123 shift: -0.3530 limit: ", examples,
+                      " } every_n_steps: ", every_n_steps, " batch_size: 500 }");
+}
+
 std::string WriteGoldenSpec(const std::string& run, const std::string& extra, const std::string& dir,
                             const std::string& file_name, const std::string& model) {
   const std::string golden = SourcePath("tests/golden/mlp");

@@ -20,6 +20,8 @@ std::string WriteGoldenSpec(const std::string& run, const std::string& extra, co
 // examples, written into a fresh temporary directory named after `name`, with `fields`
 // (batch size, optimizer, steps, ...) appended; returns its path.
 std::string WriteFashionMlpSpec(const std::string& name, const std::string& fields);
+// An `eval` block for it: the first `examples` test images every `every_n_steps` steps.
+std::string FashionMlpEvalFields(int every_n_steps, int examples);
 
 // A trained f32 parameter against PyTorch's (a tests/golden/*_final/*.npy): each element
 // within 1e-4 relative with a 1e-6 absolute floor (elements near zero differ by float
