@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -270,12 +271,6 @@ absl::Status Engine::LoadCheckpointFromBytes(std::string_view bytes) {
 
 absl::Status Engine::ExportOnnx(const std::string& path, Weights weights) {
   Impl& m = *impl_;
-  for (const Value* p : m.train_program.graph->ValuesOfKind(ValueKind::kParameter)) {
-    if (p->sharded_from.empty()) continue;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot export ", path, " from a ZeRO-3 job: each rank holds only its slice of '", p->name,
-        "'; save a checkpoint, then resume it in one process (mpc-train --resume without mpirun) and export there"));
-  }
   // The averaged weights: each trained parameter's `<name>.ema` state (frozen ones have none
   // and export as they are).
   std::map<std::string, std::string> source;
@@ -288,6 +283,27 @@ absl::Status Engine::ExportOnnx(const std::string& path, Weights weights) {
     }
     source.insert(averaged.begin(), averaged.end());
   }
+  // ZeRO-3: the sliced weights (or averages) gathered whole, in the program's order on every
+  // rank (a collective); a rank given no path only takes part.
+  std::map<std::string, Tensor> gathered;
+  if (holds_parameter_slices()) {
+    std::set<std::string> wanted;
+    for (const Value* p : m.train_program.graph->ValuesOfKind(ValueKind::kParameter)) {
+      auto it = source.find(p->name);
+      wanted.insert(it == source.end() ? p->name : it->second);
+    }
+    for (const Value* v : m.train_exec->PersistentValues()) {
+      if (v->sharded_from.empty() || !wanted.count(v->name)) continue;
+      MPC_ASSIGN_OR_RETURN(Tensor whole, m.GatherWhole(*v));
+      gathered.emplace(v->name, v->logical_shape.empty() ? std::move(whole) : whole.SlicedTo(v->logical_shape));
+    }
+    if (path.empty()) return absl::OkStatus();
+  }
+  auto read = [&](const std::string& name) -> absl::StatusOr<Tensor> {
+    auto it = gathered.find(name);
+    if (it != gathered.end()) return it->second;
+    return m.ReadModelShaped(name);
+  };
   // A fresh forward graph from the model file, with the trained weights and the
   // model's own state (batch-norm running statistics) swapped in.
   ImportOptions import;
@@ -299,7 +315,7 @@ absl::Status Engine::ExportOnnx(const std::string& path, Weights weights) {
   for (ValueKind kind : {ValueKind::kParameter, ValueKind::kState}) {
     for (Value* p : graph->ValuesOfKind(kind)) {
       auto it = source.find(p->name);
-      MPC_ASSIGN_OR_RETURN(p->data, m.ReadModelShaped(it == source.end() ? p->name : it->second));
+      MPC_ASSIGN_OR_RETURN(p->data, read(it == source.end() ? p->name : it->second));
       if (const int64_t bad = p->data.NonFiniteCount(); bad > 0) {
         return absl::FailedPreconditionError(absl::StrCat("not exporting ", path, " at step ", m.step, ": '", p->name,
                                                           "' holds ", bad, " non-finite value", bad == 1 ? "" : "s"));
@@ -346,6 +362,12 @@ int64_t Engine::skipped_steps() const { return impl_->skipped_steps; }
 std::vector<std::string> Engine::notices() const { return impl_->notices; }
 int64_t Engine::total_steps() const { return impl_->total_steps; }
 int64_t Engine::log_every_n_steps() const { return impl_->spec.log_every_n_steps(); }
+bool Engine::holds_parameter_slices() const {
+  for (const Value* p : impl_->train_program.graph->ValuesOfKind(ValueKind::kParameter)) {
+    if (!p->sharded_from.empty()) return true;
+  }
+  return false;
+}
 bool Engine::keeps_weight_average() const { return !impl_->train_program.results.ema.averaged.empty(); }
 int64_t Engine::planned_peak_bytes() const { return impl_->train_program.results.memory_plan.plan.peak_bytes; }
 

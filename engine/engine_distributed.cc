@@ -175,20 +175,23 @@ absl::Status Engine::Impl::CheckRanksAgree() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Tensor> Engine::Impl::GatherWhole(const Value& v) const {
+  if (!world) return absl::InternalError(absl::StrCat("'", v.name, "' is sliced (ZeRO) outside a data-parallel job"));
+  MPC_ASSIGN_OR_RETURN(Tensor slice, train_exec->ReadPersistent(v.name));
+  const int64_t length = slice.num_elements();
+  std::vector<float> all(static_cast<size_t>(length) * world_size);
+  MPC_RETURN_IF_ERROR(world->AllGatherFloats(slice.data<float>(), all.data(), length,
+                                             absl::StrCat("'gather of ", v.name, "' at step ", step)));
+  Tensor whole(DType::kF32, v.sharded_from);
+  std::copy_n(all.data(), whole.num_elements(), whole.data<float>());  // the ranks' slices, padding dropped
+  return whole;
+}
+
 absl::StatusOr<SlicedState> Engine::Impl::GatherSlicedState() const {
   SlicedState out = SlicePlace();
   for (const Value* v : train_exec->PersistentValues()) {
     if (v->sharded_from.empty()) continue;
-    if (!world) {
-      return absl::InternalError(absl::StrCat("state '", v->name, "' is sliced (ZeRO-1) outside a data-parallel job"));
-    }
-    MPC_ASSIGN_OR_RETURN(Tensor slice, train_exec->ReadPersistent(v->name));
-    const int64_t length = slice.num_elements();
-    std::vector<float> all(static_cast<size_t>(length) * world_size);
-    MPC_RETURN_IF_ERROR(world->AllGatherFloats(slice.data<float>(), all.data(), length,
-                                               absl::StrCat("'checkpoint gather of ", v->name, "' at step ", step)));
-    Tensor whole(DType::kF32, v->sharded_from);
-    std::copy_n(all.data(), whole.num_elements(), whole.data<float>());  // the ranks' slices, padding dropped
+    MPC_ASSIGN_OR_RETURN(Tensor whole, GatherWhole(*v));
     out.whole.emplace(v->name, std::move(whole));
   }
   return out;

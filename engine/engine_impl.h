@@ -140,6 +140,8 @@ struct Engine::Impl {
   // ZeRO-1: every sliced state gathered whole from the ranks (a collective: every rank
   // calls it before a checkpoint is written), with this rank's place for loading.
   absl::StatusOr<SlicedState> GatherSlicedState() const;
+  // One sliced state gathered whole (its padded shape; a collective, as above).
+  absl::StatusOr<Tensor> GatherWhole(const Value& sliced) const;
   // This rank's place, for loading a checkpoint into its slices.
   SlicedState SlicePlace() const { return SlicedState{rank, world_size, {}}; }
   // An error when `name` is a sliced state (ZeRO-1): this rank holds only a slice of it.

@@ -362,7 +362,9 @@ class Engine {
   // checkpoints removed by overwrite_checkpoints, a resume_if_present that found nothing.
   std::vector<std::string> notices() const;
   // The model as ONNX with the trained weights, or with their moving average (spec `ema`;
-  // an error when the spec keeps none).
+  // an error when the spec keeps none). In a ZeRO-3 job (holds_parameter_slices) it is a
+  // collective: every rank calls it, the weights are gathered whole from the ranks' slices,
+  // and each rank writes `path` unless it is empty (a rank that only takes part).
   absl::Status ExportOnnx(const std::string& path, Weights weights = Weights::kTrained);
 
   std::vector<std::string> ParameterNames() const;
@@ -394,6 +396,8 @@ class Engine {
   int64_t planned_peak_bytes() const;
   // Whether the spec keeps a moving average of the weights (`ema`).
   bool keeps_weight_average() const;
+  // ZeRO-3: each rank holds only its slices of the parameters (ExportOnnx is a collective).
+  bool holds_parameter_slices() const;
   std::vector<OpProfile> Profile() const;
 
   struct Impl;

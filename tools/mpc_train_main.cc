@@ -244,17 +244,18 @@ int main(int argc, char** argv) {
       std::printf("  %-28s %8lld calls %10.1f ms\n", p.op.c_str(), static_cast<long long>(p.calls), p.total_ms);
     }
   }
-  // In a job every rank holds the same weights: rank 0 exports them.
-  const std::string export_path = e.rank() == 0 ? absl::GetFlag(FLAGS_export_onnx) : std::string();
-  if (!export_path.empty()) {
-    if (absl::Status st = e.ExportOnnx(export_path); !st.ok()) return Fail(std::string(st.message()));
-    std::printf("exported %s\n", export_path.c_str());
-  }
-  if (!export_ema_path.empty() && e.rank() == 0) {
-    if (absl::Status st = e.ExportOnnx(export_ema_path, mpc::Engine::Weights::kAverage); !st.ok()) {
-      return Fail(std::string(st.message()));
+  // In a job every rank holds the same weights: rank 0 exports them. Under ZeRO-3 each rank
+  // holds slices, so every rank takes part in gathering them and rank 0 writes.
+  for (const auto& [flag_path, weights] :
+       {std::pair<std::string, mpc::Engine::Weights>{absl::GetFlag(FLAGS_export_onnx), mpc::Engine::Weights::kTrained},
+        {export_ema_path, mpc::Engine::Weights::kAverage}}) {
+    if (flag_path.empty() || (e.rank() != 0 && !e.holds_parameter_slices())) continue;
+    const std::string path = e.rank() == 0 ? flag_path : std::string();
+    if (absl::Status st = e.ExportOnnx(path, weights); !st.ok()) return Fail(std::string(st.message()));
+    if (!path.empty()) {
+      std::printf("exported %s%s\n", path.c_str(),
+                  weights == mpc::Engine::Weights::kAverage ? " (moving average of the weights)" : "");
     }
-    std::printf("exported %s (moving average of the weights)\n", export_ema_path.c_str());
   }
   if (!tensorboard_error.ok()) return Fail(std::string(tensorboard_error.message()));
   return 0;
