@@ -159,8 +159,12 @@ CompileOptions CompileOptionsFromSpec(const TrainSpec& spec) {
     case MemorySpec::FULL:
       o.recompute.policy = RecomputeOptions::Policy::kFull;
       break;
+    case MemorySpec::AUTO:  // CompileProgram picks a policy for the limit and compiles that
+      o.recompute.policy = RecomputeOptions::Policy::kNone;
+      break;
   }
   o.recompute.boundaries = spec.memory().boundaries();
+  o.recompute.blocks = spec.memory().full_blocks();
   o.ema.decay = spec.ema().decay();
   return o;
 }

@@ -119,6 +119,7 @@ absl::StatusOr<std::vector<MemoryConfiguration>> MemoryConfigurations(const Trai
     for (int stage = 0; stage <= max_stage; ++stage) {
       TrainSpec variant = spec;
       variant.mutable_memory()->set_recompute(policy);
+      variant.mutable_memory()->clear_full_blocks();
       variant.mutable_memory()->clear_limit_mb();
       variant.mutable_distributed()->set_zero_stage(stage);
       MPC_ASSIGN_OR_RETURN(Program p, CompileProgram(variant, caps, options));
@@ -142,6 +143,51 @@ std::string MemoryTableText(const std::vector<MemoryConfiguration>& rows, int wo
                           limit_mb > 0 && MiB(m.total()) > limit_mb ? "  over the limit" : "");
   }
   return out;
+}
+
+absl::StatusOr<TrainSpec> ChooseRecomputation(const TrainSpec& spec, const Capabilities& caps,
+                                              const ProgramOptions& options) {
+  const double limit_mb = spec.memory().limit_mb();
+  if (!(limit_mb > 0)) {
+    return absl::InvalidArgumentError(
+        "spec field memory.recompute: AUTO chooses the least recomputation that fits memory.limit_mb; set limit_mb "
+        "(MiB per rank)");
+  }
+  auto variant = [&](MemorySpec::Recompute policy, int blocks) {
+    TrainSpec v = spec;
+    v.mutable_memory()->set_recompute(policy);
+    v.mutable_memory()->set_full_blocks(blocks);
+    return v;
+  };
+  // The variant compiled without the limit: whether it fits, and (FULL) its block count.
+  int blocks = 0;
+  auto fits = [&](const TrainSpec& v) -> absl::StatusOr<bool> {
+    TrainSpec unlimited = v;
+    unlimited.mutable_memory()->clear_limit_mb();
+    MPC_ASSIGN_OR_RETURN(const Program p, CompileProgram(unlimited, caps, options));
+    blocks = p.results.recompute.blocks_recomputed;
+    return MiB(BreakdownOf(p).total()) <= limit_mb;
+  };
+  for (MemorySpec::Recompute policy : {MemorySpec::NONE, MemorySpec::SELECTIVE}) {
+    MPC_ASSIGN_OR_RETURN(const bool ok, fits(variant(policy, 0)));
+    if (ok) return variant(policy, 0);
+  }
+  MPC_ASSIGN_OR_RETURN(const bool full_fits, fits(variant(MemorySpec::FULL, 0)));
+  // Not even every block: FULL, which the limit check then refuses naming what would fit.
+  if (!full_fits) return variant(MemorySpec::FULL, 0);
+  // The fewest leading blocks that fit (the plan's peak falls as blocks are added).
+  const int all_blocks = blocks;
+  int lo = 1, hi = all_blocks;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    MPC_ASSIGN_OR_RETURN(const bool ok, fits(variant(MemorySpec::FULL, mid)));
+    if (ok) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return variant(MemorySpec::FULL, hi >= all_blocks ? 0 : hi);
 }
 
 absl::Status CheckMemoryLimit(const Program& program, const TrainSpec& spec, const Capabilities& caps,

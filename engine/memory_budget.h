@@ -44,6 +44,13 @@ absl::StatusOr<std::vector<MemoryConfiguration>> MemoryConfigurations(const Trai
 // The table `mpc compile` prints, in MiB per rank.
 std::string MemoryTableText(const std::vector<MemoryConfiguration>& rows, int world_size, double limit_mb);
 
+// memory.recompute AUTO: the spec with the least recomputation whose plan fits
+// memory.limit_mb: NONE, else SELECTIVE, else FULL over the fewest leading blocks (SELECTIVE after them)
+// (full_blocks), else FULL over every block (which CheckMemoryLimit then refuses, naming
+// what would fit). Each candidate is compiled once; the blocks by bisection.
+absl::StatusOr<TrainSpec> ChooseRecomputation(const TrainSpec& spec, const Capabilities& caps,
+                                              const ProgramOptions& options);
+
 // OK when the spec sets no limit or `program` fits it; otherwise the error names what the
 // program needs and the first configuration of MemoryConfigurations that fits (or says
 // none does at this world size).

@@ -55,6 +55,14 @@ absl::StatusOr<Value*> PickLogits(const Graph& g, const TrainSpec& spec, const s
 }  // namespace
 
 absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities& caps, const ProgramOptions& options) {
+  // memory.recompute AUTO: the least recomputation that fits the limit, compiled as if the
+  // spec had asked for it.
+  if (options.training && spec.memory().recompute() == MemorySpec::AUTO) {
+    MPC_ASSIGN_OR_RETURN(const TrainSpec chosen, ChooseRecomputation(spec, caps, options));
+    MPC_ASSIGN_OR_RETURN(Program program, CompileProgram(chosen, caps, options));
+    program.results.recompute.chosen_for_limit_mb = spec.memory().limit_mb();
+    return program;
+  }
   Program program;
   program.batch_size = options.batch_size;
   ImportOptions import;

@@ -112,6 +112,17 @@ absl::Status ValidateTrainerFields(const TrainSpec& spec) {
   if (spec.has_ema() && !(spec.ema().decay() > 0 && spec.ema().decay() < 1)) {
     return FieldError("ema.decay", absl::StrCat(spec.ema().decay(), " must be in (0, 1), e.g. 0.999"));
   }
+  const MemorySpec& memory = spec.memory();
+  if (memory.full_blocks() < 0) {
+    return FieldError("memory.full_blocks", absl::StrCat(memory.full_blocks(), " must be >= 0 (0: every block)"));
+  }
+  if (memory.full_blocks() > 0 && memory.recompute() != MemorySpec::FULL) {
+    return FieldError("memory.full_blocks", "applies to recompute: FULL (AUTO chooses the blocks itself)");
+  }
+  if (memory.recompute() == MemorySpec::AUTO && !(memory.limit_mb() > 0)) {
+    return FieldError("memory.recompute",
+                      "AUTO chooses the least recomputation that fits memory.limit_mb; set limit_mb (MiB per rank)");
+  }
   return absl::OkStatus();
 }
 
@@ -256,7 +267,7 @@ absl::StatusOr<Fp8Spec::Recipe> ParseFp8Recipe(const std::string& name) {
 absl::StatusOr<MemorySpec::Recompute> ParseRecompute(const std::string& name) {
   MemorySpec::Recompute policy;
   if (!MemorySpec::Recompute_Parse(absl::AsciiStrToUpper(name), &policy)) {
-    return absl::InvalidArgumentError(absl::StrCat("--recompute '", name, "': expected none, selective or full"));
+    return absl::InvalidArgumentError(absl::StrCat("--recompute '", name, "': expected none, selective, full or auto"));
   }
   return policy;
 }

@@ -263,6 +263,8 @@ struct RecomputeResult {
   // "one in K of C cut points", "pattern ...").
   std::vector<std::string> boundaries;
   std::string boundaries_from;
+  int blocks_recomputed = 0;  // FULL: the segments before the first this many block inputs run again
+  double chosen_for_limit_mb = 0;  // AUTO: the memory.limit_mb it chose this policy for (0: not AUTO)
   int saved = 0;              // activations the backward reads from the forward, without recomputation
   int64_t saved_bytes = 0;
   int recomputed = 0;         // of them, recomputed in the backward instead of kept

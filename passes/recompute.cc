@@ -81,7 +81,9 @@ class Planner {
     for (const Value* v : saved_) {
       if (kept_.contains(v)) continue;
       std::vector<const Node*> chain;
-      if (CanRecompute(v, &chain)) {
+      const bool selective =
+          options_.policy == RecomputeOptions::Policy::kSelective || selective_zone_.contains(v);
+      if (CanRecompute(v, selective, &chain)) {
         for (const Node* n : chain) to_clone_.insert(n);
         recomputed_.push_back(v);
       } else {
@@ -100,7 +102,7 @@ class Planner {
     return def && !def->has_side_effects && !def->stochastic;
   }
 
-  bool Clonable(const Node& n) const {
+  bool Clonable(const Node& n, bool selective) const {
     if (!forward_.contains(&n) || !n.control_deps.empty()) return false;
     const OpDef* def = OpRegistry::Global().Find(n.op);
     // ZeRO-3's AllGather of a parameter slice is the one collective cloned: it gives the same
@@ -110,7 +112,7 @@ class Planner {
     for (const Value* out : n.outputs) {
       if (g_.IsOutput(out)) return false;
     }
-    if (options_.policy == RecomputeOptions::Policy::kSelective) return !ExpensiveForSelective(n);
+    if (selective) return !ExpensiveForSelective(n);
     return true;
   }
 
@@ -123,17 +125,18 @@ class Planner {
   }
 
   // Whether `v` can be rebuilt from kept values; `chain` collects the nodes to clone.
-  bool CanRecompute(const Value* v, std::vector<const Node*>* chain) {
+  bool CanRecompute(const Value* v, bool selective, std::vector<const Node*>* chain) {
     absl::flat_hash_set<const Node*> visiting;
-    return Reach(v, chain, visiting);
+    return Reach(v, selective, chain, visiting);
   }
-  bool Reach(const Value* v, std::vector<const Node*>* chain, absl::flat_hash_set<const Node*>& seen) {
+  bool Reach(const Value* v, bool selective, std::vector<const Node*>* chain,
+             absl::flat_hash_set<const Node*>& seen) {
     if (!v || v->kind != ValueKind::kActivation || kept_.contains(v)) return true;
     const Node* n = v->producer;
-    if (!n || !Clonable(*n)) return false;
+    if (!n || !Clonable(*n, selective)) return false;
     if (to_clone_.contains(n) || !seen.insert(n).second) return true;
     for (const Value* in : n->inputs) {
-      if (!Reach(in, chain, seen)) return false;
+      if (!Reach(in, selective, chain, seen)) return false;
     }
     chain->push_back(n);
     return true;
@@ -206,15 +209,29 @@ class Planner {
         r_.boundaries_from = absl::StrCat("one in ", every, " of ", cuts.size(), " cut points");
       }
     }
+    std::sort(boundaries.begin(), boundaries.end(),
+              [&](const Value* a, const Value* b) { return position_.at(a->producer) < position_.at(b->producer); });
+    const size_t recomputed_blocks =
+        options_.blocks > 0 ? std::min(boundaries.size(), static_cast<size_t>(options_.blocks)) : boundaries.size();
+    r_.blocks_recomputed = static_cast<int>(recomputed_blocks);
     int last = -1;
-    for (const Value* b : boundaries) {
+    for (size_t i = 0; i < boundaries.size(); ++i) {
+      const Value* b = boundaries[i];
       kept_.insert(b);
       r_.boundaries.push_back(b->name);
-      last = std::max(last, position_.at(b->producer));
+      if (i < recomputed_blocks) last = std::max(last, position_.at(b->producer));
     }
-    // The head after the last block input: its backward starts right after the forward.
+    // After the last block input: the head (and the loss), whose backward starts right
+    // after the forward, is kept; after the first `blocks` of them, the later blocks and the
+    // head recompute what SELECTIVE would.
+    const bool partial = recomputed_blocks < boundaries.size();
     for (const Value* v : saved_) {
-      if (position_.at(v->producer) > last) kept_.insert(v);
+      if (position_.at(v->producer) <= last) continue;
+      if (partial) {
+        selective_zone_.insert(v);
+      } else {
+        kept_.insert(v);
+      }
     }
     return absl::OkStatus();
   }
@@ -291,6 +308,7 @@ class Planner {
   ValueSet batch_dependent_;
   std::vector<const Value*> saved_;
   ValueSet kept_;
+  ValueSet selective_zone_;  // FULL over the first blocks only: the saved values after them
   NodeSet to_clone_;
   std::vector<const Value*> recomputed_;
 };

@@ -25,6 +25,11 @@
 //              (a plain MLP) is cut every sqrt(C)-th of its C cut points. `boundaries` (a
 //              full-match regex over value names) names them instead. The segment after the
 //              last block input (the head and the loss) is kept: its backward runs at once.
+//              `blocks` = N runs only the segments up to the N-th block input again and
+//              treats everything after it (the later blocks and the head) as SELECTIVE
+//              does (Megatron's recompute-num-layers, with selective recomputation for the
+//              rest): the dial the spec's AUTO turns to fit a memory limit
+//              (engine/memory_budget.h).
 //
 // Never cloned: ops with side effects, random draws (Dropout), collectives (but ZeRO-3's
 // parameter AllGather, which a recomputed layer runs again), nodes that wait on control
@@ -43,6 +48,7 @@ struct RecomputeOptions {
   enum class Policy { kNone, kSelective, kFull };
   Policy policy = Policy::kNone;
   std::string boundaries;  // FULL: a full-match regex over value names; "" = found from the graph
+  int blocks = 0;          // FULL: only the first N blocks run again, the later ones keep theirs; 0 = all
 };
 
 const char* RecomputePolicyName(RecomputeOptions::Policy policy);

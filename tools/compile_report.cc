@@ -34,9 +34,10 @@ std::string RecomputeJson(const RecomputeResult& rc) {
   return absl::StrFormat(
       "\"recompute\":{\"policy\":\"%s\",\"boundaries_from\":\"%s\",\"boundaries\":[%s],\"saved\":%d,"
       "\"saved_bytes\":%d,\"recomputed\":%d,\"recomputed_bytes\":%d,\"cloned_nodes\":%d,\"extra_flops\":%.0f,"
-      "\"step_flops\":%.0f},",
+      "\"step_flops\":%.0f,\"blocks_recomputed\":%d,\"chosen_for_limit_mb\":%g},",
       rc.policy, JsonEscape(rc.boundaries_from), absl::StrJoin(boundaries, ","), rc.saved, rc.saved_bytes,
-      rc.recomputed, rc.recomputed_bytes, rc.cloned_nodes, rc.extra_flops, rc.step_flops);
+      rc.recomputed, rc.recomputed_bytes, rc.cloned_nodes, rc.extra_flops, rc.step_flops, rc.blocks_recomputed,
+      rc.chosen_for_limit_mb);
 }
 
 }  // namespace
@@ -353,12 +354,19 @@ std::string CompileSummaryText(const Program& p) {
       }
     }
   }
-  if (r.recompute.policy != "none") {
-    const RecomputeResult& rc = r.recompute;
+  const RecomputeResult& rc = r.recompute;
+  const std::string chosen =
+      rc.chosen_for_limit_mb > 0 ? absl::StrFormat(" (AUTO: the least that fits limit_mb %g)", rc.chosen_for_limit_mb) : "";
+  if (rc.policy == "none" && !chosen.empty()) absl::StrAppend(&out, "recompute: none", chosen, "\n");
+  if (rc.policy != "none") {
+    const std::string blocks =
+        rc.policy == "full" && rc.blocks_recomputed < static_cast<int>(rc.boundaries.size())
+            ? absl::StrFormat(", the first %d of %d blocks", rc.blocks_recomputed, rc.boundaries.size())
+            : "";
     absl::StrAppendFormat(&out,
-                          "recompute: %s; %d of %d saved activations recomputed in the backward (%.2f of %.2f MiB), "
-                          "%d forward nodes run again, +%.1f%% FLOPs per step\n",
-                          rc.policy, rc.recomputed, rc.saved, rc.recomputed_bytes / 1048576.0,
+                          "recompute: %s%s%s; %d of %d saved activations recomputed in the backward (%.2f of %.2f "
+                          "MiB), %d forward nodes run again, +%.1f%% FLOPs per step\n",
+                          rc.policy, blocks, chosen, rc.recomputed, rc.saved, rc.recomputed_bytes / 1048576.0,
                           rc.saved_bytes / 1048576.0, rc.cloned_nodes,
                           rc.step_flops > 0 ? 100.0 * rc.extra_flops / rc.step_flops : 0.0);
     if (!rc.boundaries.empty()) {

@@ -48,8 +48,8 @@ ABSL_FLAG(std::string, fp8_recipe, "",
           "delayed, current, rowwise or block: the FP8 scaling recipe with --precision fp8; overrides the spec's "
           "fp8.recipe");
 ABSL_FLAG(std::string, recompute, "",
-          "none, selective or full: activations recomputed in the backward instead of kept; overrides the spec's "
-          "memory.recompute");
+          "none, selective, full or auto (the least that fits memory.limit_mb): activations recomputed in the "
+          "backward instead of kept; overrides the spec's memory.recompute");
 ABSL_FLAG(std::string, loss_scaling, "", "off, dynamic or static:S; overrides the spec's loss_scaling");
 ABSL_FLAG(int32_t, pad_multiple, 0,
           "pad Gemm, MatMul and Conv weights to this multiple (1: no padding); overrides the spec");

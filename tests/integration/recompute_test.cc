@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
+#include "engine/memory_budget.h"
 #include "engine/mpc.h"
 #include "engine/program.h"
 #include "engine/spec.h"
@@ -29,17 +30,18 @@ struct Trained {
   int64_t planned_peak = 0;
 };
 
-Trained Train(const std::string& spec, const std::string& recompute, int steps, const std::string& boundaries = "") {
+// `memory_fields`: more of the spec's memory { } (boundaries, full_blocks).
+Trained Train(const std::string& spec, const std::string& recompute, int steps, const std::string& memory_fields = "") {
   Trained out;
   EngineOptions options;
   options.spec_path = testing::SourcePath("tests/golden/corpus/" + spec);
   options.device = "cpu";
   options.recompute = recompute;
   options.use_checkpoint_dir = false;
-  if (!boundaries.empty()) {
+  if (!memory_fields.empty()) {
     auto text = ReadFileToString(options.spec_path);
     EXPECT_TRUE(text.ok());
-    options.spec_text = absl::StrCat(*text, "\nmemory { boundaries: \"", boundaries, "\" }\n");
+    options.spec_text = absl::StrCat(*text, "\nmemory { ", memory_fields, " }\n");
     options.base_dir = testing::SourcePath("tests/golden/corpus/" + spec.substr(0, spec.find('/')));
     options.spec_path.clear();
   }
@@ -71,8 +73,11 @@ TEST_P(RecomputeCorpusTest, EveryPolicyTrainsBitForBitAsNoneWithASmallerPeak) {
   constexpr int kSteps = 4;
   const Trained none = Train(GetParam(), "none", kSteps);
   ASSERT_EQ(none.losses.size(), static_cast<size_t>(kSteps));
-  for (const std::string policy : {"selective", "full"}) {
-    const Trained other = Train(GetParam(), policy, kSteps);
+  // (full_blocks 2: the first two blocks run again, the later ones as SELECTIVE would)
+  for (const std::string policy : {"selective", "full", "full_blocks_2"}) {
+    const bool partial = policy == "full_blocks_2";
+    const Trained other =
+        Train(GetParam(), partial ? "" : policy, kSteps, partial ? "recompute: FULL full_blocks: 2" : "");
     ASSERT_EQ(other.losses.size(), none.losses.size()) << policy;
     for (int i = 0; i < kSteps; ++i) {
       EXPECT_EQ(other.losses[i], none.losses[i]) << GetParam() << " " << policy << " step " << i + 1;
@@ -186,8 +191,62 @@ TEST(RecomputeTest, AnUnknownPolicyOnTheCommandLineNamesTheChoices) {
   SpecOverrides overrides;
   overrides.recompute = "some";
   const absl::Status status = ApplySpecOverrides(overrides, &spec);
-  EXPECT_NE(status.message().find("--recompute 'some': expected none, selective or full"), std::string::npos)
+  EXPECT_NE(status.message().find("--recompute 'some': expected none, selective, full or auto"), std::string::npos)
       << status;
+}
+
+// memory.recompute AUTO: the least recomputation whose plan fits memory.limit_mb. GPT-2's
+// per-rank totals for NONE, SELECTIVE, FULL over the first k of its 4 blocks (SELECTIVE
+// after them) decide the limits: above NONE's total it keeps everything; between
+// SELECTIVE's and NONE's it takes SELECTIVE; at FULL-over-k's total, below SELECTIVE's, it
+// takes the fewest leading blocks that fit; below FULL's it is refused naming the limit. AUTO without a limit, and
+// full_blocks without FULL, are spec errors.
+TEST(RecomputeTest, AutoTakesTheLeastRecomputationThatFitsTheLimit) {
+  const std::string model = "gpt2/dynamo_f32_adamw.spec";
+  auto total_mb = [&](const std::string& memory) {
+    auto p = CompileCorpus(model, memory);
+    EXPECT_TRUE(p.ok()) << memory << ": " << p.status();
+    return p.ok() ? BreakdownOf(*p).total() / 1048576.0 : 0.0;
+  };
+  const double none = total_mb("recompute: NONE"), selective = total_mb("recompute: SELECTIVE");
+  const double full = total_mb("recompute: FULL");
+  std::vector<double> first_blocks;  // FULL over the first k blocks, k = 1..3
+  for (int k = 1; k <= 3; ++k) first_blocks.push_back(total_mb(absl::StrCat("recompute: FULL full_blocks: ", k)));
+  std::printf("gpt2 MiB per rank: none %.4f, selective %.4f, full over 1..3 of 4 blocks %.4f %.4f %.4f, full %.4f\n",
+              none, selective, first_blocks[0], first_blocks[1], first_blocks[2], full);
+  ASSERT_LT(selective, none);
+  ASSERT_LT(full, selective);
+  auto chosen = [&](double limit) { return CompileCorpus(model, absl::StrCat("recompute: AUTO limit_mb: ", limit)); };
+  auto roomy = chosen(none * 1.01);
+  ASSERT_TRUE(roomy.ok()) << roomy.status();
+  EXPECT_EQ(roomy->results.recompute.policy, "none");
+  EXPECT_GT(roomy->results.recompute.chosen_for_limit_mb, 0);
+  auto middle = chosen((none + selective) / 2);
+  ASSERT_TRUE(middle.ok()) << middle.status();
+  EXPECT_EQ(middle->results.recompute.policy, "selective");
+  // The fewest leading blocks whose total is under SELECTIVE's: AUTO's answer at that total.
+  int k = 0;
+  while (k < 3 && first_blocks[k] >= selective) ++k;
+  if (k < 3) {
+    const double limit = first_blocks[k] * 1.0001;  // (the limit is written with 6 digits)
+    ASSERT_LT(limit, selective);
+    auto partial = chosen(limit);
+    ASSERT_TRUE(partial.ok()) << partial.status();
+    EXPECT_EQ(partial->results.recompute.policy, "full");
+    EXPECT_EQ(partial->results.recompute.blocks_recomputed, k + 1);
+    EXPECT_LE(BreakdownOf(*partial).total() / 1048576.0, limit);
+  } else {
+    ADD_FAILURE() << "no partial FULL under SELECTIVE's total: the test no longer reaches full_blocks";
+  }
+  auto tight = chosen(full * 0.99);
+  ASSERT_FALSE(tight.ok());
+  EXPECT_EQ(tight.status().code(), absl::StatusCode::kResourceExhausted) << tight.status();
+  EXPECT_NE(tight.status().message().find("over the limit"), std::string::npos) << tight.status();
+
+  auto unlimited = ParseTrainSpec("batch_size: 4 memory { recompute: AUTO }", "test", false);
+  EXPECT_FALSE(unlimited.ok() && ValidateTrainSpec(*unlimited, false).ok());
+  auto blocks_alone = ParseTrainSpec("batch_size: 4 memory { recompute: SELECTIVE full_blocks: 2 }", "test", false);
+  EXPECT_FALSE(blocks_alone.ok() && ValidateTrainSpec(*blocks_alone, false).ok());
 }
 
 }  // namespace
