@@ -40,6 +40,7 @@ Fp8Options Fp8(const TrainSpec& spec) {
       break;
   }
   o.power_of_two_scales = f.power_of_two_scales();
+  o.fast_accumulation_forward = f.fast_accumulation_forward();
   // The block recipe is E4M3 everywhere (DeepSeek-V3, TE's Float8BlockScaling) unless the
   // spec names a format.
   o.e4m3_gradients = f.has_format() ? f.format() == Fp8Spec::E4M3 : o.recipe == Fp8Recipe::kBlock;

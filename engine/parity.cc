@@ -242,9 +242,30 @@ std::string FusedActivation(const Value& v) {
 // mpc_activation) may run in one program and not in the other (an FP8 GEMM has no
 // epilogue), so a GEMM output named X is post-activation in one and pre-activation in the
 // other. The unfused program's activation output then corresponds to the fused X, and
-// the unfused X to nothing. "" when there is no counterpart.
-std::string CounterpartIn(const Program& f32, const Node& node, const Value& v) {
+// the unfused X to nothing. A value a pass made and named ("fuse-epilogues/Reshape_2:0")
+// is another tensor when the pass numbered its nodes differently in the two programs (it
+// rewrote other GEMMs): it corresponds only when both were made by the same op from inputs
+// of the same names. "" when there is no counterpart.
+bool SameComputation(const Value& a, const Value& b) {
+  const Node* x = a.producer;
+  const Node* y = b.producer;
+  if (!x || !y) return !x && !y;
+  if (x->op != y->op || x->inputs.size() != y->inputs.size()) return false;
+  for (size_t i = 0; i < x->inputs.size(); ++i) {
+    const Value* p = x->inputs[i];
+    const Value* q = y->inputs[i];
+    if ((p == nullptr) != (q == nullptr) || (p && p->name != q->name)) return false;
+  }
+  return true;
+}
+
+std::string CounterpartIn(const Program& f32, const Program& other, const Node& node, const Value& v) {
   const Value* same = f32.graph->FindValue(v.name);
+  // (a pass's own names start with its name: a Cast that took a GEMM's name is not one)
+  auto origin = other.node_origin.find(node.id);
+  const bool pass_made = origin != other.node_origin.end() && origin->second != "model" &&
+                         absl::StartsWith(v.name, origin->second + "/");
+  if (same && pass_made && !SameComputation(*same, v)) same = nullptr;
   if (same && FusedActivation(*same) == FusedActivation(v)) return v.name;
   if (node.inputs.size() == 1 && node.inputs[0]) {
     const Value* x = f32.graph->FindValue(node.inputs[0]->name);
@@ -293,7 +314,7 @@ ParityProbe CompareStep(const Program& f32, const CaptureObserver& ref, const Pr
       if (o == out.captured().end()) continue;
       // The FP32 value this one computes: the same name, unless a fusion gave the name
       // another meaning in one of the programs.
-      const std::string ref_name = CounterpartIn(f32, *n, *v);
+      const std::string ref_name = CounterpartIn(f32, other, *n, *v);
       auto r = ref_name.empty() ? ref.captured().end() : ref.captured().find(ref_name);
       if (r == ref.captured().end() || r->second.values.size() != o->second.values.size()) {
         ++probe.not_compared;

@@ -204,6 +204,9 @@ struct Fp8LowerResult {
     std::string node;  // the GEMM (mpc_fp8 = 1) by name
     bool lowered = false;
     std::string reason;  // why it stayed emulated or went ("" when lowered)
+    // Lowered: whether it accumulates fast (no periodic f32 promotion), and why (or why not).
+    bool fast_accumulation = false;
+    std::string accumulation;
   };
   std::vector<Decision> decisions;                            // every FP8 GEMM, in topological order
   std::vector<std::string> lowered;                           // became Fp8Gemm

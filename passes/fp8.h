@@ -85,6 +85,7 @@ struct Fp8Options {
   std::vector<std::string> exclude;  // node-name regexes (whole match) kept out of FP8
   bool include_first_last = false;
   bool fallback_to_bf16 = false;
+  bool fast_accumulation_forward = true;  // fp8-lower: forward Fp8Gemms with FAST_ACCUM
 };
 
 class Fp8Pass : public Pass {

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -53,6 +54,7 @@ struct Plan {
   Node* bias_cast = nullptr;                 // the Cast(bias -> f32) bypassed, if any
   Node* out_cast = nullptr;                  // the Cast of the product folded in, if any
   Value* result = nullptr;                   // the value the Fp8Gemm's output replaces
+  bool fast_accumulation = false;            // Fp8Gemm fast_accum = 1
 };
 
 // Why `n` cannot be lowered ("" when it can); fills `plan` as far as it gets.
@@ -172,7 +174,22 @@ std::string TensorName(const Node* quantize) {
 }
 
 // The lowering itself, once the device has FP8 tensor cores.
-absl::StatusOr<bool> LowerFp8Gemms(Graph& g, const Capabilities& caps, Fp8LowerResult& result) {
+// Whether a lowered GEMM accumulates fast, and why (Fp8LowerPass's header): by the fp8
+// pass's record of it (a forward GEMM is its own forward node).
+std::pair<bool, std::string> Accumulation(const std::string& gemm, bool fast_forward, const Fp8Result* fp8) {
+  bool forward = true;
+  if (fp8) {
+    for (const Fp8Result::Gemm& r : fp8->gemms) {
+      if (r.node == gemm) forward = r.forward_node.empty() || r.forward_node == r.node;
+    }
+  }
+  if (!forward) return {false, "promoted: a backward GEMM (its gradient sums keep the f32 accumulator)"};
+  if (!fast_forward) return {false, "promoted: fp8.fast_accumulation_forward is false"};
+  return {true, "fast: a forward GEMM (no periodic f32 promotion)"};
+}
+
+absl::StatusOr<bool> LowerFp8Gemms(Graph& g, const Capabilities& caps, bool fast_forward, const Fp8Result* fp8,
+                                   Fp8LowerResult& result) {
   std::vector<Fp8LowerDecision>* decisions = &result.decisions;
   MPC_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
   std::vector<Plan> plans, dead;
@@ -195,6 +212,8 @@ absl::StatusOr<bool> LowerFp8Gemms(Graph& g, const Capabilities& caps, Fp8LowerR
       result.emulated.emplace_back(n->name, reason);
       continue;
     }
+    std::tie(plan.fast_accumulation, decisions->back().accumulation) = Accumulation(n->name, fast_forward, fp8);
+    decisions->back().fast_accumulation = plan.fast_accumulation;
     result.lowered.push_back(n->name);
     plans.push_back(plan);
     lowered.insert(n);
@@ -253,6 +272,7 @@ absl::StatusOr<bool> LowerFp8Gemms(Graph& g, const Capabilities& caps, Fp8LowerR
     attrs.Set("transA", int64_t{0});
     attrs.Set("transB", int64_t{1});
     attrs.Set("to", static_cast<int64_t>(DTypeToOnnx(p.result->dtype)));
+    if (p.fast_accumulation) attrs.Set("fast_accum", int64_t{1});
     std::vector<Value*> inputs{codes[0], codes[1], p.src[0].quantize->inputs[2], p.src[1].quantize->inputs[2]};
     if (p.bias) inputs.push_back(p.bias);
     const std::string gemm_name = n->name;
@@ -320,7 +340,7 @@ absl::StatusOr<bool> Fp8LowerPass::Run(Graph& g) {
   if (!enabled_) return false;
   // Without FP8 tensor cores the emulation is what runs (the CPU's exact reference).
   if (!caps_.fp8) return false;
-  return LowerFp8Gemms(g, caps_, *result_);
+  return LowerFp8Gemms(g, caps_, fast_accumulation_forward_, fp8_, *result_);
 }
 
 }  // namespace mpc

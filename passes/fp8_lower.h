@@ -27,6 +27,11 @@
 // every reader of an updated tensor (Fp8Cast: scale, history; Fp8Gemm: scale_inv) is
 // made a control dependency of the update.
 //
+// Accumulation: a forward GEMM's Fp8Gemm gets fast_accum = 1 (no periodic promotion of the
+// tensor-core accumulator to f32: faster, as Transformer Engine's forward GEMMs) unless
+// fp8.fast_accumulation_forward is false; the backward GEMMs (dX, dW), whose sums of
+// gradient products are the least exact, always promote. Each decision says which and why.
+//
 // Left emulated (and listed with the reason in Fp8LowerResult): GEMMs whose operands do not
 // come from Fp8Quantize (or a 2-D Transpose of one), batched (non-2-D) MatMuls, a Gemm
 // with alpha != 1 or a C that is not a bias row added with beta = 1, dimensions M, N, K
@@ -51,14 +56,23 @@ class Fp8LowerPass : public Pass {
   // `enabled`: the program is FP8 (precision.compute FP8). The pass lowers only where
   // `caps` has FP8 tensor cores; a GEMM whose Fp8Cast/Fp8Gemm kernel `caps` lacks stays
   // emulated.
-  Fp8LowerPass(bool enabled, const Capabilities& caps, Fp8LowerResult* result)
-      : enabled_(enabled), caps_(caps), result_(result) {}
+  // `fast_accumulation_forward`: the forward GEMMs (by the fp8 pass's result, `fp8`)
+  // accumulate fast (attribute fast_accum = 1); the backward ones never do.
+  Fp8LowerPass(bool enabled, bool fast_accumulation_forward, const Capabilities& caps, const Fp8Result* fp8,
+               Fp8LowerResult* result)
+      : enabled_(enabled),
+        fast_accumulation_forward_(fast_accumulation_forward),
+        caps_(caps),
+        fp8_(fp8),
+        result_(result) {}
   std::string_view name() const override { return "fp8-lower"; }
   absl::StatusOr<bool> Run(Graph& graph) override;
 
  private:
   bool enabled_;
+  bool fast_accumulation_forward_;
   const Capabilities& caps_;
+  const Fp8Result* fp8_;
   Fp8LowerResult* result_;
 };
 

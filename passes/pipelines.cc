@@ -85,7 +85,8 @@ PassPipeline MakeTrainingPipeline(const CompileOptions& o, const Capabilities& c
   // FP8 GEMMs: after autodiff, because it converts the backward GEMMs with their forward.
   p.Add(std::make_unique<Fp8Pass>(o.fp8, caps, &r->autocast, &r->autodiff, &r->fp8));
   // Real FP8 GEMMs where the device has them: right after the emulation they replace.
-  p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, caps, &r->fp8_lower));
+  p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, o.fp8.fast_accumulation_forward, caps, &r->fp8,
+                                      &r->fp8_lower));
   // Gradient accumulation (accumulate_steps > 1): the seed divided by K and the gradients
   // summed across micro-batches, before the passes that check and apply them.
   p.Add(std::make_unique<AccumulateGradientsPass>(o.accumulate_steps, &r->autodiff, &r->grad_accumulation));
@@ -163,7 +164,8 @@ PassPipeline MakeEvaluationPipeline(const CompileOptions& o, const Capabilities&
   p.Add(std::make_unique<ChannelsLastPass>(caps, &r->channels_last));
   // FP8 GEMMs with the scales training keeps (shared by name); no amax is recorded.
   p.Add(std::make_unique<Fp8Pass>(o.fp8, caps, &r->autocast, nullptr, &r->fp8));
-  p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, caps, &r->fp8_lower));
+  p.Add(std::make_unique<Fp8LowerPass>(o.fp8.enabled, o.fp8.fast_accumulation_forward, caps, &r->fp8,
+                                      &r->fp8_lower));
   // ZeRO-3: the same slices as the training program (they share them), gathered before use.
   p.Add(std::make_unique<ShardParametersPass>(ShardParameters(o, false), nullptr, &r->shard_parameters));
   p.Add(std::make_unique<SimplifyPass>());

@@ -108,6 +108,14 @@ std::string CompileReportJson(const Program& p) {
     fp8_emulated.push_back(
         absl::StrFormat("{\"node\":\"%s\",\"reason\":\"%s\"}", JsonEscape(node), JsonEscape(reason)));
   }
+  std::vector<std::string> fp8_accumulation;
+  int fp8_fast = 0;
+  for (const Fp8LowerResult::Decision& d : r.fp8_lower.decisions) {
+    if (!d.lowered) continue;
+    fp8_fast += d.fast_accumulation;
+    fp8_accumulation.push_back(absl::StrFormat("{\"node\":\"%s\",\"fast\":%s,\"why\":\"%s\"}", JsonEscape(d.node),
+                                               d.fast_accumulation ? "true" : "false", JsonEscape(d.accumulation)));
+  }
   std::vector<std::string> tf32;
   for (const Tf32Result::Marked& m : r.tf32.marked) {
     tf32.push_back(absl::StrFormat("{\"node\":\"%s\",\"op\":\"%s\"}", JsonEscape(m.node), m.op));
@@ -155,7 +163,7 @@ std::string CompileReportJson(const Program& p) {
       r.fp8.recipe.empty() ? "" : absl::StrCat("\"fp8_recipe\":\"", r.fp8.recipe, "\","),
       "\"fp8\":[", absl::StrJoin(fp8, ","), "],\"fp8_skipped\":[", absl::StrJoin(fp8_skipped, ","), "],",
       "\"fp8_lowered\":[", absl::StrJoin(fp8_lowered, ","), "],\"fp8_emulated\":[", absl::StrJoin(fp8_emulated, ","),
-      "],", r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
+      "],\"fp8_accumulation\":[", absl::StrJoin(fp8_accumulation, ","), "],", r.fp8.fallback.empty() ? "" : absl::StrCat("\"fp8_fallback\":\"", JsonEscape(r.fp8.fallback), "\","),
       "\"tf32\":[", absl::StrJoin(tf32, ","), "],",
       absl::StrFormat("\"padding_extra\":{\"flops_pct\":%.3f,\"param_bytes_pct\":%.3f},", r.pad_dims.extra_flops_pct,
                       r.pad_dims.extra_bytes_pct),
@@ -275,8 +283,13 @@ std::string CompileSummaryText(const Program& p) {
                           r.fp8.skipped.size(), DTypeName(r.autocast.compute_dtype), r.fp8.recipe);
     if (!r.fp8_lower.lowered.empty() || !r.fp8_lower.emulated.empty()) {
       // Only on a backend with FP8 tensor cores; elsewhere every FP8 GEMM is emulated.
-      absl::StrAppendFormat(&out, "fp8: %d GEMMs run as FP8 tensor-core GEMMs, %d emulated%s\n",
-                            r.fp8_lower.lowered.size(), r.fp8_lower.emulated.size(),
+      int fp8_fast = 0;
+      for (const Fp8LowerResult::Decision& d : r.fp8_lower.decisions) fp8_fast += d.lowered && d.fast_accumulation;
+      absl::StrAppendFormat(&out,
+                            "fp8: %d GEMMs run as FP8 tensor-core GEMMs (%d forward with fast accumulation, %d "
+                            "promoted), %d emulated%s\n",
+                            r.fp8_lower.lowered.size(), fp8_fast, r.fp8_lower.lowered.size() - fp8_fast,
+                            r.fp8_lower.emulated.size(),
                             r.fp8_lower.emulated.empty() ? ""
                                                          : absl::StrCat(" (e.g. ", r.fp8_lower.emulated[0].first, ": ",
                                                                         r.fp8_lower.emulated[0].second, ")"));

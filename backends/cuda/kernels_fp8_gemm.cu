@@ -308,7 +308,8 @@ class CudaFp8GemmKernel : public Kernel {
     s.operand = node.inputs[0]->dtype;
     s.b_operand = node.inputs[1]->dtype;
     s.out = node.outputs[0]->dtype;
-    s.fast_accum = false;
+    // fp8-lower marks the forward GEMMs (passes/fp8_lower.h); the backward ones promote.
+    s.fast_accum = node.attrs.GetInt("fast_accum", 0) != 0;
     // Every buffer is an arena offset or a cudaMalloc allocation, aligned to this.
     s.alignment = static_cast<uint32_t>(kArenaAlignment);
 

@@ -272,7 +272,8 @@ struct Compiled {
     return Fp8Pass(fp8, caps, &r.autocast, m.loss ? &r.autodiff : nullptr, &r.fp8).Run(*m.g).status();
   }
   absl::StatusOr<bool> Lower() {
-    auto changed = Fp8LowerPass(precision == Precision::kFP8, caps, &r.fp8_lower).Run(*m.g);
+    auto changed =
+        Fp8LowerPass(precision == Precision::kFP8, fp8.fast_accumulation_forward, caps, &r.fp8, &r.fp8_lower).Run(*m.g);
     decisions = r.fp8_lower.decisions;
     return changed;
   }
@@ -394,6 +395,37 @@ TEST(Fp8LowerPassTest, EveryFp8GemmBecomesOneTnFp8GemmAndEachAmaxIsRecordedOnce)
     if (n->op == "Fp8Cast" || n->op == "Fp8Gemm") EXPECT_TRUE(deps.count(n.get())) << n->name;
   }
   EXPECT_TRUE(g.TopologicalOrder().ok());
+}
+
+// Accumulation: the forward GEMMs' Fp8Gemms accumulate fast (fast_accum = 1, which the
+// CUDA kernel passes to cuBLASLt as FAST_ACCUM), the backward ones (dX, dW) promote, each
+// decision saying which and why; with fp8.fast_accumulation_forward false none is fast.
+TEST(Fp8LowerPassTest, OnlyTheForwardGemmsAccumulateFast) {
+  for (const bool fast_forward : {true, false}) {
+    SCOPED_TRACE(fast_forward ? "fast forward" : "no fast accumulation");
+    Compiled c{Mlp({32, 64, 48, 16}, 16)};
+    c.fp8.fast_accumulation_forward = fast_forward;
+    ASSERT_TRUE(CompileMlp(c, true).ok());
+    std::map<std::string, bool> forward;
+    for (const auto& gemm : c.r.fp8.gemms) forward[gemm.node] = gemm.forward_node == gemm.node;
+    int fast = 0, promoted = 0;
+    for (const auto& d : c.decisions) {
+      if (!d.lowered) continue;
+      const Node* n = c.m.g->FindNode(d.node);
+      ASSERT_NE(n, nullptr) << d.node;
+      const bool want = fast_forward && forward.at(d.node);
+      EXPECT_EQ(d.fast_accumulation, want) << d.node << ": " << d.accumulation;
+      EXPECT_EQ(n->attrs.GetInt("fast_accum", 0), want ? 1 : 0) << d.node;
+      EXPECT_NE(d.accumulation.find(want                     ? "fast: a forward GEMM"
+                                    : forward.at(d.node)     ? "fast_accumulation_forward is false"
+                                                             : "promoted: a backward GEMM"),
+                std::string::npos)
+          << d.node << ": " << d.accumulation;
+      (want ? fast : promoted)++;
+    }
+    EXPECT_EQ(fast, fast_forward ? 3 : 0) << "the three forward GEMMs";
+    EXPECT_EQ(promoted, fast_forward ? 5 : 8) << "dW of each layer, dX of the last two";
+  }
 }
 
 TEST(Fp8LowerPassTest, OffWithoutFp8TensorCoresAndNotFp8Precision) {
