@@ -173,8 +173,17 @@ absl::StatusOr<TrainSpec> ChooseRecomputation(const TrainSpec& spec, const Capab
     if (ok) return variant(policy, 0);
   }
   MPC_ASSIGN_OR_RETURN(const bool full_fits, fits(variant(MemorySpec::FULL, 0)));
-  // Not even every block: FULL, which the limit check then refuses naming what would fit.
-  if (!full_fits) return variant(MemorySpec::FULL, 0);
+  if (!full_fits) {
+    // FULL keeps the head after the last block input, which FULL over all but the last
+    // block recomputes as SELECTIVE would: on a model with a large head that can be less.
+    const int all_blocks = blocks;
+    if (all_blocks > 1) {
+      MPC_ASSIGN_OR_RETURN(const bool ok, fits(variant(MemorySpec::FULL, all_blocks - 1)));
+      if (ok) return variant(MemorySpec::FULL, all_blocks - 1);
+    }
+    // Nothing fits: FULL, which the limit check then refuses naming what would fit.
+    return variant(MemorySpec::FULL, 0);
+  }
   // The fewest leading blocks that fit (the plan's peak falls as blocks are added).
   const int all_blocks = blocks;
   int lo = 1, hi = all_blocks;

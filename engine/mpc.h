@@ -364,7 +364,8 @@ class Engine {
   // The model as ONNX with the trained weights, or with their moving average (spec `ema`;
   // an error when the spec keeps none). In a ZeRO-3 job (holds_parameter_slices) it is a
   // collective: every rank calls it, the weights are gathered whole from the ranks' slices,
-  // and each rank writes `path` unless it is empty (a rank that only takes part).
+  // and each rank writes `path` unless it is empty (a rank that only takes part; give the
+  // ranks different paths, or only rank 0 one: mpc-train does the latter).
   absl::Status ExportOnnx(const std::string& path, Weights weights = Weights::kTrained);
 
   std::vector<std::string> ParameterNames() const;
@@ -467,7 +468,8 @@ class Predictor {
                                                               const PredictorOptions& options = {});
   // The model `engine` trains, with its current weights (or their moving average): what
   // Engine::ExportOnnx writes. The Predictor keeps its own copy: later steps of the engine do
-  // not change it.
+  // not change it. In a ZeRO-3 job it is a collective, as ExportOnnx is: every rank calls it
+  // (each gets its own Predictor).
   static absl::StatusOr<std::unique_ptr<Predictor>> FromEngine(Engine& engine, const PredictorOptions& options = {},
                                                                Engine::Weights weights = Engine::Weights::kTrained);
   ~Predictor();

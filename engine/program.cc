@@ -59,8 +59,13 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   // spec had asked for it.
   if (options.training && spec.memory().recompute() == MemorySpec::AUTO) {
     MPC_ASSIGN_OR_RETURN(const TrainSpec chosen, ChooseRecomputation(spec, caps, options));
-    MPC_ASSIGN_OR_RETURN(Program program, CompileProgram(chosen, caps, options));
-    program.results.recompute.chosen_for_limit_mb = spec.memory().limit_mb();
+    absl::StatusOr<Program> program = CompileProgram(chosen, caps, options);
+    if (program.status().code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "memory.recompute AUTO: not even recomputing every block fits; ", program.status().message()));
+    }
+    MPC_RETURN_IF_ERROR(program.status());
+    program->results.recompute.chosen_for_limit_mb = spec.memory().limit_mb();
     return program;
   }
   Program program;

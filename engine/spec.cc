@@ -120,8 +120,9 @@ absl::Status ValidateTrainerFields(const TrainSpec& spec) {
     return FieldError("memory.full_blocks", "applies to recompute: FULL (AUTO chooses the blocks itself)");
   }
   if (memory.recompute() == MemorySpec::AUTO && !(memory.limit_mb() > 0)) {
-    return FieldError("memory.recompute",
-                      "AUTO chooses the least recomputation that fits memory.limit_mb; set limit_mb (MiB per rank)");
+    return FieldError("memory.recompute", absl::StrCat("AUTO chooses the least recomputation that fits memory.limit_mb; "
+                                                       "set limit_mb to the MiB one rank may hold (> 0; it is ",
+                                                       memory.limit_mb(), ")"));
   }
   return absl::OkStatus();
 }

@@ -177,13 +177,14 @@ std::string TensorName(const Node* quantize) {
 // Whether a lowered GEMM accumulates fast, and why (Fp8LowerPass's header): by the fp8
 // pass's record of it (a forward GEMM is its own forward node).
 std::pair<bool, std::string> Accumulation(const std::string& gemm, bool fast_forward, const Fp8Result* fp8) {
-  bool forward = true;
+  bool forward = false;  // a GEMM the fp8 pass did not record promotes
   if (fp8) {
     for (const Fp8Result::Gemm& r : fp8->gemms) {
       if (r.node == gemm) forward = r.forward_node.empty() || r.forward_node == r.node;
     }
   }
-  if (!forward) return {false, "promoted: a backward GEMM (its gradient sums keep the f32 accumulator)"};
+  if (!forward) return {false, "promoted: a backward GEMM (its gradient sums keep the f32 accumulator) or one the fp8 "
+                               "pass did not record"};
   if (!fast_forward) return {false, "promoted: fp8.fast_accumulation_forward is false"};
   return {true, "fast: a forward GEMM (no periodic f32 promotion)"};
 }

@@ -18,7 +18,10 @@
 // parameter not frozen, read in the forward only, so the two programs share the slices.
 // With EMA each rank averages its slice (passes/ema.cc marks the average sharded). With
 // FP8 the whole f32 weight is gathered and quantized as without ZeRO (same scales and
-// amaxes on every rank); gathering the quantized slice in 8 bits is not done yet.
+// amaxes on every rank); gathering the quantized slice in 8 bits is not done yet. Delayed
+// scaling's backward GEMMs reuse the forward's quantized weight, so that whole quantized
+// copy (f32 in the CPU emulation, 1 byte per element when lowered) lives from the forward
+// to the backward: for FP8 layers ZeRO-3 saves the master weights, not that copy.
 #pragma once
 
 #include <string>

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -330,21 +331,28 @@ std::string CompileSummaryText(const Program& p) {
     int64_t bytes = 0;
     for (const DataParallelResult::Bucket& b : r.data_parallel.buckets) bytes += b.bytes;
     const bool zero = r.data_parallel.zero_stage >= 1;
+    // ZeRO-2/3 with accumulation scatter every micro-batch; otherwise once per step.
+    const int micro_batches = std::max(1, r.grad_accumulation.steps);
+    const bool every_micro_batch = r.data_parallel.zero_stage >= 2 && micro_batches > 1;
     absl::StrAppendFormat(&out,
                           "data-parallel: %d ranks, %d examples each; gradients summed in %d %s bucket%s "
-                          "(%.2f MiB per step)%s, plus the loss\n",
+                          "(%.2f MiB per %s)%s, plus the loss\n",
                           r.data_parallel.world_size, p.batch_size, r.data_parallel.buckets.size(),
                           zero ? "ReduceScatter" : "AllReduce", r.data_parallel.buckets.size() == 1 ? "" : "s",
-                          bytes / 1048576.0, r.data_parallel.fp8_amax_node.empty() ? "" : ", FP8 amaxes (max)");
+                          bytes / 1048576.0,
+                          every_micro_batch ? absl::StrCat("micro-batch, ", micro_batches, " per step") : "step",
+                          r.data_parallel.fp8_amax_node.empty() ? "" : ", FP8 amaxes (max)");
     for (const DataParallelResult::Bucket& b : r.data_parallel.buckets) {
       absl::StrAppendFormat(&out, "  %s: %.2f MiB, %d gradients (%s .. %s)\n", b.node, b.bytes / 1048576.0,
                             b.params.size(), b.params.front(), b.params.back());
     }
     if (zero) {
-      // What ZeRO-1 saves: the optimizer state each rank keeps, against all of it.
+      // What ZeRO-1 saves: the optimizer state each rank keeps, against all of it (the
+      // sliced gradient accumulators and weight averages are not optimizer state).
       int64_t kept = 0, whole = 0;
       for (const auto& v : p.graph->values()) {
         if (v->sharded_from.empty() || v->kind != ValueKind::kState) continue;  // ZeRO-3's parameters: below
+        if (absl::EndsWith(v->name, ".grad_accum") || absl::EndsWith(v->name, ".ema")) continue;
         kept += static_cast<int64_t>(v->bytes());
         whole += NumElements(v->sharded_from) * static_cast<int64_t>(DTypeSize(v->dtype));
       }

@@ -452,7 +452,11 @@ TEST_F(DataParallelTest, ZeroCheckpointOfTwoRanksResumesAtOneAndAtTwo) {
 // ZeRO-2 writes the same whole-tensor checkpoint; with accumulation its sliced gradient
 // accumulators too (a step's first micro-batch restarts them, wherever they resume).
 TEST_F(DataParallelTest, Zero2CheckpointOfTwoRanksResumesAtOneAndAtTwo) {
-  ExpectResumesAtOneAndAtTwo("dp_resume_zero2", "accumulate_steps: 2 distributed { zero_stage: 2 bucket_mb: 0.05 }");
+  ExpectResumesAtOneAndAtTwo("dp_resume_zero2", "distributed { zero_stage: 2 bucket_mb: 0.05 }");
+}
+TEST_F(DataParallelTest, Zero2CheckpointWithAccumulationResumesAtOneAndAtTwo) {
+  ExpectResumesAtOneAndAtTwo("dp_resume_zero2_accumulate",
+                             "accumulate_steps: 2 distributed { zero_stage: 2 bucket_mb: 0.05 }");
 }
 
 // The loss scale and FP8 scaling state are the same state in a ZeRO job and in one

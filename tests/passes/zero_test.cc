@@ -268,11 +268,9 @@ TEST(ZeroPipelineTest, Zero2And3WithAccumulationSumSlicesOfTheScatteredGradients
         EXPECT_NE(in->producer->op, "AccumulateGradient") << "a micro-batch's gradient, not a sum";
       }
     }
-    int accumulators = 0;
     for (const char* name : {"w1", "b1", "w2", "b2"}) {
       const Value* acc = g->FindValue(std::string(name) + ".grad_accum");
       ASSERT_NE(acc, nullptr) << name;
-      ++accumulators;
       const Shape whole = stage == 3 ? g->FindValue(name)->sharded_from : g->FindValue(name)->shape;
       EXPECT_EQ(acc->sharded_from, whole) << name;
       EXPECT_EQ(acc->shape, Shape{ShardLength(NumElements(whole), kRanks)}) << name;
@@ -281,7 +279,6 @@ TEST(ZeroPipelineTest, Zero2And3WithAccumulationSumSlicesOfTheScatteredGradients
       EXPECT_EQ(sum->op, "AccumulateGradient");
       EXPECT_EQ(sum->inputs[1]->producer->op, "ReduceScatter") << name;
     }
-    EXPECT_EQ(accumulators, 4);
     // The updates still wait for the step's last micro-batch.
     EXPECT_NE(results.grad_accumulation.hold, nullptr);
     EXPECT_FALSE(results.grad_accumulation.hold->consumers.empty());
