@@ -203,6 +203,9 @@ absl::Status Engine::Impl::CompilePrograms() {
   popts.input_rows = input_rows;
   popts.training = true;
   MPC_ASSIGN_OR_RETURN(train_program, CompileProgram(spec, backend->capabilities(), popts));
+  // Without eval.batch_size, evaluation takes the batch a rank's training program takes
+  // (in a job: its share), which a model exported with a fixed batch also accepts.
+  if (!spec.eval().has_batch_size()) eval_batch_size = spec.batch_size() / world_size;
   popts.batch_size = eval_batch_size;
   popts.training = false;
   MPC_ASSIGN_OR_RETURN(eval_program, CompileProgram(spec, backend->capabilities(), popts));
