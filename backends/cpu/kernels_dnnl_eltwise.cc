@@ -115,15 +115,21 @@ dnnl::algorithm GeluAlgorithm(const Node& node) {
 }
 
 // Gelu(X) in f32 or bf16: oneDNN's vectorised erf/tanh instead of a scalar loop, f32 inside.
-absl::StatusOr<std::unique_ptr<Kernel>> CreateGelu(const Node& node, Backend&) {
-  const memory::desc md = FlatDesc(node.inputs[0]->shape, node.inputs[0]->dtype);
-  try {
-    dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_training, GeluAlgorithm(node), md, 0.0f, 0.0f);
-    dnnl::eltwise_forward::primitive_desc pd(desc, CpuDnnlEngine());
-    return std::unique_ptr<Kernel>(std::make_unique<DnnlUnaryKernel>(dnnl::eltwise_forward(pd), md, std::nullopt));
-  } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN Gelu setup for node '", node.name, "' failed: ", e.what()));
-  }
+// Where oneDNN has no such primitive (bf16 eltwise needs AVX-512: an AVX2-only CPU such as
+// many AMD EPYCs has none), the loop kernel registered before this one (kernels_math.cc)
+// runs instead: the same contract (f32 inside, rounded once).
+KernelFactory GeluOrLoop(KernelFactory loop) {
+  return [loop](const Node& node, Backend& backend) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+    const memory::desc md = FlatDesc(node.inputs[0]->shape, node.inputs[0]->dtype);
+    try {
+      dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_training, GeluAlgorithm(node), md, 0.0f, 0.0f);
+      dnnl::eltwise_forward::primitive_desc pd(desc, CpuDnnlEngine());
+      return std::unique_ptr<Kernel>(std::make_unique<DnnlUnaryKernel>(dnnl::eltwise_forward(pd), md, std::nullopt));
+    } catch (const dnnl::error& e) {
+      if (e.status == dnnl_unimplemented && loop) return loop(node, backend);
+      return absl::InternalError(absl::StrCat("oneDNN Gelu setup for node '", node.name, "' failed: ", e.what()));
+    }
+  };
 }
 
 template <bool kLog>
@@ -156,7 +162,10 @@ void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r) {
   r.Register("Tanh", "cpu", DType::kF32, Eltwise(dnnl::algorithm::eltwise_tanh));
   r.Register("Softmax", "cpu", DType::kF32, CreateSoftmax<false>);
   // GeluGrad is not here: gelu_math.h's loops (kernels_math.cc) beat oneDNN's backward.
-  for (DType d : {DType::kF32, DType::kBF16}) r.Register("Gelu", "cpu", d, CreateGelu);
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    auto loop = r.Find("Gelu", "cpu", d);
+    r.Register("Gelu", "cpu", d, GeluOrLoop(loop.ok() ? **loop : KernelFactory()));
+  }
   r.Register("LogSoftmax", "cpu", DType::kF32, CreateSoftmax<true>);
 }
 

@@ -108,7 +108,12 @@ TEST_P(SharedReordersTest, SharingProgramMatchesEachOpAloneStepAfterStep) {
   ASSERT_TRUE(ex.ok()) << ex.status();
   // The weight gradient takes x's reorder from a forward convolution and dy's from the data
   // gradient (or the other way round, by schedule); the 1x1 convolution may take x's too.
-  EXPECT_GE(cpu::SharedReorderCount() - shared_before, 2) << "the program's kernels must share reorders";
+  // oneDNN's bf16 convolutions need AVX-512 (an AVX2-only CPU runs them on plain layouts,
+  // with no reorders to share); the values below are checked either way.
+  const bool blocked = dtype != DType::kBF16 || __builtin_cpu_supports("avx512bw");
+  if (blocked) {
+    EXPECT_GE(cpu::SharedReorderCount() - shared_before, 2) << "the program's kernels must share reorders";
+  }
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE(absl::StrCat("step ", step));
     const Inputs in = RandomInputs(100 + 10 * static_cast<uint64_t>(step));

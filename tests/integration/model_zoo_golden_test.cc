@@ -79,7 +79,12 @@ TEST_P(ModelZooGoldenTest, TwentyStepsMatchPyTorch) {
   const double norm_rel = std::sqrt(diff2 / ref2);
   std::printf("%s %s: worst step rel %.2e, ||mpc-torch||/||torch|| %.2e\n", z.model.c_str(), z.run.c_str(), worst,
               norm_rel);
-  if (z.run == "bf16") EXPECT_LT(norm_rel, 1e-2) << z.model << " bf16 trajectory";
+  // Without AVX-512, oneDNN has no bf16 convolutions: mpc's bf16 convolutions run on its f32
+  // kernels (bf16 in, f32 accumulation, bf16 out), a different rounding from the reference
+  // PyTorch run's; DenseNet-121's 5 steps then part by 1.5e-2 (AMD EPYC, AVX2) where they
+  // part by less than 1e-2 with AVX-512.
+  const double bf16_tolerance = __builtin_cpu_supports("avx512bw") ? 1e-2 : 2e-2;
+  if (z.run == "bf16") EXPECT_LT(norm_rel, bf16_tolerance) << z.model << " bf16 trajectory";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelZooGoldenTest,
