@@ -19,6 +19,9 @@ struct Capabilities {
   std::string device;                 // "cpu", "cuda:0 (NVIDIA H100 ...)"
   std::vector<DType> native_compute;  // dtypes whose GEMMs run natively
   bool fp8 = false;
+  // FP8 GEMMs with group scales (one per row, 1x128 tiles, 128x128 blocks: cuBLASLt's scale
+  // modes, sm_90), so fp8-lower may lower the rowwise and block recipes too.
+  bool fp8_group_scales = false;
   bool tf32 = false;
   // The multi-tensor optimizer updates and FindNonFinite read bf16/f16 gradients (widening
   // as they load), so fold-gradient-casts may drop the gradients' Casts to f32.

@@ -70,6 +70,20 @@ absl::StatusOr<Fp8ScaleGroups> Fp8GroupsOf(const std::vector<int64_t>& shape, Fp
   return g;
 }
 
+std::vector<int64_t> Fp8GemmScaleShape(Fp8Granularity granularity, int64_t rows, int64_t k, int64_t tile) {
+  const int64_t k_groups = (k + tile - 1) / tile;
+  switch (granularity) {
+    case Fp8Granularity::kRows:
+      return {rows};
+    case Fp8Granularity::kTiles:
+      return {k_groups, rows};
+    case Fp8Granularity::kBlocks:
+      return {(rows + tile - 1) / tile, (k_groups + 3) / 4 * 4};
+    default:
+      return {1};
+  }
+}
+
 absl::StatusOr<Fp8DynamicQuantization> Fp8DynamicQuantizationOf(const Node& node) {
   Fp8DynamicQuantization d;
   d.e4m3 = node.attrs.GetString("format", "e4m3") == "e4m3";

@@ -23,6 +23,10 @@ namespace mpc {
 
 enum class Fp8Granularity { kTensor, kRows, kTiles, kBlocks };
 
+// The block recipe's tile and block edge (DeepSeek-V3's 1x128 and 128x128; cuBLASLt's
+// VEC128 and BLK128x128 scale modes take no other).
+inline constexpr int64_t kFp8Tile = 128;
+
 absl::StatusOr<Fp8Granularity> ParseFp8Granularity(std::string_view name);
 const char* Fp8GranularityName(Fp8Granularity g);
 
@@ -46,6 +50,33 @@ struct Fp8ScaleGroups {
 // is not one of the last two, a tile < 1).
 absl::StatusOr<Fp8ScaleGroups> Fp8GroupsOf(const std::vector<int64_t>& shape, Fp8Granularity granularity,
                                            int64_t axis, int64_t tile);
+
+// The scales of one FP8 GEMM operand as the GEMM takes them (Fp8CastDynamic writes them,
+// Fp8Gemm reads them; cuBLASLt's scale modes on Hopper). The operand is stored [P, K], K
+// (the contraction) contiguous, and its groups are the recipe's along K:
+//   tensor  [1]                                 one scale (cuBLASLt's scalar mode)
+//   rows    [P]                                 one per row (OUTER_VEC_32F)
+//   tiles   [ceil(K/tile), P]                   one per row per tile of K, the row index
+//                                               contiguous (VEC128_32F)
+//   blocks  [ceil(P/tile), roundup(ceil(K/tile), 4)]  one per tile x tile block, the K-block
+//                                               index contiguous, its count padded to a
+//                                               multiple of 4 (BLK128x128_32F); the padding
+//                                               holds 1
+std::vector<int64_t> Fp8GemmScaleShape(Fp8Granularity granularity, int64_t rows, int64_t k, int64_t tile);
+// Where the scale of element [p, k] of such an operand sits in that layout.
+inline int64_t Fp8GemmScaleIndex(Fp8Granularity granularity, int64_t p, int64_t k, int64_t rows, int64_t depth,
+                                 int64_t tile) {
+  switch (granularity) {
+    case Fp8Granularity::kRows:
+      return p;
+    case Fp8Granularity::kTiles:
+      return (k / tile) * rows + p;
+    case Fp8Granularity::kBlocks:
+      return (p / tile) * (((depth + tile - 1) / tile + 3) / 4 * 4) + k / tile;
+    default:
+      return 0;
+  }
+}
 
 struct Node;
 

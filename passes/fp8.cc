@@ -35,8 +35,6 @@ const char* Fp8RecipeName(Fp8Recipe recipe) {
 
 namespace {
 
-constexpr int64_t kFp8Tile = 128;  // the block recipe's tile and block edge
-
 bool IsGemm(const Node* n) { return n->op == "Gemm" || n->op == "MatMul"; }
 
 // The scale and history of one quantized tensor.
@@ -445,8 +443,9 @@ absl::StatusOr<bool> Fp8Pass::Run(Graph& g) {
   const DType low = autocast_->compute_dtype == DType::kF32 ? DType::kBF16 : autocast_->compute_dtype;
   const bool delayed = f.recipe == Fp8Recipe::kDelayed;
   result.recipe = Fp8RecipeName(f.recipe);
-  // The just-in-time recipes run emulated wherever they run (fp8-lower takes only the
-  // delayed recipe's quantizations), so they need the Fp8QuantizeDynamic kernel.
+  // The just-in-time recipes are emulated first everywhere (fp8-lower then turns their
+  // quantizations into Fp8CastDynamic where the device has FP8 tensor cores), so they need
+  // the Fp8QuantizeDynamic kernel.
   const bool supported = delayed ? caps_.fp8 || caps_.HasKernel("Fp8Quantize", low)
                                  : caps_.HasKernel("Fp8QuantizeDynamic", low);
   if (!supported) {

@@ -20,8 +20,9 @@
 // update node, nothing to checkpoint; the evaluation program quantizes the same way. Their
 // emulation accumulates every GEMM in f32 (what a GPU does when it promotes partial sums to
 // f32 after every product); a GPU's split accumulation is a lowering matter. fp8-lower
-// lowers only the delayed recipe: the others run emulated on every backend that has the
-// Fp8QuantizeDynamic kernel (CPU, CUDA).
+// lowers them to Fp8CastDynamic + Fp8Gemm with group scales on a device with FP8 tensor
+// cores (cuBLASLt's scale modes, passes/fp8_lower.h); elsewhere they run emulated on every
+// backend that has the Fp8QuantizeDynamic kernel (CPU, CUDA).
 //
 // Which GEMMs: forward Gemm/MatMul nodes whose contraction (K) and output (N) dims are
 // multiples of 16 after pad-dims, not matched by fp8.exclude, and not the first or last

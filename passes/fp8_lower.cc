@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "graph/float8_groups.h"
 
 namespace mpc {
 namespace {
@@ -25,7 +26,11 @@ bool IsMatrixTranspose(const Node* n) {
   return perm == std::vector<int64_t>{1, 0};
 }
 
-// Where a GEMM operand comes from: the Fp8Quantize of tensor S, used as S or as S^T.
+bool IsQuantization(const Node* n) { return n && (n->op == "Fp8Quantize" || n->op == "Fp8QuantizeDynamic"); }
+bool IsJustInTime(const Node* quantize) { return quantize->op == "Fp8QuantizeDynamic"; }
+
+// Where a GEMM operand comes from: the quantization (delayed Fp8Quantize, or a just-in-time
+// Fp8QuantizeDynamic) of tensor S, used as S or as S^T.
 struct Source {
   Node* quantize = nullptr;
   bool transposed = false;
@@ -33,12 +38,53 @@ struct Source {
 
 std::optional<Source> ResolveOperand(const Value* v) {
   Node* p = v->producer;
-  if (p && p->op == "Fp8Quantize") return Source{p, false};
+  if (IsQuantization(p)) return Source{p, false};
   if (IsMatrixTranspose(p)) {
     Node* q = p->inputs[0]->producer;
-    if (q && q->op == "Fp8Quantize") return Source{q, true};
+    if (IsQuantization(q)) return Source{q, true};
   }
   return std::nullopt;
+}
+
+// How a just-in-time quantization groups its scales (tensor for the delayed recipe).
+Fp8Granularity GranularityOf(const Node* quantize) {
+  if (!IsJustInTime(quantize)) return Fp8Granularity::kTensor;
+  return ParseFp8Granularity(quantize->attrs.GetString("granularity", "tensor")).value_or(Fp8Granularity::kTensor);
+}
+
+bool IsBlockScaled(Fp8Granularity g) { return g == Fp8Granularity::kTiles || g == Fp8Granularity::kBlocks; }
+
+// Why the scale groups of a GEMM's operands cannot go to cuBLASLt's scale modes ("" when
+// they can): both per tensor, both per row (OUTER_VEC_32F), or 1x128 tiles (VEC128_32F)
+// with tiles or 128x128 blocks (BLK128x128_32F) — never two block operands, and groups
+// that run along the GEMM's K.
+std::string ScaleModeProblem(const Source src[2], const bool cast_transposed[2]) {
+  const Fp8Granularity g[2] = {GranularityOf(src[0].quantize), GranularityOf(src[1].quantize)};
+  if (IsJustInTime(src[0].quantize) != IsJustInTime(src[1].quantize)) {
+    return "one operand has delayed scaling and the other just-in-time scaling (no FP8 GEMM mixes them)";
+  }
+  const bool pair_ok = (g[0] == g[1] && g[0] != Fp8Granularity::kBlocks) || (IsBlockScaled(g[0]) && IsBlockScaled(g[1]) && g[0] != g[1]);
+  if (!pair_ok) {
+    return absl::StrCat("operand scales ", Fp8GranularityName(g[0]), " x ", Fp8GranularityName(g[1]),
+                        ": cuBLASLt's FP8 scale modes pair tensor x tensor, rows x rows, and 1x128 tiles with tiles "
+                        "or 128x128 blocks (never blocks x blocks)");
+  }
+  for (int i = 0; i < 2; ++i) {
+    const Node* q = src[i].quantize;
+    if (IsBlockScaled(g[i]) && q->attrs.GetInt("tile", 128) != kFp8Tile) {
+      return absl::StrCat("operand ", i, " has tiles of ", q->attrs.GetInt("tile", 128), ": cuBLASLt's block scaling is ",
+                          kFp8Tile, " wide");
+    }
+    if (g[i] != Fp8Granularity::kRows && g[i] != Fp8Granularity::kTiles) continue;
+    int64_t axis = q->attrs.GetInt("axis", -1);
+    if (axis < 0) axis += static_cast<int64_t>(q->inputs[0]->shape.size());
+    // The codes are x (K = x's axis 1) or x^T (K = x's axis 0).
+    if (axis != (cast_transposed[i] ? 0 : 1)) {
+      return absl::StrCat("operand ", i, "'s ", Fp8GranularityName(g[i]), " run along axis ", axis,
+                          " of its tensor, not along the GEMM's contraction");
+    }
+  }
+  return "";
 }
 
 DType FormatDType(const Node* quantize) {
@@ -63,15 +109,10 @@ std::string Analyze(const Graph& g, Node* n, const Capabilities* caps, Plan* pla
   for (int i = 0; i < 2; ++i) {
     auto src = ResolveOperand(n->inputs[i]);
     const Node* producer = n->inputs[i]->producer;
-    if (!src && producer && producer->op == "Transpose") producer = producer->inputs[0]->producer;
-    if (!src && producer && producer->op == "Fp8QuantizeDynamic") {
-      return absl::StrCat("operand ", i, " is scaled just in time (fp8.recipe ",
-                          producer->attrs.GetString("granularity", "tensor") == "tensor" ? "current" : "rowwise/block",
-                          "): only the delayed recipe lowers to FP8 tensor cores yet; it runs emulated");
-    }
+    (void)producer;
     if (!src) {
       return absl::StrCat("operand ", i, " '", n->inputs[i]->name,
-                          "' does not come from an Fp8Quantize (or a 2-D Transpose of one)");
+                          "' does not come from an Fp8Quantize or Fp8QuantizeDynamic (or a 2-D Transpose of one)");
     }
     if (n->inputs[i]->shape.size() != 2) {
       return absl::StrCat("operand ", i, " is ", ShapeToString(n->inputs[i]->shape),
@@ -101,6 +142,7 @@ std::string Analyze(const Graph& g, Node* n, const Capabilities* caps, Plan* pla
   }
   const DType fa = FormatDType(plan->src[0].quantize), fb = FormatDType(plan->src[1].quantize);
   if (fa == DType::kF8E5M2 && fb == DType::kF8E5M2) return "both operands are E5M2 (no FP8 kernel multiplies those)";
+  if (std::string why = ScaleModeProblem(plan->src, plan->cast_transposed); !why.empty()) return why;
 
   if (n->inputs.size() > 2 && n->inputs[2]) {
     Value* c = n->inputs[2];
@@ -130,10 +172,15 @@ std::string Analyze(const Graph& g, Node* n, const Capabilities* caps, Plan* pla
   }
 
   if (caps) {
+    if (GranularityOf(plan->src[0].quantize) != Fp8Granularity::kTensor && !caps->fp8_group_scales) {
+      return absl::StrCat("device ", caps->device, " has no FP8 GEMMs with group scales (per row, 1x128, 128x128: "
+                          "cuBLASLt's scale modes need sm_90 and cuBLAS 12.9)");
+    }
     for (int i = 0; i < 2; ++i) {
       const DType x = plan->src[i].quantize->inputs[0]->dtype;
-      if (!caps->HasKernel("Fp8Cast", x)) {
-        return absl::StrCat("device ", caps->device, " has no Fp8Cast kernel for ", DTypeName(x));
+      const char* cast = IsJustInTime(plan->src[i].quantize) ? "Fp8CastDynamic" : "Fp8Cast";
+      if (!caps->HasKernel(cast, x)) {
+        return absl::StrCat("device ", caps->device, " has no ", cast, " kernel for ", DTypeName(x));
       }
     }
     if (!caps->HasKernel("Fp8Gemm", fa)) {
@@ -176,7 +223,8 @@ std::string TensorName(const Node* quantize) {
 // The lowering itself, once the device has FP8 tensor cores.
 // Whether a lowered GEMM accumulates fast, and why (Fp8LowerPass's header): by the fp8
 // pass's record of it (a forward GEMM is its own forward node).
-std::pair<bool, std::string> Accumulation(const std::string& gemm, bool fast_forward, const Fp8Result* fp8) {
+std::pair<bool, std::string> Accumulation(const std::string& gemm, bool fast_forward, const Fp8Result* fp8,
+                                          bool block_scaled) {
   bool forward = false;  // a GEMM the fp8 pass did not record promotes
   if (fp8) {
     for (const Fp8Result::Gemm& r : fp8->gemms) {
@@ -186,6 +234,10 @@ std::pair<bool, std::string> Accumulation(const std::string& gemm, bool fast_for
   if (!forward) return {false, "promoted: a backward GEMM (its gradient sums keep the f32 accumulator) or one the fp8 "
                                "pass did not record"};
   if (!fast_forward) return {false, "promoted: fp8.fast_accumulation_forward is false"};
+  if (block_scaled) {
+    return {false, "promoted: cuBLASLt's block-scaled FP8 GEMMs (1x128 tiles, 128x128 blocks) have no fast "
+                   "accumulation; the recipe promotes to f32 every 128 products"};
+  }
   return {true, "fast: a forward GEMM (no periodic f32 promotion)"};
 }
 
@@ -213,7 +265,9 @@ absl::StatusOr<bool> LowerFp8Gemms(Graph& g, const Capabilities& caps, bool fast
       result.emulated.emplace_back(n->name, reason);
       continue;
     }
-    std::tie(plan.fast_accumulation, decisions->back().accumulation) = Accumulation(n->name, fast_forward, fp8);
+    const bool block_scaled = IsBlockScaled(GranularityOf(plan.src[0].quantize));
+    std::tie(plan.fast_accumulation, decisions->back().accumulation) =
+        Accumulation(n->name, fast_forward, fp8, block_scaled);
     decisions->back().fast_accumulation = plan.fast_accumulation;
     result.lowered.push_back(n->name);
     plans.push_back(plan);
@@ -241,12 +295,29 @@ absl::StatusOr<bool> LowerFp8Gemms(Graph& g, const Capabilities& caps, bool fast
   }
 
   // One Fp8Cast per (quantization, layout); the first one of a removable quantization
-  // records its amax.
-  std::map<std::pair<int, bool>, Value*> casts;  // (quantize node id, transposed) -> codes
+  // records its amax. A just-in-time quantization becomes an Fp8CastDynamic, whose
+  // scale_inv (in the GEMM's layout) is its second output.
+  struct Cast {
+    Value* codes = nullptr;
+    Value* scale_inv = nullptr;
+  };
+  std::map<std::pair<int, bool>, Cast> casts;  // (quantize node id, transposed) -> codes
   absl::flat_hash_set<const Node*> recorded;
-  auto cast_of = [&](Node* q, bool transposed) -> absl::StatusOr<Value*> {
-    Value*& codes = casts[{q->id, transposed}];
-    if (codes) return codes;
+  auto cast_of = [&](Node* q, bool transposed) -> absl::StatusOr<Cast> {
+    Cast& made = casts[{q->id, transposed}];
+    if (made.codes) return made;
+    if (IsJustInTime(q)) {
+      AttrMap attrs = q->attrs;
+      if (transposed) attrs.Set("transpose", int64_t{1});
+      const std::string base = q->outputs[0]->name;
+      const std::string suffix = transposed ? "_t" : "";
+      MPC_ASSIGN_OR_RETURN(
+          Node * cast, g.AddNode("Fp8CastDynamic", {q->inputs[0]}, std::move(attrs),
+                                 absl::StrCat("fp8_lower/", base, transposed ? "/cast_t" : "/cast"),
+                                 {base + ".fp8_codes" + suffix, base + ".fp8_scale_inv" + suffix}));
+      made = Cast{cast->outputs[0], cast->outputs[1]};
+      return made;
+    }
     std::vector<Value*> inputs{q->inputs[0], q->inputs[1]};
     const bool has_history = q->inputs.size() > 3 && q->inputs[3];
     if (has_history && removable[q] && recorded.insert(q).second) inputs.push_back(q->inputs[3]);
@@ -258,23 +329,29 @@ absl::StatusOr<bool> LowerFp8Gemms(Graph& g, const Capabilities& caps, bool fast
     MPC_ASSIGN_OR_RETURN(Node * cast, g.AddNode("Fp8Cast", std::move(inputs), std::move(attrs),
                                                 absl::StrCat("fp8_lower/", tensor, transposed ? "/cast_t" : "/cast"),
                                                 {tensor + suffix}));
-    codes = cast->outputs[0];
-    return codes;
+    made = Cast{cast->outputs[0], q->inputs[2]};
+    return made;
   };
 
   absl::flat_hash_set<Node*> maybe_dead;  // bypassed pure nodes: bias casts
   for (Plan& p : plans) {
     Node* n = p.gemm;
-    Value* codes[2];
+    Cast cast[2];
     for (int i = 0; i < 2; ++i) {
-      MPC_ASSIGN_OR_RETURN(codes[i], cast_of(p.src[i].quantize, p.cast_transposed[i]));
+      MPC_ASSIGN_OR_RETURN(cast[i], cast_of(p.src[i].quantize, p.cast_transposed[i]));
     }
     AttrMap attrs;
     attrs.Set("transA", int64_t{0});
     attrs.Set("transB", int64_t{1});
     attrs.Set("to", static_cast<int64_t>(DTypeToOnnx(p.result->dtype)));
     if (p.fast_accumulation) attrs.Set("fast_accum", int64_t{1});
-    std::vector<Value*> inputs{codes[0], codes[1], p.src[0].quantize->inputs[2], p.src[1].quantize->inputs[2]};
+    for (int i = 0; i < 2; ++i) {
+      const Fp8Granularity granularity = GranularityOf(p.src[i].quantize);
+      if (granularity == Fp8Granularity::kTensor) continue;
+      attrs.Set(i == 0 ? "a_scaling" : "b_scaling", std::string(Fp8GranularityName(granularity)));
+      attrs.Set("tile", p.src[i].quantize->attrs.GetInt("tile", kFp8Tile));
+    }
+    std::vector<Value*> inputs{cast[0].codes, cast[1].codes, cast[0].scale_inv, cast[1].scale_inv};
     if (p.bias) inputs.push_back(p.bias);
     const std::string gemm_name = n->name;
     const std::string result_name = p.result->name;
@@ -315,6 +392,23 @@ absl::StatusOr<bool> LowerFp8Gemms(Graph& g, const Capabilities& caps, bool fast
   }
   for (Node* c : maybe_dead) {
     if (c->outputs[0]->consumers.empty() && !g.IsOutput(c->outputs[0])) MPC_RETURN_IF_ERROR(g.RemoveNode(c));
+  }
+  // Just-in-time quantizations (pure) that only removed dead GEMMs read, with the
+  // transposes between: nothing reads them now.
+  for (bool removed = true; removed;) {
+    removed = false;
+    std::vector<Node*> unused;
+    for (const auto& node : g.nodes()) {
+      Node* n = node.get();
+      const bool jit = n->op == "Fp8QuantizeDynamic";
+      const bool transpose_of_jit = IsMatrixTranspose(n) && n->inputs[0]->producer &&
+                                    n->inputs[0]->producer->op == "Fp8QuantizeDynamic";
+      if ((jit || transpose_of_jit) && n->outputs[0]->consumers.empty() && !g.IsOutput(n->outputs[0])) {
+        unused.push_back(n);
+      }
+    }
+    for (Node* n : unused) MPC_RETURN_IF_ERROR(g.RemoveNode(n));
+    removed = !unused.empty();
   }
   g.RemoveDeadValues();
 

@@ -19,6 +19,15 @@
 // tensor has to be cast transposed to get there (the backward GEMMs' dY^T, X^T, W^T).
 // One Fp8Cast per (quantization, layout), shared by every GEMM that needs it.
 //
+// The just-in-time recipes (current, rowwise, block) leave q = Fp8QuantizeDynamic(x) with
+// group scales instead; it becomes
+//   (c, scale_inv) = Fp8CastDynamic(x; granularity, axis, tile, ..., transpose = t)
+// whose scale_inv is laid out as cuBLASLt's scale modes read it (graph/float8_groups.h's
+// Fp8GemmScaleShape), and the Fp8Gemm says each operand's grouping (a_scaling, b_scaling:
+// tensor -> the scalar mode, rows -> OUTER_VEC_32F, 1x128 tiles -> VEC128_32F, 128x128
+// blocks -> BLK128x128_32F). A GEMM whose pair cuBLASLt lacks (blocks x blocks, a mix of
+// delayed and just-in-time, rows or tiles not along its K) stays emulated.
+//
 // Amax: each Fp8Quantize recorded max|x| once per step. When all of its uses are
 // lowered it is removed and the first Fp8Cast made from it takes the history (the
 // others get none), so the amax is still recorded exactly once per quantization; when
@@ -30,10 +39,11 @@
 // Accumulation: a forward GEMM's Fp8Gemm gets fast_accum = 1 (no periodic promotion of the
 // tensor-core accumulator to f32: faster, as Transformer Engine's forward GEMMs) unless
 // fp8.fast_accumulation_forward is false; the backward GEMMs (dX, dW), whose sums of
-// gradient products are the least exact, always promote. Each decision says which and why.
+// gradient products are the least exact, always promote, and so do block-scaled GEMMs
+// (tiles, blocks: cuBLASLt has no fast accumulation there). Each decision says which and why.
 //
 // Left emulated (and listed with the reason in Fp8LowerResult): GEMMs whose operands do not
-// come from Fp8Quantize (or a 2-D Transpose of one), batched (non-2-D) MatMuls, a Gemm
+// come from Fp8Quantize or Fp8QuantizeDynamic (or a 2-D Transpose of one), batched (non-2-D) MatMuls, a Gemm
 // with alpha != 1 or a C that is not a bias row added with beta = 1, dimensions M, N, K
 // that are not multiples of 16 (cuBLASLt's FP8 rule; pad-dims pads K and N, but M of a
 // backward GEMM is the batch), E5M2 x E5M2 operands, and everything when the backend has

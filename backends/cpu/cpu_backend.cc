@@ -85,6 +85,7 @@ class CpuBackend : public Backend {
                           RegisterCpuLossScalingKernels,
                           RegisterCpuFp8Kernels,
                           RegisterCpuFp8GemmKernels,
+                          RegisterCpuFp8CastDynamicKernels,
                           RegisterCpuCollectiveKernels}) {
         family(*r);
       }

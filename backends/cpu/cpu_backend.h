@@ -46,6 +46,7 @@ void RegisterCpuMultiTensorUpdateKernels(KernelRegistry& r);
 void RegisterCpuLossScalingKernels(KernelRegistry& r);
 void RegisterCpuFp8Kernels(KernelRegistry& r);
 void RegisterCpuFp8GemmKernels(KernelRegistry& r);
+void RegisterCpuFp8CastDynamicKernels(KernelRegistry& r);
 // Registered last: oneDNN's f32 eltwise/softmax replace the f32 loop kernels
 // (kernels_dnnl_eltwise.cc, a CPU-only fast path, not a family).
 void RegisterCpuDnnlEltwiseKernels(KernelRegistry& r);

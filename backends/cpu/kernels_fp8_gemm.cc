@@ -3,7 +3,8 @@
 //            (nearest even, saturating), optionally written transposed; records max|x|
 //            into amax_history[0] exactly like Fp8Quantize (kernels_fp8.cc).
 //   Fp8Gemm  codes (E4M3/E5M2) -> each operand dequantized into f32 scratch as
-//            f32(code) * scale_inv (bit for bit what Fp8Quantize yields), then the f32
+//            f32(code) * scale_inv (bit for bit what Fp8Quantize yields; with group
+//            scales, each element's group's scale_inv, Fp8QuantizeDynamic's value), then the f32
 //            oneDNN GEMM (cpu::DnnlGemm) with the bias, accumulated in f32, and the result
 //            rounded once to y's dtype. So a lowered program multiplies exactly the values
 //            the emulated one does; only oneDNN's summation order for the other operand
@@ -16,7 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels_gemm.h"
+#include "base/status_macros.h"
 #include "graph/float8.h"
+#include "graph/float8_groups.h"
 
 namespace mpc {
 namespace {
@@ -105,6 +108,37 @@ void Dequantize(const uint8_t* codes, DType format, float scale_inv, float* dst,
   }
 }
 
+// An operand's scale groups (Fp8Gemm's a_scaling / b_scaling); rows x depth is the
+// operand stored [P, K].
+struct OperandScales {
+  Fp8Granularity granularity = Fp8Granularity::kTensor;
+  int64_t rows = 0, depth = 0, tile = 128;
+};
+
+// dst[p, k] = f32(code[p, k]) * scale_inv[Fp8GemmScaleIndex(p, k)]: Fp8QuantizeDynamic's
+// value for the group scales Fp8CastDynamic wrote.
+void DequantizeGrouped(const uint8_t* codes, DType format, const float* scale_inv, const OperandScales& s,
+                       float* dst) {
+  const bool e4m3 = format == DType::kF8E4M3;
+#pragma omp parallel for if (s.rows * s.depth > 32768)
+  for (int64_t p = 0; p < s.rows; ++p) {
+    for (int64_t k = 0; k < s.depth; ++k) {
+      const int64_t i = p * s.depth + k;
+      const float v = e4m3 ? F8E4M3ToFloat(codes[i]) : F8E5M2ToFloat(codes[i]);
+      dst[i] = v * scale_inv[Fp8GemmScaleIndex(s.granularity, p, k, s.rows, s.depth, s.tile)];
+    }
+  }
+}
+
+void DequantizeOperand(const TensorView& codes, DType format, const TensorView& scale_inv, const OperandScales& s,
+                       float* dst, int64_t n) {
+  if (s.granularity == Fp8Granularity::kTensor) {
+    Dequantize(codes.as<uint8_t>(), format, scale_inv.as<float>()[0], dst, n);
+  } else {
+    DequantizeGrouped(codes.as<uint8_t>(), format, scale_inv.as<float>(), s, dst);
+  }
+}
+
 class Fp8GemmKernel : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend&) {
@@ -131,6 +165,14 @@ class Fp8GemmKernel : public Kernel {
     k->a_format_ = node.inputs[0]->dtype;
     k->b_format_ = node.inputs[1]->dtype;
     k->out_ = node.outputs[0]->dtype;
+    // Grouped scales (the just-in-time recipes) come with the [P, K] layouts (infer checks).
+    const int64_t tile = node.attrs.GetInt("tile", 128);
+    MPC_ASSIGN_OR_RETURN(k->a_scales_.granularity, ParseFp8Granularity(node.attrs.GetString("a_scaling", "tensor")));
+    MPC_ASSIGN_OR_RETURN(k->b_scales_.granularity, ParseFp8Granularity(node.attrs.GetString("b_scaling", "tensor")));
+    k->a_scales_.rows = spec.m;
+    k->b_scales_.rows = spec.n;
+    k->a_scales_.depth = k->b_scales_.depth = spec.k;
+    k->a_scales_.tile = k->b_scales_.tile = tile;
     k->a_.resize(static_cast<size_t>(spec.m * spec.k));
     k->b_.resize(static_cast<size_t>(spec.k * spec.n));
     if (bias) {
@@ -142,8 +184,8 @@ class Fp8GemmKernel : public Kernel {
   }
 
   absl::Status Run(KernelContext& ctx) override {
-    Dequantize(ctx.inputs[0].as<uint8_t>(), a_format_, ctx.inputs[2].as<float>()[0], a_.data(), spec_.m * spec_.k);
-    Dequantize(ctx.inputs[1].as<uint8_t>(), b_format_, ctx.inputs[3].as<float>()[0], b_.data(), spec_.k * spec_.n);
+    DequantizeOperand(ctx.inputs[0], a_format_, ctx.inputs[2], a_scales_, a_.data(), spec_.m * spec_.k);
+    DequantizeOperand(ctx.inputs[1], b_format_, ctx.inputs[3], b_scales_, b_.data(), spec_.k * spec_.n);
     const float* bias = nullptr;
     if (!bias_.empty()) {
       cpu::ConvertToF32(ctx.inputs[4].data, bias_dtype_, bias_.data(), spec_.n);
@@ -160,6 +202,7 @@ class Fp8GemmKernel : public Kernel {
   cpu::GemmSpec spec_;
   std::unique_ptr<cpu::DnnlGemm> gemm_;
   DType a_format_ = DType::kF8E4M3, b_format_ = DType::kF8E4M3;
+  OperandScales a_scales_, b_scales_;
   DType out_ = DType::kF32;
   DType bias_dtype_ = DType::kF32;
   std::vector<float> a_, b_, bias_, y_;  // f32 scratch

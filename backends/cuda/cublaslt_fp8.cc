@@ -11,13 +11,72 @@
 //       Y bf16 -> bias bf16;  Y f16 -> bias f16;  Y f32 -> bias bf16;
 //       Y E4M3 -> bias (= C type) bf16 or f16;  Y E5M2 likewise, only with an E5M2 operand;
 //   - an FP8 Y takes no C (beta = 0); the amax of D is only computed for an FP8 Y;
-//   - compute f32, scale type f32 (CublasLtGemm::Create always uses those).
+//   - compute f32, scale type f32 (CublasLtGemm::Create always uses those);
+//   - scale modes other than one scalar per operand (the just-in-time recipes): see
+//     CheckScaleModes below.
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cublaslt_gemm.h"
+#include "base/status_macros.h"
 
 namespace mpc::cuda {
 
 bool IsFp8(DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2; }
+
+const char* LtScaleModeName(LtScaleMode m) {
+  switch (m) {
+    case LtScaleMode::kScalar:
+      return "scalar";
+    case LtScaleMode::kOuterVec:
+      return "OUTER_VEC_32F (one scale per row)";
+    case LtScaleMode::kVec128:
+      return "VEC128_32F (1x128 tiles)";
+    case LtScaleMode::kBlk128x128:
+      return "BLK128x128_32F (128x128 blocks)";
+  }
+  return "?";
+}
+
+namespace {
+
+bool IsBlockMode(LtScaleMode m) { return m == LtScaleMode::kVec128 || m == LtScaleMode::kBlk128x128; }
+
+// The scale modes of the just-in-time recipes (cuBLAS's "Outer Vector Scaling" and
+// "128-element 1D and 128x128 2D Block Scaling"): sm_90 and cuBLAS 12.9; both operands
+// per row, or 1x128 tiles with tiles or blocks (never blocks x blocks); no FP8 output and
+// no fast accumulation for the block modes.
+absl::Status CheckScaleModes(const CudaBackend& backend, const LtGemmSpec& s) {
+  const LtScaleMode a = s.a_scale_mode, b = s.b_scale_mode;
+  if (a == LtScaleMode::kScalar && b == LtScaleMode::kScalar) return absl::OkStatus();
+  const std::string modes = absl::StrCat(LtScaleModeName(a), " x ", LtScaleModeName(b));
+  if (backend.compute_capability() < 90) {
+    return absl::FailedPreconditionError(absl::StrCat("FP8 GEMM with scales ", modes, ": cuBLASLt's scale modes need "
+                                                      "sm_90; this device is sm_", backend.compute_capability(),
+                                                      "; use fp8.recipe delayed or current"));
+  }
+#if CUBLAS_VERSION < 120900
+  return absl::UnimplementedError(absl::StrCat("FP8 GEMM with scales ", modes, ": needs cuBLAS 12.9 or newer, built "
+                                               "against ", CUBLAS_VERSION));
+#endif
+  const bool outer = a == LtScaleMode::kOuterVec && b == LtScaleMode::kOuterVec;
+  const bool block = IsBlockMode(a) && IsBlockMode(b) && !(a == LtScaleMode::kBlk128x128 && b == a);
+  if (!outer && !block) {
+    return absl::UnimplementedError(absl::StrCat("FP8 GEMM with scales ", modes, ": cuBLASLt pairs per-row scales "
+                                                 "with per-row scales, and 1x128 tiles with tiles or 128x128 "
+                                                 "blocks (not blocks x blocks)"));
+  }
+  if (IsFp8(s.out) || s.amax_d) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FP8 GEMM with scales ", modes, ": the output must be f32, bf16 or f16 (no FP8 output or amax)"));
+  }
+  if (block && s.fast_accum) {
+    return absl::InvalidArgumentError(absl::StrCat("FP8 GEMM with scales ", modes, ": cuBLASLt's block scaling has no "
+                                                   "fast accumulation; clear fast_accum"));
+  }
+  if (s.batch != 1) return absl::UnimplementedError(absl::StrCat("FP8 GEMM with scales ", modes, ": not batched"));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 DType LtBiasDType(const LtGemmSpec& s) {
   if (s.bias_dtype) return *s.bias_dtype;
@@ -68,6 +127,7 @@ absl::Status CheckFp8GemmSpec(const CudaBackend& backend, const LtGemmSpec& s) {
         absl::StrCat("FP8 GEMM with ", s.alignment, "-byte aligned buffers: cuBLASLt needs 16-byte alignment"));
   }
   if (s.tf32) return absl::InvalidArgumentError("FP8 GEMM with tf32: TF32 applies to f32 operands only");
+  MPC_RETURN_IF_ERROR(CheckScaleModes(backend, s));
   const DType bias = LtBiasDType(s);
   switch (s.out) {
     case DType::kBF16:

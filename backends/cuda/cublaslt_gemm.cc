@@ -235,6 +235,20 @@ absl::Status CublasLtGemm::CheckSpec(const CudaBackend& backend, const LtGemmSpe
   return absl::OkStatus();
 }
 
+// cuBLASLt's enum for an operand's scale layout (cublaslt_gemm.h's LtScaleMode).
+static cublasLtMatmulMatrixScale_t CublasScaleMode(LtScaleMode m) {
+  switch (m) {
+    case LtScaleMode::kOuterVec:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case LtScaleMode::kVec128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case LtScaleMode::kBlk128x128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    default:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  }
+}
+
 // The matmul descriptor: compute type, operations, epilogue, and the per-call pointers.
 absl::Status CublasLtGemm::CreateDescriptor() {
   const LtGemmSpec& s = spec_;
@@ -281,6 +295,13 @@ absl::Status CublasLtGemm::CreateDescriptor() {
     const int8_t fast_accum = s.fast_accum ? 1 : 0;
     MPC_RETURN_IF_ERROR(
         SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accum, "cublasLtMatmulDescSetAttribute(FAST_ACCUM)"));
+    if (s.a_scale_mode != LtScaleMode::kScalar || s.b_scale_mode != LtScaleMode::kScalar) {
+      // Swapped operands: cuBLASLt's A is our B.
+      MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CublasScaleMode(s.b_scale_mode),
+                                      "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)"));
+      MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, CublasScaleMode(s.a_scale_mode),
+                                      "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)"));
+    }
     MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, placeholder,
                                     "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
     MPC_RETURN_IF_ERROR(SetDescAttr(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, placeholder,

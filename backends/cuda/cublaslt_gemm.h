@@ -56,6 +56,16 @@ enum class LtEpilogue {
 };
 const char* LtEpilogueName(LtEpilogue e);
 
+// How an FP8 operand's scale_inv is laid out (graph/float8_groups.h's Fp8GemmScaleShape
+// for the operand stored [P, K]); cuBLASLt 12.9+ on sm_90 for all but kScalar:
+enum class LtScaleMode {
+  kScalar,      // one f32 for the operand (delayed and current scaling)
+  kOuterVec,    // [P]: one per row (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F; rowwise)
+  kVec128,      // [ceil(K/128), P]: one per row per 128 of K (VEC128_32F; 1x128 tiles)
+  kBlk128x128,  // [ceil(P/128), roundup(ceil(K/128), 4)]: one per 128x128 block (BLK128x128_32F)
+};
+const char* LtScaleModeName(LtScaleMode m);
+
 struct LtGemmSpec {
   int64_t m = 0, n = 0, k = 0;
   bool ta = false, tb = false;  // A stored [K,M] / B stored [N,K]
@@ -79,6 +89,9 @@ struct LtGemmSpec {
   bool fast_accum = false;         // FP8: CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic f32
                                    // promotion of the tensor-core accumulator: faster, less exact)
   bool amax_d = false;             // FP8 Y only: Run writes max|result| (before the D scale)
+  // FP8: our A's and B's scale layouts (cublaslt_fp8.cc has the pairs cuBLASLt takes).
+  LtScaleMode a_scale_mode = LtScaleMode::kScalar;
+  LtScaleMode b_scale_mode = LtScaleMode::kScalar;
   // Alignment in bytes (a power of two, >= 16 for FP8) that every matrix pointer given to
   // Run has; the heuristic only picks algorithms that work with it and Run checks it.
   uint32_t alignment = 16;

@@ -3,6 +3,8 @@
 // stream-ordered copies (host reads synchronise), and the "cuda" kernel registry.
 #include "backends/cuda/cuda_backend.h"
 
+#include <cublasLt.h>  // CUBLAS_VERSION
+
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_status.h"
@@ -27,6 +29,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   caps.native_compute = {DType::kF32, DType::kBF16, DType::kF16};
   caps.tf32 = cc >= 80;
   caps.fp8 = cc >= 89;
+  caps.fp8_group_scales = cc >= 90 && CUBLAS_VERSION >= 120900;  // cublaslt_fp8.cc's CheckScaleModes
   if (caps.fp8) {
     caps.native_compute.push_back(DType::kF8E4M3);
     caps.native_compute.push_back(DType::kF8E5M2);

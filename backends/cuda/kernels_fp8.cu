@@ -15,8 +15,10 @@
 //   Fp8QuantizeDynamic(x) -> q (f32)   just-in-time scaling (the current, rowwise and block
 //     recipes): one block per scale group (graph/float8_groups.h) takes the group's amax
 //     (NaN wins), its scale by Fp8DynamicScale's rule (graph/float8_scaling.h) and writes
-//     the group's dequantized FP8 values. The emulation on the GPU, as on the CPU; the FP8
-//     tensor-core lowering of these recipes is not written yet.
+//     the group's dequantized FP8 values. The emulation on the GPU, as on the CPU.
+//   Fp8CastDynamic(x) -> (codes, scale_inv)   the same quantization as FP8 codes (of x^T
+//     when transposed) and the group scale_invs in the FP8 GEMM's layout: what fp8-lower
+//     makes of Fp8QuantizeDynamic on Hopper (see the section below).
 // Scales, histories and amaxes stay in device memory; nothing synchronises with the host.
 //
 // The amax: every element's |x| is compared as the int bits of a non-negative float, whose
@@ -301,29 +303,55 @@ struct GroupGeometry {
   int64_t outer, p, q, chunk_p, chunk_q, groups_p, groups_q;
 };
 
+GroupGeometry GeometryOf(const Fp8ScaleGroups& groups) {
+  return GroupGeometry{groups.outer,   groups.p,          groups.q,         groups.chunk_p,
+                       groups.chunk_q, groups.groups_p(), groups.groups_q()};
+}
+
+DynamicRecipe DeviceRecipeOf(const Fp8DynamicRecipe& recipe) {
+  return DynamicRecipe{recipe.fp8_max, std::ldexp(1.0f, recipe.margin), recipe.amax_floor, recipe.power_of_two};
+}
+
+// Group k of the view: rows [i0, i0 + ni) x columns [j0, j0 + nj) of outer slice o.
+struct GroupSpan {
+  int64_t o, i0, j0, nj, size, p, q;
+  __device__ int64_t at(int64_t e) const { return (o * p + i0 + e / nj) * q + j0 + e % nj; }
+};
+
+__device__ __forceinline__ GroupSpan SpanOf(const GroupGeometry& g, int64_t k) {
+  const int64_t o = k / (g.groups_p * g.groups_q), gi = (k / g.groups_q) % g.groups_p, gj = k % g.groups_q;
+  const int64_t i0 = gi * g.chunk_p, j0 = gj * g.chunk_q;
+  const int64_t ni = min(g.chunk_p, g.p - i0), nj = min(g.chunk_q, g.q - j0);
+  return GroupSpan{o, i0, j0, nj, ni * nj, g.p, g.q};
+}
+
+// The group's scale from its amax (NaN wins), for every thread of the block. The caller
+// passes a __syncthreads() before calling it again (its shared memory is reused).
+template <typename T>
+__device__ float GroupScale(const T* x, const GroupSpan& span, const DynamicRecipe& r) {
+  __shared__ float group_scale;
+  float local = 0.0f;
+  for (int64_t e = threadIdx.x; e < span.size; e += blockDim.x) local = MaxNanWins(local, fabsf(ToAcc<T>(x[span.at(e)])));
+  const float amax = BlockMaxNanWins(local);
+  if (threadIdx.x == 0) group_scale = DynamicScale(amax, r);
+  __syncthreads();
+  return group_scale;
+}
+
 // Block b takes groups b, b + gridDim.x, ...: the group's amax over its elements, then
 // its elements rounded with the group's scale.
 template <typename T, bool kE4M3>
 __global__ void __launch_bounds__(kUpdateThreads)
     Fp8QuantizeDynamicKernel(const T* x, float* q, GroupGeometry g, DynamicRecipe r) {
-  __shared__ float group_scale;
   const int64_t count = g.outer * g.groups_p * g.groups_q;
   for (int64_t k = blockIdx.x; k < count; k += gridDim.x) {
-    const int64_t o = k / (g.groups_p * g.groups_q), gi = (k / g.groups_q) % g.groups_p, gj = k % g.groups_q;
-    const int64_t i0 = gi * g.chunk_p, j0 = gj * g.chunk_q;
-    const int64_t ni = min(g.chunk_p, g.p - i0), nj = min(g.chunk_q, g.q - j0), size = ni * nj;
-    auto at = [&](int64_t e) { return (o * g.p + i0 + e / nj) * g.q + j0 + e % nj; };
-    float local = 0.0f;
-    for (int64_t e = threadIdx.x; e < size; e += blockDim.x) local = MaxNanWins(local, fabsf(ToAcc<T>(x[at(e)])));
-    const float amax = BlockMaxNanWins(local);
-    if (threadIdx.x == 0) group_scale = DynamicScale(amax, r);
-    __syncthreads();
-    const float scale = group_scale, scale_inv = __fdiv_rn(1.0f, scale);
-    for (int64_t e = threadIdx.x; e < size; e += blockDim.x) {
-      const int64_t idx = at(e);
+    const GroupSpan span = SpanOf(g, k);
+    const float scale = GroupScale(x, span, r), scale_inv = __fdiv_rn(1.0f, scale);
+    for (int64_t e = threadIdx.x; e < span.size; e += blockDim.x) {
+      const int64_t idx = span.at(e);
       q[idx] = QuantizeDequantize<kE4M3>(ToAcc<T>(x[idx]), scale, scale_inv);
     }
-    __syncthreads();  // group_scale and BlockMaxNanWins' shared memory are reused by the next group
+    __syncthreads();  // GroupScale's shared memory is reused by the next group
   }
 }
 
@@ -333,10 +361,8 @@ struct Fp8QuantizeDynamicFactory {
     MPC_ASSIGN_OR_RETURN(Fp8DynamicQuantization d, Fp8DynamicQuantizationOf(node));
     const bool e4m3 = d.e4m3;
     const Fp8ScaleGroups& groups = d.groups;
-    const GroupGeometry g{groups.outer,   groups.p,          groups.q,         groups.chunk_p,
-                          groups.chunk_q, groups.groups_p(), groups.groups_q()};
-    const DynamicRecipe r{d.recipe.fp8_max, std::ldexp(1.0f, d.recipe.margin), d.recipe.amax_floor,
-                          d.recipe.power_of_two};
+    const GroupGeometry g = GeometryOf(groups);
+    const DynamicRecipe r = DeviceRecipeOf(d.recipe);
     const int64_t count = groups.count();
     const unsigned blocks = static_cast<unsigned>(count < 1 ? 1 : (count > 65535 ? 65535 : count));
     return MakeCudaKernel(backend, [e4m3, g, r, count, blocks](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
@@ -353,11 +379,162 @@ struct Fp8QuantizeDynamicFactory {
   }
 };
 
+// ---- Fp8CastDynamic --------------------------------------------------------------------
+// The lowered form of Fp8QuantizeDynamic (graph/ops_fp8_gemm.cc): the same groups, amaxes
+// and scales, but FP8 codes (of x^T when transposed) and each group's scale_inv written
+// where the FP8 GEMM reads it (graph/float8_groups.h's Fp8GemmScaleIndex, restated below
+// for the device). Per tensor (current scaling) the whole grid works on the one group:
+// an amax kernel (atomicMax on the bits, as Fp8Quantize records its amax) into the
+// scale_inv slot, the cast reading it, then one thread turning it into 1/scale. Other
+// groups: one block per group, as Fp8QuantizeDynamic.
+
+struct CastLayout {
+  int64_t cols;       // x's row length (x viewed as [n / cols, cols])
+  int64_t x_rows;     // n / cols
+  bool transpose;     // codes = x^T
+  int granularity;    // Fp8Granularity
+  int64_t rows, depth, tile;  // the codes [rows, depth]
+  int64_t scale_count;
+};
+
+// graph/float8_groups.h's Fp8GemmScaleIndex.
+__device__ __forceinline__ int64_t GemmScaleIndex(const CastLayout& l, int64_t p, int64_t k) {
+  switch (static_cast<Fp8Granularity>(l.granularity)) {
+    case Fp8Granularity::kRows:
+      return p;
+    case Fp8Granularity::kTiles:
+      return (k / l.tile) * l.rows + p;
+    case Fp8Granularity::kBlocks:
+      return (p / l.tile) * (((l.depth + l.tile - 1) / l.tile + 3) / 4 * 4) + k / l.tile;
+    default:
+      return 0;
+  }
+}
+
+template <bool kE4M3>
+__device__ __forceinline__ void EncodeAt(float v, float scale, int64_t e, const CastLayout& l, uint8_t* codes) {
+  // As the CPU: scaled in f32, rounded once (a NaN passes unscaled, keeping its sign bit).
+  const float scaled = isnan(v) ? v : __fmul_rn(v, scale);
+  const int64_t r = e / l.cols, c = e % l.cols;
+  codes[l.transpose ? c * l.x_rows + r : e] = kE4M3 ? FloatToF8E4M3Byte(scaled) : FloatToF8E5M2Byte(scaled);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreadsPerBlock) TensorAmaxKernel(int64_t n, const T* x, float* amax_slot) {
+  int amax_bits = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    amax_bits = max(amax_bits, AbsBits(ToAcc<T>(x[i])));
+  }
+  RecordAmax(amax_bits, amax_slot);
+}
+
+template <typename T, bool kE4M3>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    TensorCastKernel(int64_t n, const T* x, const float* amax, DynamicRecipe r, CastLayout l, uint8_t* codes) {
+  const float scale = DynamicScale(*amax, r);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    EncodeAt<kE4M3>(ToAcc<T>(x[i]), scale, i, l, codes);
+  }
+}
+
+// The amax in *slot becomes 1/scale (after every TensorCastKernel block has read it).
+__global__ void TensorScaleInvKernel(float* slot, DynamicRecipe r) { *slot = __fdiv_rn(1.0f, DynamicScale(*slot, r)); }
+
+template <typename T, bool kE4M3>
+__global__ void __launch_bounds__(kUpdateThreads) Fp8CastDynamicGroupsKernel(const T* x, uint8_t* codes,
+                                                                             float* scale_inv, GroupGeometry g,
+                                                                             DynamicRecipe r, CastLayout l) {
+  if (blockIdx.x == 0 && static_cast<Fp8Granularity>(l.granularity) == Fp8Granularity::kBlocks) {
+    // The blocks layout's padding: K-block slots past the last real one hold 1.
+    const int64_t k_blocks = (l.depth + l.tile - 1) / l.tile, padded = (k_blocks + 3) / 4 * 4;
+    for (int64_t i = threadIdx.x; i < l.scale_count; i += blockDim.x) {
+      if (i % padded >= k_blocks) scale_inv[i] = 1.0f;
+    }
+  }
+  const int64_t count = g.outer * g.groups_p * g.groups_q;
+  for (int64_t k = blockIdx.x; k < count; k += gridDim.x) {
+    const GroupSpan span = SpanOf(g, k);
+    const float scale = GroupScale(x, span, r);
+    for (int64_t e = threadIdx.x; e < span.size; e += blockDim.x) {
+      const int64_t idx = span.at(e);
+      EncodeAt<kE4M3>(ToAcc<T>(x[idx]), scale, idx, l, codes);
+    }
+    if (threadIdx.x == 0 && span.size > 0) {
+      const int64_t first = span.at(0), r0 = first / l.cols, c0 = first % l.cols;
+      scale_inv[GemmScaleIndex(l, l.transpose ? c0 : r0, l.transpose ? r0 : c0)] = __fdiv_rn(1.0f, scale);
+    }
+    __syncthreads();  // GroupScale's shared memory is reused by the next group
+  }
+}
+
+template <typename T>
+struct Fp8CastDynamicFactory {
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const Node& node, Backend& backend) {
+    MPC_ASSIGN_OR_RETURN(Fp8DynamicQuantization d, Fp8DynamicQuantizationOf(node));
+    MPC_ASSIGN_OR_RETURN(Fp8Granularity granularity, ParseFp8Granularity(node.attrs.GetString("granularity", "tensor")));
+    const bool e4m3 = d.e4m3;
+    const Fp8ScaleGroups& groups = d.groups;
+    const GroupGeometry g = GeometryOf(groups);
+    const DynamicRecipe r = DeviceRecipeOf(d.recipe);
+    const Shape& s = node.inputs[0]->shape;
+    const Shape& codes = node.outputs[0]->shape;
+    const int64_t n = NumElements(s);
+    CastLayout l;
+    l.cols = s.size() == 2 ? s[1] : (n > 0 ? n : 1);
+    l.x_rows = n / l.cols;
+    l.transpose = node.attrs.GetInt("transpose", 0) != 0;
+    l.granularity = static_cast<int>(granularity);
+    l.rows = codes.size() == 2 ? codes[0] : 1;
+    l.depth = codes.size() == 2 ? codes[1] : n;
+    l.tile = node.attrs.GetInt("tile", 128);
+    l.scale_count = NumElements(node.outputs[1]->shape);
+    if (granularity == Fp8Granularity::kTensor) {
+      const unsigned blocks = BlocksFor(n);
+      return MakeCudaKernel(backend, [=](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+        const T* x = ctx.inputs[0].as<T>();
+        uint8_t* out = ctx.outputs[0].as<uint8_t>();
+        float* slot = ctx.outputs[1].as<float>();
+        const cudaError_t cleared = cudaMemsetAsync(slot, 0, sizeof(float), stream);
+        if (cleared != cudaSuccess) {
+          return absl::InternalError(absl::StrCat("Fp8CastDynamic: cudaMemsetAsync: ", cudaGetErrorString(cleared)));
+        }
+        if (n > 0) {
+          TensorAmaxKernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(n, x, slot);
+          MPC_RETURN_IF_ERROR(LaunchStatus("TensorAmaxKernel"));
+          if (e4m3) {
+            TensorCastKernel<T, true><<<blocks, kThreadsPerBlock, 0, stream>>>(n, x, slot, r, l, out);
+          } else {
+            TensorCastKernel<T, false><<<blocks, kThreadsPerBlock, 0, stream>>>(n, x, slot, r, l, out);
+          }
+          MPC_RETURN_IF_ERROR(LaunchStatus("TensorCastKernel"));
+        }
+        TensorScaleInvKernel<<<1, 1, 0, stream>>>(slot, r);
+        return LaunchStatus("TensorScaleInvKernel");
+      });
+    }
+    const int64_t count = groups.count();
+    const unsigned blocks = static_cast<unsigned>(count < 1 ? 1 : (count > 65535 ? 65535 : count));
+    return MakeCudaKernel(backend, [=](KernelContext& ctx, cudaStream_t stream) -> absl::Status {
+      if (n == 0) return absl::OkStatus();
+      const T* x = ctx.inputs[0].as<T>();
+      uint8_t* out = ctx.outputs[0].as<uint8_t>();
+      float* scale_inv = ctx.outputs[1].as<float>();
+      if (e4m3) {
+        Fp8CastDynamicGroupsKernel<T, true><<<blocks, kUpdateThreads, 0, stream>>>(x, out, scale_inv, g, r, l);
+      } else {
+        Fp8CastDynamicGroupsKernel<T, false><<<blocks, kUpdateThreads, 0, stream>>>(x, out, scale_inv, g, r, l);
+      }
+      return LaunchStatus("Fp8CastDynamicGroupsKernel");
+    });
+  }
+};
+
 }  // namespace
 
 void RegisterCudaFp8Kernels(KernelRegistry& r) {
   RegisterCudaFloatKernels<Fp8QuantizeFactory>(r, "Fp8Quantize");
   RegisterCudaFloatKernels<Fp8QuantizeDynamicFactory>(r, "Fp8QuantizeDynamic");
+  RegisterCudaFloatKernels<Fp8CastDynamicFactory>(r, "Fp8CastDynamic");
   r.Register("Fp8UpdateScales", "cuda", DType::kF32, CudaFp8UpdateScales::Create);
 }
 

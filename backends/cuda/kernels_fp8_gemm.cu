@@ -13,8 +13,11 @@
 //     atomicMax on the slot's bits. Max is order-independent: deterministic.
 //   Fp8Gemm(a, b, a_scale_inv, b_scale_inv[, bias]) -> y   attrs transA, transB, to
 //     one cuBLASLt FP8 matmul (CublasLtGemm, cublaslt_gemm.h): y = round_to(y's dtype)(
-//     (Σ_k a_code * b_code) * a_scale_inv * b_scale_inv + bias), accumulated in f32 (no
-//     fast accumulation). Only the TN layout (transA = 0, transB = 1), which is what the
+//     (Σ_k a_code * b_code) * a_scale_inv * b_scale_inv + bias), accumulated in f32
+//     (fast accumulation where fp8-lower set fast_accum). Group scales (a_scaling /
+//     b_scaling rows, tiles, blocks: the just-in-time recipes, laid out by Fp8CastDynamic)
+//     go to cuBLASLt's scale modes OUTER_VEC_32F, VEC128_32F, BLK128x128_32F (sm_90,
+//     cuBLAS 12.9+; cublaslt_fp8.cc checks the pairs). Only the TN layout (transA = 0, transB = 1), which is what the
 //     fp8-lower pass emits and all cuBLASLt FP8 kernels take; M, N, K multiples of 16
 //     (CheckFp8GemmSpec says so at creation). The bias goes into the epilogue when its
 //     dtype is the one cuBLASLt pairs with y's (bf16 for a bf16 or f32 y, f16 for f16);
@@ -41,6 +44,7 @@
 #include "backends/cuda/fp8_amax.cuh"
 #include "base/status_macros.h"
 #include "graph/capabilities.h"
+#include "graph/float8_groups.h"
 
 namespace mpc::cuda {
 namespace {
@@ -310,6 +314,21 @@ class CudaFp8GemmKernel : public Kernel {
     s.out = node.outputs[0]->dtype;
     // fp8-lower marks the forward GEMMs (passes/fp8_lower.h); the backward ones promote.
     s.fast_accum = node.attrs.GetInt("fast_accum", 0) != 0;
+    // Group scales (the just-in-time recipes), already in the layouts cuBLASLt reads.
+    for (int i = 0; i < 2; ++i) {
+      const char* attr = i == 0 ? "a_scaling" : "b_scaling";
+      MPC_ASSIGN_OR_RETURN(Fp8Granularity g, ParseFp8Granularity(node.attrs.GetString(attr, "tensor")));
+      if (g != Fp8Granularity::kTensor && g != Fp8Granularity::kRows && node.attrs.GetInt("tile", kFp8Tile) != kFp8Tile) {
+        return absl::UnimplementedError(absl::StrCat("Fp8Gemm node '", node.name, "': ", attr, " ",
+                                                     Fp8GranularityName(g), " with tile ", node.attrs.GetInt("tile", 0),
+                                                     " is not on CUDA: cuBLASLt's block scaling is ", kFp8Tile, " wide"));
+      }
+      const LtScaleMode mode = g == Fp8Granularity::kRows     ? LtScaleMode::kOuterVec
+                               : g == Fp8Granularity::kTiles  ? LtScaleMode::kVec128
+                               : g == Fp8Granularity::kBlocks ? LtScaleMode::kBlk128x128
+                                                              : LtScaleMode::kScalar;
+      (i == 0 ? s.a_scale_mode : s.b_scale_mode) = mode;
+    }
     // Every buffer is an arena offset or a cudaMalloc allocation, aligned to this.
     s.alignment = static_cast<uint32_t>(kArenaAlignment);
 

@@ -8,6 +8,7 @@
 #     tests     mpc_gpu_tests (gpu-label tests incl. the CUDA-vs-CPU conformance harness)
 #     train     Fashion-MNIST MLP on the GPU in f32, bf16, fp16 (dynamic loss scaling) and fp8
 #               and on the CPU in f32; test accuracies side by side (the GPU within 0.3 points of the CPU)
+#     fp8recipes  each FP8 recipe lowered on the GPU against the CPU's emulation (final losses)
 #     memcheck  compute-sanitizer memcheck on a 20-step run
 #     bench     tools/bench/bench.py --device cuda (mpc beside PyTorch eager/AMP/compile)
 #     diag      the command in VERIFY_DIAG, with the bundle's environment (diag.log)
@@ -138,6 +139,27 @@ stage_train() {
     line="$line $tag=$(accuracy "$OUT/train_$tag.jsonl")($(verdict $rc), $((SECONDS - t0)) s)"
   done
   summary+=("train (test accuracy after 10 epochs):$line")
+}
+
+# The FP8 recipes lowered to cuBLASLt on the GPU (batch 128: every GEMM's M, N and K a
+# multiple of 16, so every one lowers; the per-tensor, OUTER_VEC, VEC128 and BLK128x128
+# scale modes) against the CPU's emulation of the same recipe: final train loss and time.
+last_loss() { grep '"kind":"train"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"loss": *\([0-9.e+-]*\).*/\1/p'; }
+
+stage_fp8recipes() {
+  local spec line=""
+  spec=$(spec_for "steps: ${VERIFY_FP8_STEPS:-200}")
+  sed -i 's/^batch_size: .*/batch_size: 128/' "$spec"
+  for recipe in delayed current rowwise block; do
+    for dev in cuda cpu; do
+      local tag=fp8_${recipe}_$dev t0=$SECONDS
+      timeout "$(budget "${VERIFY_FP8_RUN_S:-60}")" "$mpc/bin/mpc-train" --spec "$spec" --device "$dev" --precision fp8 \
+        --fp8-recipe "$recipe" --metrics "$OUT/$tag.jsonl" --checkpoint_dir "$OUT/checkpoints_$tag" > "$OUT/$tag.log" 2>&1
+      local rc=$?
+      line="$line $tag=$(last_loss "$OUT/$tag.jsonl")($(verdict $rc), $((SECONDS - t0)) s)"
+    done
+  done
+  summary+=("fp8 recipes (batch 128, final train loss, GPU lowered vs CPU emulated):$line")
 }
 
 stage_memcheck() {

@@ -376,5 +376,38 @@ TEST(Fp8GemmRules, LayoutFormatsShapesAndOutputs) {
   }
 }
 
+// The group-scaled modes of the just-in-time recipes (cublaslt_fp8.cc's CheckScaleModes):
+// the pairs the lowering emits are created (cuBLASLt has an algorithm for them on this
+// device), the others refused with what to change. The values themselves are checked by
+// the conformance test's grouped Fp8Gemm cases (tests/graph/fp8_op_cases.cc).
+TEST(Fp8GemmRules, GroupScaleModes) {
+  MPC_FP8_GPU_OR_SKIP(gpu);
+  if (gpu.compute_capability() < 90) GTEST_SKIP() << "the FP8 scale modes need sm_90";
+  using cuda::LtScaleMode;
+  const cuda::LtGemmSpec base = ValidFp8Spec(128, 256, 384);
+  for (const auto& [a, b] : std::vector<std::pair<LtScaleMode, LtScaleMode>>{
+           {LtScaleMode::kOuterVec, LtScaleMode::kOuterVec},
+           {LtScaleMode::kVec128, LtScaleMode::kBlk128x128},
+           {LtScaleMode::kBlk128x128, LtScaleMode::kVec128},
+           {LtScaleMode::kVec128, LtScaleMode::kVec128}}) {
+    cuda::LtGemmSpec s = base;
+    s.a_scale_mode = a;
+    s.b_scale_mode = b;
+    auto gemm = cuda::CublasLtGemm::Create(gpu, s);
+    EXPECT_TRUE(gemm.ok()) << cuda::LtScaleModeName(a) << " x " << cuda::LtScaleModeName(b) << ": " << gemm.status();
+  }
+  cuda::LtGemmSpec bad = base;
+  bad.a_scale_mode = bad.b_scale_mode = LtScaleMode::kBlk128x128;
+  ExpectRefused(gpu, bad, absl::StatusCode::kUnimplemented, "not blocks x blocks");
+  bad = base;
+  bad.a_scale_mode = LtScaleMode::kOuterVec;  // with a scalar B
+  ExpectRefused(gpu, bad, absl::StatusCode::kUnimplemented, "per-row scales");
+  bad = base;
+  bad.a_scale_mode = LtScaleMode::kVec128;
+  bad.b_scale_mode = LtScaleMode::kBlk128x128;
+  bad.fast_accum = true;
+  ExpectRefused(gpu, bad, absl::StatusCode::kInvalidArgument, "fast accumulation");
+}
+
 }  // namespace
 }  // namespace mpc

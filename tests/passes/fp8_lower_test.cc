@@ -283,6 +283,7 @@ struct Compiled {
 Capabilities CpuWithFp8(bool fp8) {
   Capabilities caps = Cpu().capabilities();
   caps.fp8 = fp8;
+  caps.fp8_group_scales = fp8;
   return caps;
 }
 
@@ -425,6 +426,70 @@ TEST(Fp8LowerPassTest, OnlyTheForwardGemmsAccumulateFast) {
     }
     EXPECT_EQ(fast, fast_forward ? 3 : 0) << "the three forward GEMMs";
     EXPECT_EQ(promoted, fast_forward ? 5 : 8) << "dW of each layer, dX of the last two";
+  }
+}
+
+// The just-in-time recipes lower too: each Fp8QuantizeDynamic becomes Fp8CastDynamics
+// (one per layout), every GEMM an Fp8Gemm whose operand scalings are cuBLASLt's pairs —
+// current: per tensor; rowwise: rows x rows; block: 1x128 tiles x 128x128 blocks for the
+// forward and dX, tiles x tiles for dW — and block-scaled GEMMs never accumulate fast.
+TEST(Fp8LowerPassTest, JustInTimeRecipesLowerToGroupScaledFp8Gemms) {
+  for (const Fp8Recipe recipe : {Fp8Recipe::kCurrent, Fp8Recipe::kRowwise, Fp8Recipe::kBlock}) {
+    SCOPED_TRACE(Fp8RecipeName(recipe));
+    Compiled c{Mlp({32, 64, 48, 16}, 16)};
+    c.fp8.recipe = recipe;
+    ASSERT_TRUE(CompileMlp(c, true).ok());
+    std::map<std::string, bool> forward;
+    for (const auto& gemm : c.r.fp8.gemms) forward[gemm.node] = gemm.forward_node == gemm.node;
+    int lowered = 0, fast = 0;
+    for (const auto& d : c.decisions) {
+      if (d.reason.find("dead code") != std::string::npos) continue;  // the first layer's dX
+      ASSERT_TRUE(d.lowered) << d.node << ": " << d.reason;
+      ++lowered;
+      fast += d.fast_accumulation;
+      const Node* n = c.m.g->FindNode(d.node);
+      ASSERT_NE(n, nullptr) << d.node;
+      ASSERT_EQ(n->op, "Fp8Gemm");
+      const std::string a = n->attrs.GetString("a_scaling", "tensor"), b = n->attrs.GetString("b_scaling", "tensor");
+      switch (recipe) {
+        case Fp8Recipe::kCurrent:
+          EXPECT_EQ(a + "x" + b, "tensorxtensor") << d.node;
+          break;
+        case Fp8Recipe::kRowwise:
+          EXPECT_EQ(a + "x" + b, "rowsxrows") << d.node;
+          break;
+        default: {
+          // dW = dY^T X reads no weight: tiles x tiles; the others read the weight's blocks.
+          const bool weight_gradient = !forward.at(d.node) && b == "tiles";
+          EXPECT_EQ(a + "x" + b, weight_gradient ? "tilesxtiles" : "tilesxblocks") << d.node;
+          EXPECT_FALSE(d.fast_accumulation) << d.node;
+          if (forward.at(d.node)) EXPECT_NE(d.accumulation.find("block-scaled"), std::string::npos) << d.accumulation;
+        }
+      }
+    }
+    EXPECT_EQ(lowered, 8);
+    EXPECT_EQ(fast, recipe == Fp8Recipe::kBlock ? 0 : 3) << "the forward GEMMs, unless block-scaled";
+    EXPECT_EQ(Count(*c.m.g, "Fp8QuantizeDynamic"), 0);
+    EXPECT_GT(Count(*c.m.g, "Fp8CastDynamic"), 0);
+    EXPECT_EQ(Count(*c.m.g, "Fp8Cast"), 0);
+  }
+  // An FP8 device without cuBLASLt's scale modes (sm_89): current lowers, rowwise stays
+  // emulated with the reason.
+  for (const Fp8Recipe recipe : {Fp8Recipe::kCurrent, Fp8Recipe::kRowwise}) {
+    Compiled c{Mlp({32, 64, 48, 16}, 16)};
+    c.fp8.recipe = recipe;
+    c.fp8.amax_history_len = 4;
+    c.fp8.include_first_last = true;
+    c.caps = CpuWithFp8(true);
+    c.caps.fp8_group_scales = false;
+    ASSERT_TRUE(c.Emulate().ok());
+    ASSERT_TRUE(c.Lower().ok());
+    ASSERT_EQ(c.decisions.size(), 9u);
+    for (const auto& d : c.decisions) {
+      if (d.reason.find("dead code") != std::string::npos) continue;
+      EXPECT_EQ(d.lowered, recipe == Fp8Recipe::kCurrent) << d.node;
+      if (!d.lowered) EXPECT_NE(d.reason.find("group scales"), std::string::npos) << d.reason;
+    }
   }
 }
 
