@@ -108,8 +108,6 @@ std::string Analyze(const Graph& g, Node* n, const Capabilities* caps, Plan* pla
   plan->gemm = n;
   for (int i = 0; i < 2; ++i) {
     auto src = ResolveOperand(n->inputs[i]);
-    const Node* producer = n->inputs[i]->producer;
-    (void)producer;
     if (!src) {
       return absl::StrCat("operand ", i, " '", n->inputs[i]->name,
                           "' does not come from an Fp8Quantize or Fp8QuantizeDynamic (or a 2-D Transpose of one)");
