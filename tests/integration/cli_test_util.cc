@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <regex>
 #include <sstream>
 
 #include "gtest/gtest.h"
@@ -54,6 +56,23 @@ double TrainThroughCli(const std::string& spec, const std::string& flags, const 
                                      metrics + " --checkpoint_dir " + dir + "/ckpt_" + name);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return FinalEvalAccuracy(metrics);
+}
+
+std::string ShippedSpecWithEpochs(const std::string& shipped_spec, const std::string& dir, const std::string& name,
+                                  int epochs, const std::string& extra) {
+  std::ifstream in(shipped_spec);
+  EXPECT_TRUE(in.good()) << "cannot read " << shipped_spec;
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string model_dir = std::filesystem::path(shipped_spec).parent_path().string();
+  const std::regex model_line(R"re((^|\n)model: "([^"/][^"]*)")re");
+  const std::regex epochs_line(R"re((^|\n)epochs: [0-9]+)re");
+  EXPECT_TRUE(std::regex_search(text, model_line)) << shipped_spec << " has no relative `model:` line";
+  EXPECT_TRUE(std::regex_search(text, epochs_line)) << shipped_spec << " has no `epochs:` line";
+  text = std::regex_replace(text, model_line, "$1model: \"" + model_dir + "/$2\"");
+  text = std::regex_replace(text, epochs_line, "$1epochs: " + std::to_string(epochs));
+  const std::string path = dir + "/" + name + ".spec";
+  std::ofstream(path) << text << "\n" << extra << "\n";
+  return path;
 }
 
 }  // namespace mpc::testing

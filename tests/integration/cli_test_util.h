@@ -23,4 +23,12 @@ double FinalEvalAccuracy(const std::string& metrics_path);
 double TrainThroughCli(const std::string& spec, const std::string& flags, const std::string& dir,
                        const std::string& name);
 
+// A shipped spec (e.g. models/fashion_cnn/fashion_cnn.spec) rewritten into DIR/NAME.spec:
+// its model path made absolute, `epochs: EPOCHS` instead of the shipped count, and EXTRA
+// appended (spec fields). Returns the new spec's path. The tests that train a shipped model
+// to an accuracy run fewer epochs than its spec, to keep CI's time; the shipped count's
+// result is what the spec's comment and README's table record.
+std::string ShippedSpecWithEpochs(const std::string& shipped_spec, const std::string& dir, const std::string& name,
+                                  int epochs, const std::string& extra = "");
+
 }  // namespace mpc::testing

@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "engine/mpc.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cli_test_util.h"
@@ -23,33 +22,31 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-// The shipped Fashion-MNIST spec with the model path made absolute, three epochs instead
-// of ten (to keep the test short; every run compared uses the same schedule), and
-// `extra` appended.
-std::string FashionSpec(const std::string& dir, const std::string& name, const std::string& extra) {
-  std::string text = ReadFile(testing::SourcePath("models/fashion_mlp/fashion_mlp.spec"));
-  text = absl::StrReplaceAll(
-      text,
-      {{"\"fashion_mlp.onnx\"", absl::StrCat("\"", testing::SourcePath("models/fashion_mlp/fashion_mlp.onnx"), "\"")},
-       {"epochs: 10", "epochs: 3"}});
-  const std::string path = absl::StrCat(dir, "/", name, ".spec");
-  std::ofstream(path) << text << "\n" << extra << "\n";
-  return path;
+// The shipped Fashion-MNIST spec with the model path made absolute, EPOCHS epochs instead
+// of ten (to keep the test short; every run compared uses the same schedule), and `extra`
+// appended.
+std::string FashionSpec(const std::string& dir, const std::string& name, const std::string& extra, int epochs = 3) {
+  return testing::ShippedSpecWithEpochs(testing::SourcePath("models/fashion_mlp/fashion_mlp.spec"), dir, name, epochs,
+                                        extra);
 }
 
 double Train(const std::string& spec, const std::string& flags, const std::string& dir, const std::string& name) {
   return testing::TrainThroughCli(spec, flags, dir, name);
 }
 
+// One epoch: the three runs took ~3 CPU-minutes of CI over three epochs (the FP8
+// emulation's quantizations are most of it), and FP8's accuracy against bf16 shows in
+// the first (0.8471 against 0.8466 after the first of three, 2026-11-29).
 TEST(Fp8TrainingTest, FashionMlpInFp8WithinOnePointOfBf16) {
   const std::string dir = testing::MakeTempDir("fp8_fashion");
-  const std::string base = FashionSpec(dir, "base", "");
-  const std::string all_fp8 = FashionSpec(dir, "all_fp8", "fp8 { include_first_last: true }");
+  const std::string base = FashionSpec(dir, "base", "", 1);
+  const std::string all_fp8 = FashionSpec(dir, "all_fp8", "fp8 { include_first_last: true }", 1);
   const double bf16 = Train(base, "--precision bf16", dir, "bf16");
   const double fp8 = Train(base, "--precision fp8 --pad-multiple 16", dir, "fp8");
   const double fp8_all = Train(all_fp8, "--precision fp8 --pad-multiple 16", dir, "fp8_all");
-  std::printf("test accuracy: bf16 %.4f  fp8 (middle GEMM) %.4f  fp8 (all GEMMs) %.4f\n", bf16, fp8, fp8_all);
-  EXPECT_GE(bf16, 0.85);
+  std::printf("test accuracy after one epoch: bf16 %.4f  fp8 (middle GEMM) %.4f  fp8 (all GEMMs) %.4f\n", bf16, fp8,
+              fp8_all);
+  EXPECT_GE(bf16, 0.84);
   EXPECT_GE(fp8, bf16 - 0.01);
   EXPECT_GE(fp8_all, bf16 - 0.01);
 }
