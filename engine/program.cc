@@ -1,6 +1,8 @@
 // CompileProgram: model import, the spec's choice of input and output, and the pipeline.
 #include "engine/program.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
@@ -117,8 +119,16 @@ absl::StatusOr<Program> CompileProgram(const TrainSpec& spec, const Capabilities
   if (options.fused_attention) effective.fused_attention = true;
   PassPipeline pipeline = options.training ? MakeTrainingPipeline(compile, effective, &results, options.pipeline)
                                            : MakeEvaluationPipeline(compile, effective, &results, options.pipeline);
+  const auto logits_slot = std::find(g.outputs().begin(), g.outputs().end(), logits) - g.outputs().begin();
   MPC_ASSIGN_OR_RETURN(program.report, pipeline.Run(g));
   program.node_origin = pipeline.node_origins();
+  if (!options.training) {
+    // The evaluation program's logits by their output slot (select-outputs leaves them
+    // alone in slot 0): a pass that replaces the value moves the slot, and the engine
+    // fetches the logits by the name of what is there now.
+    const size_t slot = compile.keep_all_outputs ? static_cast<size_t>(logits_slot) : 0;
+    if (slot < g.outputs().size()) program.logits_output = g.outputs()[slot]->name;
+  }
   if (options.training) {
     program.labels_input = results.loss.labels->name;
     program.loss_output = results.loss.loss->name;

@@ -58,7 +58,9 @@ absl::StatusOr<Node*> FuseMatMulBias(Graph& g, Node* mm) {
   Value* y = b.Op("Gemm", {rows, w, c}, std::move(attrs));
   if (x->shape.size() != 2) y = b.Reshape(y, add->outputs[0]->shape);
   MPC_RETURN_IF_ERROR(b.status());
-  g.ReplaceAllUsesWith(add->outputs[0], y);
+  // The sum's Value (its uses, its name: a model's logits, which the engine fetches by
+  // name) moves behind the Gemm; the Add gets the fresh value, which nothing reads.
+  g.TradeProducers(add->outputs[0], y);
   return add;
 }
 

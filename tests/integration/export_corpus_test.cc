@@ -1,7 +1,8 @@
 // The corpus of real architectures exported by PyTorch 2.15 (tests/golden/corpus, made by
 // tools/export_corpus/make_corpus.py with transformers, timm and torchvision configs, random
-// weights): every model x exporter x run trains 20 steps from the committed files and is
-// held to PyTorch's own losses (docs/onnx-import.md has the table):
+// weights): every model x exporter x run trains 20 steps from the committed files, is held
+// to PyTorch's own losses (docs/onnx-import.md has the table), and then evaluates (a
+// finite loss from the separately compiled evaluation program):
 //   f32 (AdamW and SGD): every step within relative 1e-4 of PyTorch's;
 //   bf16 autocast:       ||mpc - torch|| / ||torch|| over the 20 losses < 1e-2.
 // An export mpc cannot train as written must be refused with the error that says why
@@ -152,6 +153,15 @@ void TrainAndCompare(const CorpusRun& c, bool fused_attention, int fused_calls_p
     }
     EXPECT_EQ(calls, 20 * fused_calls_per_step) << key << ": FusedAttention ran " << calls << " times in 20 steps";
   }
+  // Then the evaluation program on the trained weights (over the training data: the specs
+  // have no eval section). It is compiled separately, and its passes may replace the
+  // logits' value (fuse-epilogues on a Linear head exported as MatMul + Add: BERT's).
+  auto eval = (*engine)->Evaluate();
+  ASSERT_TRUE(eval.ok()) << key << " " << c.run << " evaluation: " << eval.status();
+  EXPECT_TRUE(std::isfinite(eval->loss)) << key << " " << c.run << " evaluation loss " << eval->loss;
+  EXPECT_GT(eval->examples, 0) << key << " " << c.run;
+  std::printf("corpus %s %s: evaluation loss %.4f over %lld examples\n", key.c_str(), c.run.c_str(), eval->loss,
+              static_cast<long long>(eval->examples));
 }
 
 class ExportCorpusTest : public ::testing::TestWithParam<CorpusRun> {};
