@@ -16,6 +16,7 @@
 #include "graph/float8_groups.h"
 #include "graph/graph_builder.h"
 #include "graph/op_registry.h"
+#include "passes/fp8_batch_rows.h"
 
 namespace mpc {
 
@@ -47,14 +48,7 @@ struct Meta {
   Value* last_amax = nullptr;  // training only
 };
 
-// A backward GEMM and where its operands come from.
-struct Backward {
-  Node* node;
-  int grad_index;   // the operand that is the incoming gradient dY
-  int other_index;  // the operand that is a forward operand (or its transpose)
-  int role;         // 0: the forward GEMM's input, 1: its weight
-  Node* transpose;  // non-null: the operand is Transpose(forward operand)
-};
+using Backward = Fp8BackwardGemm;
 
 const char* FormatName(float fp8_max) { return fp8_max == kF8E4M3Max ? "e4m3" : "e5m2"; }
 
@@ -184,6 +178,10 @@ std::string ShapeReason(const Node* n) {
   const Value* b = n->inputs[1];
   if (a->dtype == DType::kF64) return "f64 operands";
   if (a->shape.size() < 2 || b->shape.size() < 2) return "operands are not matrices";
+  if (b->shape.size() > 2) {
+    return "a batched product of two activations (attention's Q.K^T and P.V): FP8 takes the GEMMs with a weight "
+           "matrix (Linear layers), as Transformer Engine and torchao do";
+  }
   int64_t k, nn;
   if (n->op == "Gemm") {
     const bool ta = n->attrs.GetInt("transA", 0) != 0, tb = n->attrs.GetInt("transB", 0) != 0;
@@ -475,6 +473,7 @@ absl::StatusOr<bool> Fp8Pass::Run(Graph& g) {
   absl::flat_hash_map<const Node*, std::vector<Backward>> backward_of = PairBackwardGemms(forward, backward, grad);
 
   Converter conv(g, result, f, training);
+  RowViews rows;
   const float grad_max = f.e4m3_gradients ? kF8E4M3Max : kF8E5M2Max;
   for (size_t i = 0; i < forward.size(); ++i) {
     Node* n = forward[i];
@@ -483,10 +482,12 @@ absl::StatusOr<bool> Fp8Pass::Run(Graph& g) {
       result.skipped.emplace_back(n->name, reason);
       continue;
     }
+    std::vector<Backward> family = backward_of[n];
+    MPC_ASSIGN_OR_RETURN(n, FoldBatchIntoRows(g, n, family, rows));
     if (delayed) {
-      MPC_RETURN_IF_ERROR(ConvertGemmFamily(conv, n, backward_of[n], grad_max));
+      MPC_RETURN_IF_ERROR(ConvertGemmFamily(conv, n, family, grad_max));
     } else {
-      MPC_RETURN_IF_ERROR(ConvertGemmFamilyJustInTime(conv, f.recipe, n, backward_of[n], grad_max));
+      MPC_RETURN_IF_ERROR(ConvertGemmFamilyJustInTime(conv, f.recipe, n, family, grad_max));
     }
   }
   MPC_RETURN_IF_ERROR(conv.AddUpdate());

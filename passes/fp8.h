@@ -24,13 +24,18 @@
 // cores (cuBLASLt's scale modes, passes/fp8_lower.h); elsewhere they run emulated on every
 // backend that has the Fp8QuantizeDynamic kernel (CPU, CUDA).
 //
-// Which GEMMs: forward Gemm/MatMul nodes whose contraction (K) and output (N) dims are
-// multiples of 16 after pad-dims, not matched by fp8.exclude, and not the first or last
-// forward GEMM unless fp8.include_first_last. The batch rows (M) are not constrained:
-// they are the user's batch size, which padding never touches (a CUDA lowering pads
-// rows internally where the FP8 layout needs it). The backward GEMMs autodiff built
-// for an FP8 forward GEMM (dX = dY·W, dW = dY·X: one operand is the incoming gradient,
-// the other a forward operand) follow it.
+// Which GEMMs: forward Gemm/MatMul nodes with a matrix (2-D) second operand, a weight
+// (Linear layers; attention's batched products of two activations, Q·K^T and P·V, stay
+// in the compute dtype, as in Transformer Engine and torchao), whose contraction (K) and
+// output (N) dims are multiples of 16 after pad-dims, not matched by fp8.exclude, and not
+// the first or last forward GEMM unless fp8.include_first_last. The batch rows (M) are not
+// constrained: they are the user's batch size, which padding never touches (a CUDA
+// lowering pads rows internally where the FP8 layout needs it). The backward GEMMs
+// autodiff built for an FP8 forward GEMM (dX = dY·W, dW = dY·X: one operand is the
+// incoming gradient, the other a forward operand) follow it. A Linear layer over a batched
+// input (X [..., M, K], every transformer's) is first rewritten over rows, X [R, K], with
+// its weight gradient one GEMM summing over all R rows (passes/fp8_batch_rows.h): 2-D
+// GEMMs, which fp8-lower lowers, and scale groups that run over rows as a Linear layer's do.
 //
 // How: every FP8 operand goes through Fp8Quantize, which yields the exact values an FP8
 // GEMM multiplies — the FP8 code of x·scale times scale_inv — in f32, and the GEMM then

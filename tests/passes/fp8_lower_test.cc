@@ -586,16 +586,8 @@ TrainRun Train(bool lower) {
     EXPECT_TRUE((*ex)->Run(0, step).ok());
     r.losses.push_back((*ex)->Fetch(c.m.loss->name)->GetAsDouble(0));
   }
-  for (const auto& [param, grad] : c.r.autodiff.param_grads) {
-    const Tensor t = (*ex)->Fetch(grad->name)->CastTo(DType::kF32);
-    r.grads[param->name] = std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements());
-  }
-  for (const std::string& tensor : c.r.fp8.tensors) {
-    for (const char* suffix : {".fp8_scale", ".fp8_scale_inv", ".fp8_amax_history", ".fp8_last_amax"}) {
-      const Tensor t = *(*ex)->ReadPersistent(tensor + suffix);
-      r.meta[tensor + suffix] = std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements());
-    }
-  }
+  r.grads = fp8_testing::FetchGradients(**ex, c.r.autodiff);
+  r.meta = fp8_testing::ReadFp8State(**ex, c.r.fp8);
   return r;
 }
 
@@ -610,14 +602,7 @@ TEST(Fp8LowerNumericsTest, LoweredProgramMatchesTheEmulationOverSteps) {
   }
   double grad_worst = 0;
   for (const auto& [name, want] : emulated.grads) {
-    const std::vector<float>& got = lowered.grads.at(name);
-    ASSERT_EQ(got.size(), want.size());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-      den += double(want[i]) * want[i];
-    }
-    grad_worst = std::max(grad_worst, std::sqrt(num / std::max(den, 1e-30)));
+    grad_worst = std::max(grad_worst, fp8_testing::RelativeRms(lowered.grads.at(name), want));
   }
   std::printf("lowered vs emulated: worst loss rel diff %.3g, worst gradient rel diff (bf16) %.3g\n", worst,
               grad_worst);

@@ -1,6 +1,9 @@
 // The fp8 pass tests' model and pass runner (see fp8_pass_util.h).
 #include "tests/passes/fp8_pass_util.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "backends/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "graph/graph_builder.h"
@@ -82,6 +85,40 @@ std::vector<float> QuantizeDynamicOnCpu(const Tensor& x, const std::string& gran
   ctx.outputs = {{q.raw(), DType::kF32, x.shape()}};
   EXPECT_TRUE((*kernel)->Run(ctx).ok());
   return std::vector<float>(q.data<float>(), q.data<float>() + q.num_elements());
+}
+
+Floats FetchGradients(const Executor& ex, const AutodiffResult& autodiff) {
+  Floats out;
+  for (const auto& [param, grad] : autodiff.param_grads) {
+    auto fetched = ex.Fetch(grad->name);
+    EXPECT_TRUE(fetched.ok()) << fetched.status();
+    if (!fetched.ok()) continue;
+    const Tensor t = fetched->CastTo(DType::kF32);
+    out[param->name] = std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements());
+  }
+  return out;
+}
+
+Floats ReadFp8State(const Executor& ex, const Fp8Result& fp8) {
+  Floats out;
+  for (const std::string& tensor : fp8.tensors) {
+    for (const char* suffix : {".fp8_scale", ".fp8_scale_inv", ".fp8_amax_history", ".fp8_last_amax"}) {
+      auto t = ex.ReadPersistent(tensor + suffix);
+      EXPECT_TRUE(t.ok()) << t.status();
+      if (t.ok()) out[tensor + suffix] = std::vector<float>(t->data<float>(), t->data<float>() + t->num_elements());
+    }
+  }
+  return out;
+}
+
+double RelativeRms(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 }  // namespace mpc::fp8_testing

@@ -243,25 +243,34 @@ std::vector<double> Transposed(const std::vector<double>& x, int64_t rows, int64
   return t;
 }
 
-// Y = X W^T (Gemm, transB = 1; X [144, 256] and W [160, 256] both parameters), loss =
-// sum(Y * R): so dY = R, dX = R W and dW = R^T X, each a GEMM the recipe quantizes.
-TEST(Fp8RecipesPassTest, ForwardProductAndBothGradientsMatchFloat64PerRecipe) {
+// Y = X W^T, loss = sum(Y * R): so dY = R, dX = R W and dW = R^T X, each a GEMM the
+// recipe quantizes. `batched`: X is [2, 72, K] and Y = MatMul(X, W^T stored [K, N]), a
+// transformer's Linear layer; the fp8 pass folds the batch into 144 rows, so the reference
+// is the same as for the Gemm over X [144, K] (W's groups are the same on its transpose),
+// and the weight gradient's 1x128 tiles and column scales span both batch entries.
+void ExpectForwardAndGradientsMatchFloat64(bool batched) {
   // M and N past 128: the backward GEMMs' tiles along M and N are not whole rows, and W
   // has partial 128x128 blocks in both directions.
   constexpr int64_t M = 144, N = 160, K = 256;
   const std::vector<float> xv = Bf16Values(M * K, 31, -3, 3), wv = Bf16Values(N * K, 32, -0.5, 0.5),
                            rv = Bf16Values(M * N, 33, -1e-3, 1e-3);
+  const Shape x_shape = batched ? Shape{2, M / 2, K} : Shape{M, K}, y_shape = batched ? Shape{2, M / 2, N} : Shape{M, N};
+  std::vector<float> w_kn(N * K);  // W^T, [K, N]
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < K; ++k) w_kn[k * N + n] = wv[n * K + k];
+  }
   for (Fp8Recipe recipe : {Fp8Recipe::kCurrent, Fp8Recipe::kRowwise, Fp8Recipe::kBlock}) {
     SCOPED_TRACE(Fp8RecipeName(recipe));
     const bool e4m3_grads = recipe == Fp8Recipe::kBlock;
     Model m;
     GraphBuilder b(m.g.get());
-    Value* x = m.g->AddParameter("x", Tensor::FromVector<float>({M, K}, xv));
-    Value* w = m.g->AddParameter("w", Tensor::FromVector<float>({N, K}, wv));
-    Value* rin = m.g->AddInput("r", DType::kF32, {M, N});
+    Value* x = m.g->AddParameter("x", Tensor::FromVector<float>(x_shape, xv));
+    Value* w = batched ? m.g->AddParameter("w", Tensor::FromVector<float>({K, N}, w_kn))
+                       : m.g->AddParameter("w", Tensor::FromVector<float>({N, K}, wv));
+    Value* rin = m.g->AddInput("r", DType::kF32, y_shape);
     AttrMap attrs;
-    attrs.Set("transB", int64_t{1});
-    Value* y = b.Op("Gemm", {x, w}, attrs);
+    if (!batched) attrs.Set("transB", int64_t{1});
+    Value* y = b.Op(batched ? "MatMul" : "Gemm", {x, w}, attrs);
     b.last_node()->name = "gemm";
     AttrMap keep;
     keep.Set("keepdims", int64_t{0});
@@ -291,7 +300,7 @@ TEST(Fp8RecipesPassTest, ForwardProductAndBothGradientsMatchFloat64PerRecipe) {
     auto backend = CreateCpuBackend();
     auto ex = Executor::Create(*m.g, r.results.memory_plan, *backend);
     ASSERT_TRUE(ex.ok()) << ex.status();
-    ASSERT_TRUE((*ex)->SetInput("r", Tensor::FromVector<float>({M, N}, rv)).ok());
+    ASSERT_TRUE((*ex)->SetInput("r", Tensor::FromVector<float>(y_shape, rv)).ok());
     ASSERT_TRUE((*ex)->Run(0, 0).ok());
 
     const Groups act = recipe == Fp8Recipe::kCurrent   ? Groups::kTensor
@@ -314,11 +323,14 @@ TEST(Fp8RecipesPassTest, ForwardProductAndBothGradientsMatchFloat64PerRecipe) {
       ASSERT_TRUE(got.ok()) << got.status();
       const std::vector<float>& want = *checks[c].second;
       ASSERT_EQ(got->num_elements(), static_cast<int64_t>(want.size())) << checks[c].first;
+      // The batched form's weight gradient is W^T's, [K, N]; the reference is W's, [N, K].
+      const bool transposed = batched && c == 1;
       int exact = 0;
       float largest = 0;
       for (float w : want) largest = std::max(largest, std::fabs(w));
       for (size_t i = 0; i < want.size(); ++i) {
-        const float g = static_cast<float>(got->GetAsDouble(i));
+        const size_t at = transposed ? (i % K) * N + i / K : i;
+        const float g = static_cast<float>(got->GetAsDouble(static_cast<int64_t>(at)));
         exact += g == want[i];
         // f32 against float64 accumulation: one bf16 ulp, or (where the sum cancels) a
         // little of the tensor's scale.
@@ -328,6 +340,14 @@ TEST(Fp8RecipesPassTest, ForwardProductAndBothGradientsMatchFloat64PerRecipe) {
       EXPECT_GE(exact, static_cast<int>(want.size()) * 95 / 100) << checks[c].first;
     }
   }
+}
+
+TEST(Fp8RecipesPassTest, ForwardProductAndBothGradientsMatchFloat64PerRecipe) {
+  ExpectForwardAndGradientsMatchFloat64(/*batched=*/false);
+}
+
+TEST(Fp8RecipesPassTest, BatchedLinearLayerMatchesFloat64OverRowsSpanningTheBatch) {
+  ExpectForwardAndGradientsMatchFloat64(/*batched=*/true);
 }
 
 }  // namespace
