@@ -52,5 +52,8 @@ absl::StatusOr<Communicator*> JoinWorld(double timeout_s);
 
 // The world size a launcher announced in the environment (1 when none did).
 int LaunchedWorldSize();
+// How many of the job's ranks the launcher started on this host (1 when it did not say):
+// they share its CPUs.
+int LaunchedLocalSize();
 
 }  // namespace mpc

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "backends/cpu/cpu_threads.h"
 #include "base/crc32c.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
@@ -49,6 +50,11 @@ absl::Status Engine::Impl::JoinJob() {
   rank = world->rank();
   world_size = world->size();
   backend->set_communicator(world);
+  if (backend->name() == "cpu") {
+    // Before anything creates an OpenMP team or a oneDNN primitive (sized from it).
+    const std::string threads = ShareCpuThreadsAmongLocalRanks(LaunchedLocalSize());
+    if (!threads.empty()) notices.push_back(absl::StrCat("rank ", rank, ": ", threads));
+  }
   if (options.external_batches || !spec.has_train_data()) {
     notices.push_back(absl::StrCat("rank ", rank, " of ", world_size,
                                    ": Step(batch) takes this rank's share of the batch (batch_size / ranks examples)"));
