@@ -29,16 +29,23 @@ Node* FoldableProducer(const Graph& g, const Node& cast, Node** view) {
   return p;
 }
 
-// FP8 GEMMs (no Reshape between: they are 2-D and read by the Cast directly):
-//   lowered:  Fp8Gemm(to = bf16/f16) -> Cast(f32)               the Fp8Gemm writes f32 (to)
-//   emulated: Gemm|MatMul[mpc_fp8](f32) -> Cast(bf16/f16) -> Cast(f32)  both Casts go
+// FP8 GEMMs, read by the Cast directly or through a Reshape that is their only reader (the
+// fp8 pass's Linear layers over rows, reshaped back to the model's shape):
+//   lowered:  Fp8Gemm(to = bf16/f16) [-> Reshape] -> Cast(f32)          the Fp8Gemm writes f32 (to)
+//   emulated: Gemm|MatMul[mpc_fp8](f32) -> Cast(bf16/f16) [-> Reshape] -> Cast(f32)  both Casts go
 // so a lowered program and its emulation keep computing the same f32 values. Returns the
-// Fp8Gemm, or for the emulated form the narrowing Cast (whose input is the f32 product).
-Node* FoldableFp8Producer(const Graph& g, const Node& cast) {
+// Fp8Gemm, or for the emulated form the narrowing Cast (whose input is the f32 product);
+// `view` is set to the Reshape when there is one.
+Node* FoldableFp8Producer(const Graph& g, const Node& cast, Node** view) {
+  *view = nullptr;
   if (cast.op != "Cast" || cast.outputs[0]->dtype != DType::kF32) return nullptr;
   const Value* v = cast.inputs[0];
   if ((v->dtype != DType::kBF16 && v->dtype != DType::kF16) || !SoleUse(g, v) || !v->producer) return nullptr;
   Node* p = v->producer;
+  if (p->op == "Reshape" && SoleUse(g, p->inputs[0]) && p->inputs[0]->producer) {
+    *view = p;
+    p = p->inputs[0]->producer;
+  }
   if (p->op == "Fp8Gemm") return p;
   if (p->op != "Cast" || p->inputs[0]->dtype != DType::kF32 || !SoleUse(g, p->inputs[0])) return nullptr;
   const Node* product = p->inputs[0]->producer;
@@ -59,13 +66,20 @@ absl::StatusOr<bool> FoldOutputCastsPass::Run(Graph& graph) {
   std::vector<Node*> folded;
   for (const auto& node : graph.nodes()) {
     Node* cast = node.get();
-    if (Node* fp8 = FoldableFp8Producer(graph, *cast)) {
+    Node* view = nullptr;
+    if (Node* fp8 = FoldableFp8Producer(graph, *cast, &view)) {
       // As below, the Cast's input keeps its name and references (it may be the model's
       // logits) and now holds the f32 result; the Cast's readers read it.
       Value* v = cast->inputs[0];
       if (fp8->op == "Fp8Gemm") {
         fp8->attrs.Set("to", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));
         MPC_RETURN_IF_ERROR(Reinfer(fp8));
+        if (view) MPC_RETURN_IF_ERROR(Reinfer(view));
+      } else if (view) {
+        // The Reshape reads the f32 product; the narrowing Cast is left reading nothing used.
+        graph.SetNodeInput(view, 0, fp8->inputs[0]);
+        MPC_RETURN_IF_ERROR(Reinfer(view));
+        folded.push_back(fp8);
       } else {
         // v was the narrowing Cast's bf16 result: it becomes the emulated GEMM's f32
         // product, and the narrowing Cast is left holding the product's former value.
@@ -77,7 +91,6 @@ absl::StatusOr<bool> FoldOutputCastsPass::Run(Graph& graph) {
       folded.push_back(cast);
       continue;
     }
-    Node* view = nullptr;
     Node* product = FoldableProducer(graph, *cast, &view);
     if (!product) continue;
     product->attrs.Set("mpc_output_dtype", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));

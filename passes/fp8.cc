@@ -172,15 +172,30 @@ class Converter {
   std::map<std::tuple<const Value*, float, int, int64_t>, Value*> dynamic_;
 };
 
+// Whether `v` is a weight: a parameter (or frozen initializer), possibly cast, transposed
+// or reshaped on the way (autocast's Cast, an export's Transpose of an nn.Linear weight,
+// [1, K, N] or [E, K, N] expert weights).
+bool IsWeight(const Value* v) {
+  while (v->producer) {
+    const std::string& op = v->producer->op;
+    if (op != "Cast" && op != "Transpose" && op != "Reshape" && op != "Squeeze" && op != "Unsqueeze" &&
+        op != "Identity") {
+      return false;
+    }
+    v = v->producer->inputs[0];
+  }
+  return v->kind == ValueKind::kParameter || v->kind == ValueKind::kConstant;
+}
+
 // Why a forward GEMM cannot run in FP8 by its shapes and dtypes ("" when it can).
 std::string ShapeReason(const Node* n) {
   const Value* a = n->inputs[0];
   const Value* b = n->inputs[1];
   if (a->dtype == DType::kF64) return "f64 operands";
   if (a->shape.size() < 2 || b->shape.size() < 2) return "operands are not matrices";
-  if (b->shape.size() > 2) {
+  if (b->shape.size() > 2 && !IsWeight(a) && !IsWeight(b)) {
     return "a batched product of two activations (attention's Q.K^T and P.V): FP8 takes the GEMMs with a weight "
-           "matrix (Linear layers), as Transformer Engine and torchao do";
+           "(Linear layers), as Transformer Engine and torchao do";
   }
   int64_t k, nn;
   if (n->op == "Gemm") {

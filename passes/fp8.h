@@ -24,9 +24,10 @@
 // cores (cuBLASLt's scale modes, passes/fp8_lower.h); elsewhere they run emulated on every
 // backend that has the Fp8QuantizeDynamic kernel (CPU, CUDA).
 //
-// Which GEMMs: forward Gemm/MatMul nodes with a matrix (2-D) second operand, a weight
-// (Linear layers; attention's batched products of two activations, Q·K^T and P·V, stay
-// in the compute dtype, as in Transformer Engine and torchao), whose contraction (K) and
+// Which GEMMs: forward Gemm/MatMul nodes that are not a batched product of two
+// activations (attention's Q·K^T and P·V, whose second operand is batched and neither
+// operand comes from a parameter, stay in the compute dtype, as in Transformer Engine and
+// torchao, which take the Linear layers), whose contraction (K) and
 // output (N) dims are multiples of 16 after pad-dims, not matched by fp8.exclude, and not
 // the first or last forward GEMM unless fp8.include_first_last. The batch rows (M) are not
 // constrained: they are the user's batch size, which padding never touches (a CUDA

@@ -1,11 +1,14 @@
 // Batched Linear layers folded into rows for FP8 (see fp8_batch_rows.h).
 #include "passes/fp8_batch_rows.h"
 
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "graph/graph_builder.h"
+#include "passes/column_bias.h"
 
 namespace mpc {
 namespace {
@@ -72,10 +75,17 @@ class RowRewriter {
     return view;
   }
 
-  // A MatMul over rows standing in for `old`, named as it was; `old` is removed.
+  // A MatMul over rows standing in for `old`, named as it was, computing `result`.
   absl::StatusOr<Node*> Replace(Node* old, Value* a, Value* b, Value* result) {
+    return Replace(old, "MatMul", {a, b}, old->attrs, result);
+  }
+
+  // `op` over rows standing in for `old`, named as it was, computing `result` (reshaped back
+  // to its shape where needed).
+  absl::StatusOr<Node*> Replace(Node* old, const std::string& op, std::vector<Value*> inputs, AttrMap attrs,
+                                Value* result) {
     const std::string name = old->name;
-    MPC_ASSIGN_OR_RETURN(Node * flat, g_.AddNode("MatMul", {a, b}, old->attrs, name + "/rows"));
+    MPC_ASSIGN_OR_RETURN(Node * flat, g_.AddNode(op, std::move(inputs), std::move(attrs), name + "/rows"));
     flat->schedule_rank = old->schedule_rank;
     Value* out = flat->outputs[0];
     if (out->shape != result->shape) out = Placed(b_.Reshape(out, result->shape), old->schedule_rank);
@@ -91,7 +101,8 @@ class RowRewriter {
   }
 
   // Removes `n` and then whatever of its inputs' producers (Transposes, the batched
-  // product under a sum) nothing reads any more.
+  // product under a sum, the product and its widening Cast under a bias add) nothing reads
+  // any more.
   absl::Status RemoveUnused(Node* n) {
     for (const Value* out : n->outputs) {
       if (!out->consumers.empty() || g_.IsOutput(out)) return absl::OkStatus();
@@ -100,7 +111,7 @@ class RowRewriter {
     MPC_RETURN_IF_ERROR(g_.RemoveNode(n));
     for (Value* in : inputs) {
       Node* p = in ? in->producer : nullptr;
-      if (p && (p->op == "Transpose" || p->op == "MatMul")) MPC_RETURN_IF_ERROR(RemoveUnused(p));
+      if (p && (p->op == "Transpose" || p->op == "MatMul" || p->op == "Cast")) MPC_RETURN_IF_ERROR(RemoveUnused(p));
     }
     return absl::OkStatus();
   }
@@ -130,8 +141,24 @@ absl::StatusOr<Node*> FoldBatchIntoRows(Graph& g, Node* forward, std::vector<Fp8
 
   RowRewriter rw(g, rows);
   Value* x_rows = rw.Rows(x, forward->schedule_rank);
-  MPC_ASSIGN_OR_RETURN(Node * flat_forward, rw.Replace(forward, x_rows, w, forward->outputs[0]));
-  MPC_RETURN_IF_ERROR(rw.RemoveUnused(forward));
+  Node* flat_forward = nullptr;
+  if (const std::optional<ColumnBiasAdd> bias = FindColumnBiasAdd(g, forward->outputs[0])) {
+    // The layer's bias as the Gemm's C (an f32 bias under a widened product: the Gemm
+    // writes f32), added before the one rounding of the sum.
+    AttrMap attrs;
+    attrs.Set("transA", int64_t{0});
+    attrs.Set("transB", int64_t{0});
+    if (bias->widened) attrs.Set("mpc_output_dtype", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));
+    Value* c = rw.builder().Reshape(bias->bias, {w->shape[1]});
+    MPC_RETURN_IF_ERROR(rw.builder().status());
+    if (c != bias->bias) c->producer->schedule_rank = forward->schedule_rank;
+    MPC_ASSIGN_OR_RETURN(flat_forward,
+                         rw.Replace(forward, "Gemm", {x_rows, w, c}, std::move(attrs), bias->add->outputs[0]));
+    MPC_RETURN_IF_ERROR(rw.RemoveUnused(bias->add));
+  } else {
+    MPC_ASSIGN_OR_RETURN(flat_forward, rw.Replace(forward, x_rows, w, forward->outputs[0]));
+    MPC_RETURN_IF_ERROR(rw.RemoveUnused(forward));
+  }
 
   std::vector<Fp8BackwardGemm> kept;
   for (size_t i = 0; i < backward.size(); ++i) {

@@ -3,28 +3,11 @@
 
 #include "base/status_macros.h"
 #include "graph/graph_builder.h"
+#include "passes/column_bias.h"
 #include "passes/simplify.h"
 
 namespace mpc {
 namespace {
-
-// The bias of `add` when it adds a per-column vector ([N], or [1, ..., 1, N]) of `product`'s
-// dtype to `product` [..., N] and nothing else; null otherwise.
-Value* ColumnBias(const Node& add, const Value* product) {
-  if (add.op != "Add" || add.inputs.size() != 2) return nullptr;
-  Value* bias = add.inputs[0] == product ? add.inputs[1] : add.inputs[1] == product ? add.inputs[0] : nullptr;
-  if (!bias || bias == product || bias->dtype != product->dtype || bias->shape.empty()) return nullptr;
-  const int64_t n = product->shape.back();
-  if (bias->shape.back() != n || NumElements(bias->shape) != n || bias->shape.size() > product->shape.size()) {
-    return nullptr;
-  }
-  return add.outputs[0]->shape == product->shape ? bias : nullptr;
-}
-
-// The reader of `v` when it is the only one and `v` is no program output; null otherwise.
-Node* SoleReader(const Graph& g, const Value* v) {
-  return v->consumers.size() == 1 && !g.IsOutput(v) ? v->consumers[0] : nullptr;
-}
 
 // Y = Add(MatMul(X[..., K], W[K, N]), b[N])  ->  Reshape(Gemm(X[R, K], W, b), Y's shape): the
 // bias is added by the GEMM (oneDNN's bias, cuBLASLt's bias epilogue) instead of a pass
@@ -39,19 +22,13 @@ absl::StatusOr<Node*> FuseMatMulBias(Graph& g, Node* mm) {
   Value* w = mm->inputs[1];
   Value* product = mm->outputs[0];
   if (w->shape.size() != 2 || x->shape.size() < 2) return nullptr;
-  Node* add = SoleReader(g, product);
-  if (!add) return nullptr;
-  Value* summand = product;  // what the Add reads: the product, or its f32 widening
-  if (add->op == "Cast" && DTypeSize(product->dtype) == 2 && add->outputs[0]->dtype == DType::kF32) {
-    summand = add->outputs[0];
-    add = SoleReader(g, summand);
-    if (!add) return nullptr;
-  }
-  Value* bias = ColumnBias(*add, summand);
-  if (!bias) return nullptr;
+  const std::optional<ColumnBiasAdd> found = FindColumnBiasAdd(g, product);
+  if (!found) return nullptr;
+  Node* add = found->add;
+  Value* bias = found->bias;
   const int64_t k = x->shape.back(), n = w->shape.back();
   AttrMap attrs;
-  if (summand != product) attrs.Set("mpc_output_dtype", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));
+  if (found->widened) attrs.Set("mpc_output_dtype", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));
   GraphBuilder b(&g, "fuse-epilogues/");
   Value* rows = x->shape.size() == 2 ? x : b.Reshape(x, {NumElements(x->shape) / k, k});
   Value* c = bias->shape.size() == 1 ? bias : b.Reshape(bias, {n});

@@ -1,7 +1,7 @@
 // The fp8 pass on a transformer's shapes (passes/fp8_batch_rows.h): Linear layers over a
-// batched X[B, T, K] become 2-D GEMMs over B*T rows (forward, dX, and dW as one GEMM with
-// no per-batch sum), attention's batched products of two activations stay in bf16 with the
-// reason, every FP8 GEMM then lowers to an Fp8Gemm on a device with FP8 tensor cores, and
+// batched X[B, T, K] become 2-D GEMMs over B*T rows (forward with its bias as the Gemm's C,
+// dX, and dW as one GEMM with no per-batch sum), attention's batched products of two
+// activations stay in bf16 with the reason, every FP8 GEMM then lowers to an Fp8Gemm on a device with FP8 tensor cores, and
 // the lowered program computes the emulated program's loss, gradients and FP8 state. The
 // float64 reference of a folded Linear layer per recipe is in fp8_recipes_test.cc.
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/fp8.h"
+#include "passes/fold_output_casts.h"
 #include "passes/fp8_lower.h"
 #include "passes/memory_plan.h"
 #include "passes/pad_dims.h"
@@ -30,9 +31,10 @@ namespace {
 
 constexpr int64_t kBatch = 2, kTokens = 40, kWidth = 64, kHidden = 96;
 
-// x[2, 40, 64] -> h = Relu(MatMul(x, w_in[64, 96])) -> s = MatMul(h, h^T) [2, 40, 40]
-// -> a = MatMul(s, h) -> y = MatMul(a, w_out[96, 64]) -> loss = sum(y * r): two Linear
-// layers around attention's two batched products. Rows: 2 * 40 = 80, a multiple of 16.
+// x[2, 40, 64] -> h = Relu(MatMul(x, w_in[64, 96]) + b_in) -> s = MatMul(h, h^T) [2, 40, 40]
+// -> a = MatMul(s, h) -> y = x + (MatMul(a, w_out[96, 64]) + b_out) -> loss = sum(y * r):
+// two Linear layers with biases around attention's two batched products, the second
+// writing into an f32 residual stream. Rows: 2 * 40 = 80, a multiple of 16.
 fp8_testing::Model Block() {
   fp8_testing::Model m;
   Graph& g = *m.g;
@@ -41,15 +43,18 @@ fp8_testing::Model Block() {
   Value* w_in = g.AddParameter("w_in", testing::RandomTensor(DType::kF32, {kWidth, kHidden}, 3, -0.2, 0.2));
   Value* w_out = g.AddParameter("w_out", testing::RandomTensor(DType::kF32, {kHidden, kWidth}, 4, -0.2, 0.2));
   Value* r = g.AddInput("r", DType::kF32, {kBatch, kTokens, kWidth});
+  Value* b_in = g.AddParameter("b_in", testing::RandomTensor(DType::kF32, {kHidden}, 5, -0.5, 0.5));
+  Value* b_out = g.AddParameter("b_out", testing::RandomTensor(DType::kF32, {kWidth}, 6, -0.5, 0.5));
   Value* h = b.Op("MatMul", {x, w_in});
   b.last_node()->name = "linear_in";
-  h = b.Op("Relu", {h});
+  h = b.Op("Relu", {b.Op("Add", {h, b_in})});
   Value* s = b.Op("MatMul", {h, b.Transpose(h, {0, 2, 1})});
   b.last_node()->name = "scores";
   Value* a = b.Op("MatMul", {s, h});
   b.last_node()->name = "mix";
   Value* y = b.Op("MatMul", {a, w_out});
   b.last_node()->name = "linear_out";
+  y = b.Op("Add", {x, b.Op("Add", {y, b_out})});
   AttrMap keep;
   keep.Set("keepdims", int64_t{0});
   m.loss = b.Op("ReduceSum", {b.Op("Mul", {y, r})}, keep);
@@ -119,6 +124,16 @@ TEST(Fp8BatchRowsTest, LinearLayersBecomeTwoDimensionalGemmsAndAttentionProducts
       }
       if (!n->attrs.Has("mpc_fp8")) continue;
       ++fp8_gemms;
+      if (n->name == "linear_in" || n->name == "linear_out") {
+        // The bias is the forward Gemm's C, added before the product's one rounding.
+        EXPECT_EQ(n->op, "Gemm") << n->name;
+        ASSERT_EQ(n->inputs.size(), 3u) << n->name;
+        EXPECT_EQ(n->inputs[2]->shape, (Shape{n->name == "linear_in" ? kHidden : kWidth})) << n->name;
+        // linear_in's bf16 sum is rounded once (the Cast after the f32 product); linear_out
+        // writes the f32 residual stream (autocast summed it in f32) with no rounding.
+        ASSERT_EQ(n->outputs[0]->consumers.size(), 1u) << n->name;
+        EXPECT_EQ(n->outputs[0]->consumers[0]->op, n->name == "linear_in" ? "Cast" : "Reshape") << n->name;
+      }
       EXPECT_EQ(n->inputs[0]->shape.size(), 2u) << n->name;
       EXPECT_EQ(n->inputs[1]->shape.size(), 2u) << n->name;
       const int64_t rows = kBatch * kTokens;
@@ -178,7 +193,7 @@ TEST(Fp8BatchRowsTest, EveryLinearGemmLowersAndTheLoweredStepEqualsTheEmulatedOn
     EXPECT_EQ(lowered.fp8_gemms, 5);
     EXPECT_LE(std::fabs(lowered.loss - emulated.loss), 1e-6 * std::fabs(emulated.loss))
         << lowered.loss << " vs " << emulated.loss;
-    ASSERT_EQ(lowered.grads.size(), 2u);
+    ASSERT_EQ(lowered.grads.size(), 4u);  // both weights and both biases
     for (const auto& [name, want] : emulated.grads) {
       // The same f32 products; bf16 results where oneDNN's summation order differs by a bit.
       EXPECT_LE(fp8_testing::RelativeRms(lowered.grads.at(name), want), 1e-2) << name;
@@ -186,6 +201,76 @@ TEST(Fp8BatchRowsTest, EveryLinearGemmLowersAndTheLoweredStepEqualsTheEmulatedOn
     }
     EXPECT_EQ(lowered.meta, emulated.meta) << "the FP8 state (scales, amax histories) must be identical";
   }
+}
+
+// A Linear layer without a bias whose output an f32 op reads (autocast's Cast to f32 in
+// front of LayerNormalization, which it keeps in f32): fold-output-casts drops the bf16
+// round trip through the Reshape back to [B, T, N], emulated (the f32 product goes to the
+// Reshape) and lowered (the Fp8Gemm writes f32), so both compute the same f32 values.
+TEST(Fp8BatchRowsTest, AnF32ReaderGetsTheF32ProductThroughTheReshape) {
+  for (const bool lower : {false, true}) {
+    SCOPED_TRACE(lower ? "lowered" : "emulated");
+    fp8_testing::Model m;
+    Graph& g = *m.g;
+    GraphBuilder b(&g);
+    Value* x = g.AddInput("x", DType::kF32, {kBatch, kTokens, kWidth});
+    Value* w = g.AddParameter("w", testing::RandomTensor(DType::kF32, {kWidth, kWidth}, 7, -0.2, 0.2));
+    Value* scale = g.AddParameter("scale", testing::RandomTensor(DType::kF32, {kWidth}, 8, 0.5, 1.5));
+    Value* y = b.Op("MatMul", {x, w});
+    b.last_node()->name = "linear";
+    Value* normed = b.OpN("LayerNormalization", {y, scale}, {})[0];
+    AttrMap keep;
+    keep.Set("keepdims", int64_t{0});
+    m.loss = b.Op("ReduceSum", {b.Op("Mul", {normed, normed})}, keep);
+    g.SetOutputs({m.loss});
+    ASSERT_TRUE(b.status().ok()) << b.status();
+    fp8_testing::PassRun r;
+    r.fp8.include_first_last = true;
+    r.caps = CpuCaps(lower);
+    ASSERT_TRUE(r.Compile(m).ok());
+    if (lower) ASSERT_TRUE(Fp8LowerPass(true, true, r.caps, &r.results.fp8, &r.results.fp8_lower).Run(g).ok());
+    ASSERT_TRUE(SimplifyPass().Run(g).ok());
+    ASSERT_TRUE(FoldOutputCastsPass().Run(g).ok());
+    ASSERT_TRUE(VerifyGraph(g).ok());
+    const Node* linear = g.FindNode("linear");
+    ASSERT_NE(linear, nullptr);
+    EXPECT_EQ(linear->op, lower ? "Fp8Gemm" : "MatMul");
+    EXPECT_EQ(linear->outputs[0]->dtype, DType::kF32);
+    ASSERT_EQ(linear->outputs[0]->consumers.size(), 1u);
+    const Node* view = linear->outputs[0]->consumers[0];
+    EXPECT_EQ(view->op, "Reshape");
+    EXPECT_EQ(view->outputs[0]->dtype, DType::kF32);
+    // Read by LayerNormalization (and its gradient, which reads the same input), no Cast.
+    int layer_norms = 0;
+    for (const Node* reader : view->outputs[0]->consumers) {
+      EXPECT_NE(reader->op, "Cast");
+      layer_norms += reader->op == "LayerNormalization";
+    }
+    EXPECT_EQ(layer_norms, 1);
+  }
+}
+
+// A batched weight ([E, K, N] experts, or [1, K, N]) is no activation: its GEMM stays
+// eligible for FP8 (emulated: no FP8 GEMM takes batches), and says nothing of attention.
+TEST(Fp8BatchRowsTest, BatchedWeightsAreNotAttentionProducts) {
+  fp8_testing::Model m;
+  Graph& g = *m.g;
+  GraphBuilder b(&g);
+  Value* x = g.AddInput("x", DType::kF32, {kBatch, kTokens, kWidth});
+  Value* experts = g.AddParameter("experts", testing::RandomTensor(DType::kF32, {kBatch, kWidth, kHidden}, 9));
+  Value* y = b.Op("MatMul", {x, experts});
+  b.last_node()->name = "experts";
+  AttrMap keep;
+  keep.Set("keepdims", int64_t{0});
+  m.loss = b.Op("ReduceSum", {b.Op("Mul", {y, y})}, keep);
+  g.SetOutputs({m.loss});
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  fp8_testing::PassRun r;
+  r.fp8.include_first_last = true;
+  r.caps = CpuCaps(false);
+  ASSERT_TRUE(r.Compile(m).ok());
+  EXPECT_EQ(r.SkipReason("experts"), "");
+  EXPECT_EQ(r.Fp8Nodes(/*forward_only=*/true), std::vector<std::string>{"experts"});
 }
 
 }  // namespace
