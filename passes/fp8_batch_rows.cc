@@ -142,13 +142,15 @@ absl::StatusOr<Node*> FoldBatchIntoRows(Graph& g, Node* forward, std::vector<Fp8
   RowRewriter rw(g, rows);
   Value* x_rows = rw.Rows(x, forward->schedule_rank);
   Node* flat_forward = nullptr;
-  if (const std::optional<ColumnBiasAdd> bias = FindColumnBiasAdd(g, forward->outputs[0])) {
-    // The layer's bias as the Gemm's C (an f32 bias under a widened product: the Gemm
-    // writes f32), added before the one rounding of the sum.
+  const std::optional<ColumnBiasAdd> bias = FindColumnBiasAdd(g, forward->outputs[0]);
+  // A widened layer's f32 bias stays an f32 Add after the f32 product (the same sum):
+  // cuBLASLt's FP8 GEMMs with an f32 output take only a bf16 bias (backends/cuda/
+  // cublaslt_fp8.cc), and rounding the bias would part the lowered program from the emulated one.
+  if (bias && !bias->widened) {
+    // The layer's bias as the Gemm's C, added before the one rounding of the sum.
     AttrMap attrs;
     attrs.Set("transA", int64_t{0});
     attrs.Set("transB", int64_t{0});
-    if (bias->widened) attrs.Set("mpc_output_dtype", static_cast<int64_t>(DTypeToOnnx(DType::kF32)));
     Value* c = rw.builder().Reshape(bias->bias, {w->shape[1]});
     MPC_RETURN_IF_ERROR(rw.builder().status());
     if (c != bias->bias) c->producer->schedule_rank = forward->schedule_rank;

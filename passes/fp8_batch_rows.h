@@ -12,10 +12,12 @@
 //   Y  = Reshape(MatMul(X[R, K], W), Y's shape)
 //   dX = Reshape(MatMul(dY[R, N], Transpose(W)), X's shape)
 //   dW = MatMul(Transpose(X[R, K]), dY[R, N])           the sum over R inside the GEMM
-// A bias added to the product (Add(Y, b), or Add(Cast(Y -> f32), b f32) into an f32
-// residual stream; passes/column_bias.h) becomes the forward Gemm's C, as fuse-epilogues
-// does for bf16 GEMMs: the FP8 GEMM adds it in f32 before its one rounding (cuBLASLt's bias
-// epilogue once lowered), and a widened layer writes f32 directly.
+// A bias of the product's dtype added to it (Add(Y, b); passes/column_bias.h) becomes the
+// forward Gemm's C, as fuse-epilogues does for bf16 GEMMs: the FP8 GEMM adds it in f32
+// before its one rounding (cuBLASLt's bias epilogue once lowered). A layer summed into an
+// f32 residual stream (Add(Cast(Y -> f32), b f32)) keeps its f32 Add, which then reads the
+// f32 product (fold-output-casts): cuBLASLt's FP8 GEMMs with an f32 output take only a
+// bf16 bias.
 // The fp8 pass then converts 2-D GEMMs (which fp8-lower lowers), and every recipe's groups
 // run over the R rows as Transformer Engine's and torchao's do for a Linear layer: a
 // weight gradient's 1x128 tiles and per-column scales span batch entries. This is the form

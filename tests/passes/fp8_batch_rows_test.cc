@@ -124,15 +124,20 @@ TEST(Fp8BatchRowsTest, LinearLayersBecomeTwoDimensionalGemmsAndAttentionProducts
       }
       if (!n->attrs.Has("mpc_fp8")) continue;
       ++fp8_gemms;
-      if (n->name == "linear_in" || n->name == "linear_out") {
-        // The bias is the forward Gemm's C, added before the product's one rounding.
-        EXPECT_EQ(n->op, "Gemm") << n->name;
-        ASSERT_EQ(n->inputs.size(), 3u) << n->name;
-        EXPECT_EQ(n->inputs[2]->shape, (Shape{n->name == "linear_in" ? kHidden : kWidth})) << n->name;
-        // linear_in's bf16 sum is rounded once (the Cast after the f32 product); linear_out
-        // writes the f32 residual stream (autocast summed it in f32) with no rounding.
-        ASSERT_EQ(n->outputs[0]->consumers.size(), 1u) << n->name;
-        EXPECT_EQ(n->outputs[0]->consumers[0]->op, n->name == "linear_in" ? "Cast" : "Reshape") << n->name;
+      if (n->name == "linear_in") {
+        // The bf16 bias is the forward Gemm's C, added before the product's one rounding
+        // (the Cast after the f32 product).
+        EXPECT_EQ(n->op, "Gemm");
+        ASSERT_EQ(n->inputs.size(), 3u);
+        EXPECT_EQ(n->inputs[2]->shape, (Shape{kHidden}));
+        ASSERT_EQ(n->outputs[0]->consumers.size(), 1u);
+        EXPECT_EQ(n->outputs[0]->consumers[0]->op, "Cast");
+      }
+      if (n->name == "linear_out") {
+        // Summed into the f32 residual stream: the f32 bias stays an f32 Add (an FP8 GEMM
+        // with an f32 output takes only a bf16 bias on cuBLASLt).
+        EXPECT_EQ(n->op, "MatMul");
+        EXPECT_EQ(n->inputs.size(), 2u);
       }
       EXPECT_EQ(n->inputs[0]->shape.size(), 2u) << n->name;
       EXPECT_EQ(n->inputs[1]->shape.size(), 2u) << n->name;
@@ -203,6 +208,14 @@ TEST(Fp8BatchRowsTest, EveryLinearGemmLowersAndTheLoweredStepEqualsTheEmulatedOn
   }
 }
 
+// loss = sum(v * v), the model's only output.
+void SetSumOfSquaresLoss(fp8_testing::Model& m, GraphBuilder& b, Value* v) {
+  AttrMap keep;
+  keep.Set("keepdims", int64_t{0});
+  m.loss = b.Op("ReduceSum", {b.Op("Mul", {v, v})}, keep);
+  m.g->SetOutputs({m.loss});
+}
+
 // A Linear layer without a bias whose output an f32 op reads (autocast's Cast to f32 in
 // front of LayerNormalization, which it keeps in f32): fold-output-casts drops the bf16
 // round trip through the Reshape back to [B, T, N], emulated (the f32 product goes to the
@@ -219,10 +232,7 @@ TEST(Fp8BatchRowsTest, AnF32ReaderGetsTheF32ProductThroughTheReshape) {
     Value* y = b.Op("MatMul", {x, w});
     b.last_node()->name = "linear";
     Value* normed = b.OpN("LayerNormalization", {y, scale}, {})[0];
-    AttrMap keep;
-    keep.Set("keepdims", int64_t{0});
-    m.loss = b.Op("ReduceSum", {b.Op("Mul", {normed, normed})}, keep);
-    g.SetOutputs({m.loss});
+    SetSumOfSquaresLoss(m, b, normed);
     ASSERT_TRUE(b.status().ok()) << b.status();
     fp8_testing::PassRun r;
     r.fp8.include_first_last = true;
@@ -260,10 +270,7 @@ TEST(Fp8BatchRowsTest, BatchedWeightsAreNotAttentionProducts) {
   Value* experts = g.AddParameter("experts", testing::RandomTensor(DType::kF32, {kBatch, kWidth, kHidden}, 9));
   Value* y = b.Op("MatMul", {x, experts});
   b.last_node()->name = "experts";
-  AttrMap keep;
-  keep.Set("keepdims", int64_t{0});
-  m.loss = b.Op("ReduceSum", {b.Op("Mul", {y, y})}, keep);
-  g.SetOutputs({m.loss});
+  SetSumOfSquaresLoss(m, b, y);
   ASSERT_TRUE(b.status().ok()) << b.status();
   fp8_testing::PassRun r;
   r.fp8.include_first_last = true;
